@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   build the Shapes data, train the tiny model, evaluate it, and serve the app
+#   make test   run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+DATA   ?= data/shapes
+RUN    ?= runs/tiny
+TIME   ?= 10m
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check vqa tests scripts app.py
+
+demo: $(STAMP)
+	@test -f $(DATA)/captions_val.json || $(VENV)/bin/vqa data shapes --out $(DATA)
+	@test -f $(RUN)/model.safetensors || $(VENV)/bin/vqa train --data $(DATA) --out $(RUN) --preset tiny --time-limit $(TIME)
+	$(VENV)/bin/vqa eval --checkpoint $(RUN) --data $(DATA) --split val
+	$(PY) app.py --checkpoint $(RUN)
+
+bench: $(STAMP)
+	$(PY) scripts/bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

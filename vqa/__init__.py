@@ -1,0 +1,1 @@
+"""vqa: visual question answering and captioning."""

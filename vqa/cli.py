@@ -1,0 +1,54 @@
+"""The `vqa` command. Each subcommand lives in its own module, which exposes
+`add_arguments(parser)` and `run(args) -> int`; modules are imported only when their command runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import VQAError
+
+# command -> (module, one-line help)
+COMMANDS = {
+    "data": ("vqa.data.cli", "build the built-in Shapes data set, or inspect a data folder"),
+    "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
+    "eval": ("vqa.evaluate", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
+    "ask": ("vqa.predict_cli", "answer a question about an image"),
+    "caption": ("vqa.predict_cli", "caption an image"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == wanted:  # import only the module of the command being run
+            mod = importlib.import_module(module)
+            mod.add_arguments(p, name) if _takes_name(mod.add_arguments) else mod.add_arguments(p)
+            p.set_defaults(_module=module)
+    return parser
+
+
+def _takes_name(fn) -> bool:
+    return fn.__code__.co_argcount >= 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    mod = importlib.import_module(args._module)
+    try:
+        return int(mod.run(args) or 0)
+    except VQAError as e:
+        print(f"vqa {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"vqa {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Image loading: one function turns any supported input into an RGB PIL image, or raises a clear InputError.
+
+Why one place: files come from users' folders, the demo and data sets, and every path must apply the EXIF
+orientation, convert odd modes (grayscale, alpha, palette, CMYK, 16-bit) the same way and refuse
+decompression bombs, without ever surfacing a deep PIL traceback.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from ..errors import InputError
+
+MAX_PIXELS = 64_000_000  # refuse images with more pixels than this (64 megapixels); tests monkeypatch it
+ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, never a half-grey image
+_ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
+_WHITE = (255, 255, 255)
+
+
+def load_image(src: Any, max_pixels: int | None = None) -> Image.Image:
+    """An RGB image from a path, a PIL image or a uint8 HWC numpy/torch array.
+
+    EXIF orientation is applied; L/LA/P/RGBA (composited on white)/CMYK/16-bit images become 8-bit RGB.
+    Raises InputError (naming the file) for missing, truncated, unreadable or over-large images."""
+    limit = MAX_PIXELS if max_pixels is None else max_pixels
+    if isinstance(src, Image.Image):
+        _check_pixels(src.size, limit, "the image")
+        return to_rgb(ImageOps.exif_transpose(src) if src.getexif() else src)
+    if isinstance(src, (str, Path)):
+        return _load_path(Path(src), limit)
+    if _is_array(src):
+        img = _from_array(src)
+        _check_pixels(img.size, limit, "the image array")
+        return to_rgb(img)
+    raise InputError(f"cannot read an image from a {type(src).__name__}; give a path, a PIL image or an array")
+
+
+def _check_pixels(size: tuple[int, int], limit: int, what: str) -> None:
+    w, h = size
+    if w * h > limit:
+        raise InputError(
+            f"{what} is {w}x{h} = {w * h:,} pixels, over the limit of {limit:,} "
+            "(refused as a possible decompression bomb; raise vqa.data.images.MAX_PIXELS if you trust it)"
+        )
+
+
+def _load_path(path: Path, limit: int) -> Image.Image:
+    if not path.exists():
+        raise InputError(f"{path}: image file not found")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    Image.MAX_IMAGE_PIXELS = limit  # PIL's own guard, for formats whose decoder checks it
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                _check_pixels(im.size, limit, str(path))
+                im.load()
+                img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
+    except InputError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise InputError(f"{path}: refused, too many pixels ({e})") from None
+    except UnidentifiedImageError:
+        raise InputError(f"{path}: not an image file (or a format PIL cannot read)") from None
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
+        msg = str(e) or type(e).__name__
+        if "truncated" in msg.lower():
+            raise InputError(f"{path}: truncated image file ({msg})") from None
+        raise InputError(f"{path}: unreadable image ({msg})") from None
+    return to_rgb(img)
+
+
+def _is_array(src: Any) -> bool:
+    if isinstance(src, np.ndarray):
+        return True
+    mod = type(src).__module__
+    return mod.startswith("torch") and hasattr(src, "numpy")
+
+
+def _from_array(src: Any) -> Image.Image:
+    arr = src.detach().cpu().numpy() if not isinstance(src, np.ndarray) else src
+    if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+        arr = np.transpose(arr, (1, 2, 0))  # a CHW tensor: accept it rather than fail
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
+        raise InputError(f"an image array must be HxW or HxWxC with C in 1, 3, 4; got shape {tuple(arr.shape)}")
+    if arr.dtype == np.uint16:
+        arr = (arr >> 8).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise InputError(f"an image array must be uint8 (or uint16), not {arr.dtype}")
+    return Image.fromarray(np.ascontiguousarray(arr))
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB from any PIL mode; transparency is composited on white, 16/32-bit ints scaled to 8 bits."""
+    mode = img.mode
+    if mode == "RGB":
+        return img
+    if mode == "P" and "transparency" in img.info:
+        img, mode = img.convert("RGBA"), "RGBA"
+    if mode in _ALPHA_MODES:
+        rgba = img.convert("RGBA")
+        bg = Image.new("RGBA", rgba.size, _WHITE + (255,))
+        return Image.alpha_composite(bg, rgba).convert("RGB")
+    if mode.startswith("I;16") or mode == "I":
+        arr = np.asarray(img).astype(np.int64)
+        # 16-bit data (and PIL's 32-bit "I", which 16-bit PNGs and TIFFs may load as): scale 0..65535 to 0..255
+        arr = (np.clip(arr, 0, 65535) >> 8).astype(np.uint8)
+        return Image.fromarray(arr).convert("RGB")
+    if mode == "F":
+        arr = np.asarray(img, dtype=np.float32)
+        scale = 255.0 if arr.size and float(arr.max()) <= 1.0 else 1.0
+        return Image.fromarray(np.clip(arr * scale, 0, 255).astype(np.uint8)).convert("RGB")
+    return img.convert("RGB")  # L, 1, P, CMYK, YCbCr, LAB, HSV
+
+
+def check_image(path: str | Path) -> str | None:
+    """None if the file decodes as an image, else the reason; used by `vqa data info --check-images`."""
+    try:
+        load_image(path)
+    except InputError as e:
+        return str(e)
+    return None

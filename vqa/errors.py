@@ -1,0 +1,21 @@
+"""The errors the package raises for bad input: each message names the file, line or field at fault."""
+
+
+class VQAError(Exception):
+    """Base class: a problem with the user's input, configuration or files (not a bug in vqa)."""
+
+
+class ConfigError(VQAError, ValueError):
+    """A model or training configuration that cannot work."""
+
+
+class InputError(VQAError, ValueError):
+    """A bad image, prompt or question given to the model or the predictor."""
+
+
+class DataError(VQAError, ValueError):
+    """A data set file that is missing, malformed or inconsistent."""
+
+
+class CheckpointError(VQAError, ValueError):
+    """A checkpoint folder that is missing files or does not fit the code or config."""

@@ -1,0 +1,256 @@
+"""Generation: greedy, beam search, top-k / top-p sampling, and candidate ranking.
+
+The image is encoded once and each layer's cross-attention keys/values are computed once per image; the
+self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
+Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
+masked, so a padded batch gives the same result as the prompts one by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .errors import InputError
+from .model import VQAModel
+
+
+@dataclass
+class Generation:
+    sequences: list[list[int]]  # per prompt: the generated ids, without the prompt and the final <eos>
+    scores: list[float]  # per prompt: total log-probability of the sequence (incl. <eos>) under the model
+    beams: list[list[tuple[list[int], float]]] = field(default_factory=list)  # beam search: all kept hypotheses
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InputError("every prompt needs at least one token (<bos>)")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+        valid[i, width - len(p) :] = True
+    return ids.to(device), valid.to(device)
+
+
+class _Decoder:
+    """The state of one batched decoding: caches, key validity and positions, for B rows."""
+
+    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], max_new_tokens: int):
+        self.model, self.kv = model, kv
+        device = kv[0][0].device
+        ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
+        b, p = ids.shape
+        limit = model.cfg.dec_max_len
+        if p >= limit:
+            raise InputError(f"prompt of {p} tokens leaves no room to generate (dec_max_len={limit})")
+        self.max_new = min(max_new_tokens, limit - p)
+        self.prompt_len = p
+        self.key_valid = torch.zeros(b, p + self.max_new, dtype=torch.bool, device=device)
+        self.key_valid[:, :p] = valid
+        self.caches = model.decoder.new_caches(b, p + self.max_new, kv[0][0].dtype, device)
+        pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]: left padding does not shift positions
+        causal = torch.ones(p, p, dtype=torch.bool, device=device).tril()
+        eye = torch.eye(p, dtype=torch.bool, device=device)
+        mask = ((causal & valid[:, None, :]) | eye)[:, None]  # [B, 1, P, P]; a padding query sees itself only
+        hidden, _ = model.decoder(ids, kv, pos=pos, mask=mask, caches=self.caches)
+        self.pos = pos[:, -1]  # [B] position of the last token fed
+        self.logits = model.decoder.logits(hidden[:, -1]).float()  # [B, V]
+        self.t = 0
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row [B]; returns the next logits [B, V]."""
+        self.key_valid[:, self.prompt_len + self.t] = True
+        self.t += 1
+        self.pos = self.pos + 1
+        mask = self.key_valid[:, None, None, : self.prompt_len + self.t]  # [B, 1, 1, S]
+        hidden, _ = self.model.decoder(tokens[:, None], self.kv, pos=self.pos[:, None], mask=mask, caches=self.caches)
+        self.logits = self.model.decoder.logits(hidden[:, 0]).float()
+        return self.logits
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for c in self.caches:
+            c.reorder(index)
+        self.kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.kv]
+        self.key_valid, self.pos = self.key_valid.index_select(0, index), self.pos.index_select(0, index)
+        self.logits = self.logits.index_select(0, index)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Keep the top_k most likely tokens and the smallest set whose probability reaches top_p; -inf the rest."""
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # the tokens after the nucleus is full
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: VQAModel,
+    prompts: list[list[int]],
+    images: torch.Tensor | None = None,  # [M, 3, S, S]
+    memory: torch.Tensor | None = None,  # or the encoded images [M, N, D], to reuse an encoding
+    image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
+    max_new_tokens: int = 20,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Decode a continuation of every prompt until <eos> or `max_new_tokens`."""
+    if memory is None:
+        if images is None:
+            raise InputError("generate needs images or memory")
+        memory = model.encode(images)
+    if image_index is None:
+        if memory.shape[0] != len(prompts):
+            raise InputError(f"{memory.shape[0]} images for {len(prompts)} prompts and no image_index")
+    elif not torch.is_tensor(image_index):
+        image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
+    if temperature <= 0:
+        raise InputError(f"temperature must be > 0, got {temperature}")
+    kv = model.memory_kv(memory, image_index)
+    if num_beams > 1:
+        if do_sample:
+            raise InputError("beam search and sampling do not combine: choose one")
+        return _beam_search(model, kv, prompts, max_new_tokens, num_beams, length_penalty)
+    return _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator)
+
+
+def _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator):
+    cfg = model.cfg
+    dec = _Decoder(model, kv, prompts, max_new_tokens)
+    b = len(prompts)
+    out = torch.full((b, dec.max_new), cfg.eos_id, dtype=torch.long, device=dec.logits.device)
+    done = torch.zeros(b, dtype=torch.bool, device=out.device)
+    score = torch.zeros(b, device=out.device)
+    logits = dec.logits
+    for t in range(dec.max_new):
+        logp = logits.log_softmax(-1)  # [B, V]
+        if do_sample:
+            probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        else:
+            tok = logp.argmax(-1)
+        tok = tok.masked_fill(done, cfg.eos_id)
+        score += logp.gather(1, tok[:, None])[:, 0].masked_fill(done, 0.0)
+        out[:, t] = tok
+        done |= tok == cfg.eos_id
+        if bool(done.all()) or t == dec.max_new - 1:
+            break
+        logits = dec.step(tok)
+    return Generation(sequences=[_until_eos(row, cfg.eos_id) for row in out.tolist()], scores=score.tolist())
+
+
+def _until_eos(ids: list[int], eos: int) -> list[int]:
+    return ids[: ids.index(eos)] if eos in ids else ids
+
+
+def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty):
+    """Beam search with `k` beams per prompt. A hypothesis ends at <eos> (only <eos> among the top k
+    candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability divided
+    by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended hypotheses;
+    beams still alive at max_new_tokens are ended there."""
+    eos = model.cfg.eos_id
+    b = len(prompts)
+    dec = _Decoder(model, kv, prompts, max_new_tokens)  # the prompt is run once per prompt, not per beam
+    device = dec.logits.device
+    dec.reorder(torch.arange(b, device=device).repeat_interleave(k))  # [B*K] rows, beams share the image
+    beam_score = torch.full((b, k), float("-inf"), device=device)
+    beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
+    seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
+    ended: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]
+    done = [False] * b
+    logits = dec.logits
+    for t in range(dec.max_new):
+        vocab = logits.shape[-1]
+        cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
+        top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
+        src, tok = top_idx // vocab, top_idx % vocab
+        new_score = torch.full((b, k), float("-inf"), device=device)
+        new_src = torch.zeros(b, k, dtype=torch.long, device=device)
+        new_tok = torch.full((b, k), eos, dtype=torch.long, device=device)
+        ts, tsrc, ttok = top_score.tolist(), src.tolist(), tok.tolist()
+        seq_list = seqs.tolist()
+        for i in range(b):
+            if done[i]:
+                continue
+            j = 0
+            for rank in range(2 * k):
+                s, parent, w = ts[i][rank], tsrc[i][rank], ttok[i][rank]
+                if w == eos:
+                    if rank < k:
+                        ended[i].append((s / (t + 1) ** length_penalty, seq_list[i * k + parent], s))
+                else:
+                    new_score[i, j], new_src[i, j], new_tok[i, j] = s, parent, w
+                    j += 1
+                if j == k:
+                    break
+            done[i] = len(ended[i]) >= k
+        if all(done) or t == dec.max_new - 1:
+            if not all(done):  # out of room: the live beams end here
+                flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)
+                last = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1).tolist()
+                for i in range(b):
+                    if not done[i]:
+                        for j in range(k):
+                            s = float(new_score[i, j])
+                            ended[i].append((s / (t + 1) ** length_penalty, last[i * k + j], s))
+            break
+        flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)  # [B*K] parent rows
+        seqs = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1)
+        beam_score = new_score
+        dec.reorder(flat)
+        logits = dec.step(new_tok.view(-1))
+    beams = [[(seq, raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
+    return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
+
+
+@torch.no_grad()
+def score_candidates(
+    model: VQAModel, prompt: list[int], candidates: list[list[int]], images=None, memory=None
+) -> torch.Tensor:
+    """Log-likelihood of each candidate continuation (its tokens then <eos>) after `prompt`, for one image.
+    Returns [C] total log-probabilities."""
+    if not candidates:
+        raise InputError("no candidates to rank")
+    if memory is None:
+        memory = model.encode(images)
+    cfg = model.cfg
+    rows = [prompt + c + [cfg.eos_id] for c in candidates]
+    width = max(len(r) for r in rows)
+    if width > cfg.dec_max_len:
+        raise InputError(f"prompt + candidate of {width} tokens exceeds dec_max_len={cfg.dec_max_len}")
+    ids = torch.full((len(rows), width), cfg.pad_id, dtype=torch.long, device=memory.device)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.as_tensor(r)
+        target[i, len(prompt) : len(r)] = True
+    kv = model.memory_kv(memory, torch.zeros(len(rows), dtype=torch.long, device=memory.device))
+    hidden, _ = model.decoder(ids, kv)  # [C, T, D]
+    logp = F.log_softmax(model.decoder.logits(hidden[:, :-1]).float(), -1)  # predicts tokens 1..T-1
+    tok_logp = logp.gather(-1, ids[:, 1:, None])[..., 0]  # [C, T-1]
+    return (tok_logp * target[:, 1:]).sum(1)
+
+
+@torch.no_grad()
+def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int], generated: list[int]) -> torch.Tensor:
+    """Cross-attention weights behind each generated token: [len(generated), layers, heads, N] for one image.
+    The weights for token i are those of the query at the position that predicted it (teacher-forced, which
+    equals the cached decoding)."""
+    ids = torch.as_tensor([prompt + generated], dtype=torch.long, device=memory.device)
+    _, maps = model.decoder(ids, model.memory_kv(memory[:1]), need_weights=True)  # L x [1, H, T, N]
+    stacked = torch.stack([m[0] for m in maps], 0)  # [L, H, T, N]
+    start = len(prompt) - 1
+    return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]

@@ -1,0 +1,98 @@
+"""Multi-head scaled dot-product attention: one module serves masked self-attention and cross-attention.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_head) + mask) V,   heads concatenated, then projected.
+
+Self-attention projects Q, K, V from the text in one fused matmul; cross-attention projects Q from the text
+and K, V from the image tokens (`project_kv`, done once per image and reused for every generated token).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+
+class KVCache:
+    """A preallocated self-attention key/value cache, so a decode step copies one position, not the past."""
+
+    def __init__(self, batch: int, heads: int, max_len: int, head_dim: int, dtype, device):
+        self.k = torch.zeros(batch, heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.len = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = k.shape[2]
+        if self.len + t > self.k.shape[2]:
+            raise RuntimeError(f"KV cache full: {self.len} + {t} > {self.k.shape[2]} positions")
+        self.k[:, :, self.len : self.len + t] = k
+        self.v[:, :, self.len : self.len + t] = v
+        self.len += t
+        return self.k[:, :, : self.len], self.v[:, :, : self.len]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (beam search: each surviving beam takes its parent's cache)."""
+        self.k = self.k.index_select(0, index)
+        self.v = self.v.index_select(0, index)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+        self.heads, self.head_dim, self.cross, self.dropout = heads, dim // heads, cross, dropout
+        if cross:
+            self.q = nn.Linear(dim, dim)
+            self.kv = nn.Linear(dim, 2 * dim)
+        else:
+            self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of the image tokens: [B, N, D] -> 2 x [B, H, N, Dh]."""
+        k, v = rearrange(self.kv(memory), "b n (two h d) -> two b h n d", two=2, h=self.heads)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, D] the text stream (queries)
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,  # cross: the image's keys/values from project_kv
+        mask: torch.Tensor | None = None,  # bool [B or 1, 1, T, S], True = may attend; None + self = causal
+        cache: KVCache | None = None,  # self-attention: past keys/values, extended in place
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.cross:
+            q = rearrange(self.q(x), "b t (h d) -> b h t d", h=self.heads)
+            k, v = kv
+            causal = False
+        else:
+            q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)
+            if cache is not None:
+                k, v = cache.append(k, v)  # [B, H, past + T, Dh]
+            # without a mask the queries are the whole sequence from position 0: plain causal attention
+            causal = mask is None and cache is None
+            if mask is None and cache is not None and q.shape[2] > 1:
+                raise ValueError("a multi-token step over a cache needs an explicit mask")
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = _attention_with_weights(q, k, v, mask, causal)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            weights = None
+        return self.proj(rearrange(out, "b h t d -> b t (h d)")), weights
+
+
+def _attention_with_weights(q, k, v, mask, causal):
+    """The same attention written out, returning the weights [B, H, T, S] (for the demo's maps)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, S]
+    if causal:
+        t, s = scores.shape[-2:]
+        mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights

@@ -1,0 +1,98 @@
+"""The text decoder: embeddings + positions, pre-LN blocks (masked self-attention, cross-attention to the
+image tokens, MLP), final LayerNorm, and an LM head tied to the embedding."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from .attention import Attention, KVCache
+
+
+def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) (Vaswani et al., 3.5)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # [L, 1]
+    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [D/2]
+    pe = torch.zeros(max_len, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)
+    return pe.float()
+
+
+class MLP(nn.Sequential):
+    def __init__(self, dim: int, ratio: float, dropout: float):
+        hidden = int(dim * ratio)
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.Dropout(dropout))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, h, p = cfg.dec_width, cfg.dec_heads, cfg.dec_dropout
+        self.ln1, self.self_attn = nn.LayerNorm(d), Attention(d, h, cross=False, dropout=p)
+        self.ln2, self.cross_attn = nn.LayerNorm(d), Attention(d, h, cross=True, dropout=p)
+        self.ln3, self.mlp = nn.LayerNorm(d), MLP(d, cfg.dec_mlp_ratio, p)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False):
+        h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
+        x = x + self.drop(h)
+        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights)
+        x = x + self.drop(h)
+        return x + self.mlp(self.ln3(x)), weights
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dec_width)
+        nn.init.normal_(self.embed.weight, std=cfg.dec_width**-0.5)  # tied: unit-variance logits, x sqrt(d) inputs
+        if cfg.dec_positions == "learned":
+            self.pos = nn.Embedding(cfg.dec_max_len, cfg.dec_width)
+            nn.init.normal_(self.pos.weight, std=0.02 * math.sqrt(cfg.dec_width))
+        else:
+            self.register_buffer("pe", sinusoidal_positions(cfg.dec_max_len, cfg.dec_width), persistent=False)
+        self.drop = nn.Dropout(cfg.dec_dropout)
+        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.dec_depth))
+        self.ln_f = nn.LayerNorm(cfg.dec_width)
+
+    def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's cross-attention keys/values of the image tokens, computed once per image."""
+        return [blk.cross_attn.project_kv(memory) for blk in self.blocks]
+
+    def new_caches(self, batch: int, max_len: int, dtype, device) -> list[KVCache]:
+        c = self.cfg
+        return [KVCache(batch, c.dec_heads, max_len, c.dec_width // c.dec_heads, dtype, device) for _ in self.blocks]
+
+    def positions(self, pos: torch.Tensor) -> torch.Tensor:
+        """[B, T] position ids -> [B, T, D]."""
+        return self.pos(pos) if self.cfg.dec_positions == "learned" else self.pe[pos]
+
+    def forward(
+        self,
+        ids: torch.Tensor,  # [B, T]
+        memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh]
+        pos: torch.Tensor | None = None,  # [B, T]; default 0..T-1
+        mask: torch.Tensor | None = None,  # bool [B, 1, T, S]; default causal
+        caches: list[KVCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention
+        weights [B, H, T, N]."""
+        if pos is None:
+            pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        x = self.drop(self.embed(ids) * math.sqrt(self.cfg.dec_width) + self.positions(pos))
+        maps = [] if need_weights else None
+        for i, blk in enumerate(self.blocks):
+            x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i], need_weights=need_weights)
+            if need_weights:
+                maps.append(w)
+        return self.ln_f(x), maps
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head, tied to the token embedding: [..., D] -> [..., V]."""
+        return hidden @ self.embed.weight.t()

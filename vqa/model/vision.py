@@ -1,0 +1,69 @@
+"""The image encoder: any timm ViT, returning its tokens projected to the decoder width."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..errors import ConfigError, InputError
+
+
+def create_vit(cfg: ModelConfig) -> nn.Module:
+    """A timm ViT sized by `cfg`. `vit_pretrained` uses timm's own download; `vit_weights` loads a local file
+    (timm's `pretrained_cfg_overlay=dict(file=...)`, .safetensors or .pth) instead."""
+    import timm
+
+    kwargs = dict(num_classes=0, img_size=cfg.vit_image_size, patch_size=cfg.vit_patch_size)
+    for key, value in (("embed_dim", cfg.vit_width), ("depth", cfg.vit_depth), ("num_heads", cfg.vit_heads)):
+        if value is not None:
+            kwargs[key] = value
+    pretrained = cfg.vit_pretrained
+    if cfg.vit_weights:
+        from pathlib import Path
+
+        if not Path(cfg.vit_weights).is_file():
+            raise ConfigError(f"vit_weights: no file at {cfg.vit_weights}")
+        pretrained = True
+        kwargs["pretrained_cfg_overlay"] = dict(file=str(cfg.vit_weights))
+    if not timm.is_model(cfg.vit_name):
+        close = timm.list_models(f"*{cfg.vit_name.split('_')[0]}*")[:8]
+        raise ConfigError(f"unknown timm model {cfg.vit_name!r}" + (f"; similar: {', '.join(close)}" if close else ""))
+    if not cfg.vit_name.startswith(("vit_", "deit_", "eva")):
+        raise ConfigError(f"{cfg.vit_name!r} is not a ViT; vqa needs a timm VisionTransformer")
+    try:
+        return timm.create_model(cfg.vit_name, pretrained=pretrained, **kwargs)
+    except (RuntimeError, OSError) as e:
+        raise ConfigError(f"could not create {cfg.vit_name!r} (pretrained={pretrained}): {e}") from e
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.vit = create_vit(cfg)
+        self.num_prefix = getattr(self.vit, "num_prefix_tokens", 1)
+        self.proj = nn.Linear(self.vit.embed_dim, cfg.dec_width)
+        if cfg.vit_freeze:
+            self.vit.requires_grad_(False)
+
+    @property
+    def grid(self) -> int:
+        """Patches per side."""
+        return self.cfg.vit_image_size // self.cfg.vit_patch_size
+
+    def check_images(self, images: torch.Tensor) -> None:
+        s = self.cfg.vit_image_size
+        if not torch.is_tensor(images) or images.ndim != 4 or tuple(images.shape[1:]) != (3, s, s):
+            shape = tuple(images.shape) if torch.is_tensor(images) else type(images).__name__
+            raise InputError(f"images must be a float tensor [B, 3, {s}, {s}] (RGB, {s} px square), got {shape}")
+        if not images.is_floating_point():
+            raise InputError(f"images must be normalized floats, got dtype {images.dtype}")
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] -> memory [B, N, D]: N = prefix + patches (or patches alone when prefix is dropped)."""
+        self.check_images(images)
+        tokens = self.vit.forward_features(images)  # [B, prefix + grid^2, Dv], final norm applied
+        if not self.cfg.vit_keep_prefix:
+            tokens = tokens[:, self.num_prefix :]
+        return self.proj(tokens)

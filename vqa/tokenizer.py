@@ -1,0 +1,113 @@
+"""Tokenizer: Hugging Face `tokenizers` BPE, trained on the training text or loaded from a `tokenizer.json`.
+
+It owns the special tokens and the two prompt formats (one model, two tasks):
+
+    caption:  <bos> <caption>                     -> caption tokens ... <eos>
+    vqa:      <bos> <question> q1 ... qn <answer> -> answer tokens ... <eos>
+
+Text is NFKC-normalized and lower-cased; words are split on whitespace (kept as the `▁` marker, so decoding
+restores the spaces) and punctuation, then BPE-merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+from .errors import ConfigError, InputError
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+CAPTION, QUESTION, ANSWER = "<caption>", "<question>", "<answer>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, UNK, CAPTION, QUESTION, ANSWER]  # ids 0..6, in this order
+
+
+class Tokenizer:
+    """Wraps a `tokenizers.Tokenizer` with the project's special tokens and prompt builders."""
+
+    def __init__(self, hf: HFTokenizer):
+        self.hf = hf
+        ids = {t: hf.token_to_id(t) for t in SPECIAL_TOKENS}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ConfigError(f"tokenizer lacks the special token(s) {', '.join(missing)}")
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids[PAD], ids[BOS], ids[EOS], ids[UNK]
+        self.caption_id, self.question_id, self.answer_id = ids[CAPTION], ids[QUESTION], ids[ANSWER]
+        self.special_ids = frozenset(ids.values())
+
+    # ---- building, saving, loading ----
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 1) -> Tokenizer:
+        hf = HFTokenizer(models.BPE(unk_token=UNK))
+        hf.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+        hf.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=False)]
+        )
+        hf.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        return cls(hf)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise ConfigError(f"no tokenizer file at {path}")
+        try:
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception with the serde message
+            raise ConfigError(f"{path}: not a valid tokenizer.json ({e})") from e
+        return cls(hf)
+
+    def save(self, path: str | Path) -> None:
+        self.hf.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    # ---- text <-> ids ----
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, no special tokens added."""
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`, stopping at the first <eos> and dropping special tokens."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i not in self.special_ids:
+                out.append(i)
+        return self.hf.decode(out).strip()
+
+    def id_to_token(self, i: int) -> str:
+        return self.hf.id_to_token(int(i))
+
+    # ---- prompts ----
+    def caption_prompt(self) -> list[int]:
+        return [self.bos_id, self.caption_id]
+
+    def vqa_prompt(self, question: str, max_len: int | None = None) -> list[int]:
+        """`<bos> <question> q... <answer>`; with `max_len`, a question too long to fit is cut from the end
+        (documented truncation) so that the prompt takes at most `max_len - 2` tokens, leaving room to answer."""
+        if not isinstance(question, str) or not question.strip():
+            raise InputError("the question is empty")
+        q = self.encode(question)
+        if max_len is not None:
+            room = max_len - 3 - 2  # three prompt specials, at least one answer token and <eos>
+            if room < 1:
+                raise ConfigError(f"max_len={max_len} leaves no room for a question")
+            q = q[:room]
+        return [self.bos_id, self.question_id, *q, self.answer_id]
+
+    def target(self, text: str) -> list[int]:
+        """Target tokens: the text then <eos>."""
+        return [*self.encode(text), self.eos_id]

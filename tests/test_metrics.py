@@ -1,0 +1,274 @@
+"""Tests for vqa.metrics: VQA accuracy worked by hand from the official vqaEval.py rules, caption
+scores against pycocoevalcap's scorers, and ptb_tokenize against outputs of the real Java pipeline."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from vqa.metrics import (
+    caption_scores,
+    normalize_answer,
+    process_punctuation,
+    ptb_tokenize,
+    vqa_accuracy,
+    vqa_scores,
+)
+
+
+def ten(answer, k, other="blue"):
+    """Ten annotator answers, k of them `answer` and the rest `other`."""
+    return [answer] * k + [other] * (10 - k)
+
+
+# --- vqa_accuracy: the leave-one-out formula -----------------------------------------------------
+def test_all_ten_agree_exact_match_is_one():
+    assert vqa_accuracy("yes", ["yes"] * 10) == 1.0
+
+
+@pytest.mark.parametrize(
+    "k, expected",
+    [
+        (0, 0.0),
+        # 1 annotator: 1 subset (it left out) has 0 matches, 9 have 1 -> 9 * (1/3) / 10
+        (1, 0.3),
+        # 2: 2 subsets have 1 match, 8 have 2 -> (2/3 + 16/3) / 10
+        (2, 0.6),
+        # 3: 3 subsets have 2 matches (2/3 each), 7 have 3 (1 each) -> (2 + 7) / 10
+        (3, 0.9),
+        (4, 1.0),  # 4 subsets have 3 matches, 6 have 4: all capped at 1
+        (7, 1.0),
+    ],
+)
+def test_leave_one_out_by_number_of_matching_annotators(k, expected):
+    assert vqa_accuracy("red", ten("red", k)) == pytest.approx(expected)
+
+
+def test_fewer_than_ten_answers_use_the_same_formula():
+    # 3 answers all "yes": each subset leaves 2 matches -> 2/3; documented: < 4 answers cannot reach 1.
+    assert vqa_accuracy("yes", ["yes", "yes", "yes"]) == pytest.approx(2 / 3)
+    assert vqa_accuracy("yes", ["yes", "no"]) == pytest.approx((0 + 1 / 3) / 2)
+    assert vqa_accuracy("yes", ["yes"]) == 0.0  # no other annotator to agree with
+    assert vqa_accuracy("yes", ["yes"] * 5) == 1.0
+
+
+def test_no_answers_is_an_error():
+    with pytest.raises(ValueError):
+        vqa_accuracy("yes", [])
+    with pytest.raises(ValueError):
+        vqa_accuracy("yes", "yes")  # a bare string is not a list of answers
+
+
+# --- vqa_accuracy: when normalization happens (official code after its 2021 fix) ----------------
+def test_number_words_not_normalized_when_annotators_agree():
+    # All ten say "2": len(set(gts)) == 1, so neither side is processed and "two" != "2".
+    assert vqa_accuracy("two", ["2"] * 10) == 0.0
+    # Once annotators disagree, everything goes through processDigitArticle: "two" -> "2".
+    assert vqa_accuracy("two", ten("2", 9, other="3")) == 1.0
+    assert vqa_accuracy("Two", ten("2", 3, other="3")) == pytest.approx(0.9)
+
+
+def test_case_and_punctuation_only_forgiven_when_annotators_disagree():
+    assert vqa_accuracy("yes.", ["yes"] * 10) == 0.0
+    assert vqa_accuracy("Yes", ["yes"] * 10) == 0.0
+    assert vqa_accuracy("yes.", ten("yes", 4, other="no")) == 1.0
+    assert vqa_accuracy("Yes", ten("yes", 4, other="no")) == 1.0
+
+
+def test_ground_truth_is_normalized_too_when_annotators_disagree():
+    # "2" x3 and "two" x2 both become "2": 5 matches -> 1.0 (without GT normalization: 3 -> 0.9).
+    assert vqa_accuracy("2", ["2"] * 3 + ["two"] * 2 + ["3"] * 5) == 1.0
+    # "a dog" and "the dog" become "dog": 4 matches for the prediction "dog".
+    assert vqa_accuracy("dog", ["a dog", "the dog", "dog", "dog"] + ["cat"] * 6) == 1.0
+
+
+def test_whitespace_is_always_stripped():
+    assert vqa_accuracy("  yes  ", ["yes"] * 10) == 1.0
+    assert vqa_accuracy("yes\n", ["yes"] * 10) == 1.0
+    assert vqa_accuracy("\tyes", [" yes "] * 10) == 1.0
+    assert vqa_accuracy("blue\tsky", ["blue sky"] * 10) == 1.0  # tab -> space
+
+
+def test_articles_and_contractions_when_annotators_disagree():
+    assert vqa_accuracy("a dog", ten("dog", 3, other="cat")) == pytest.approx(0.9)
+    assert vqa_accuracy("dont", ten("don't", 4, other="no")) == 1.0
+    assert vqa_accuracy("an apple", ten("apple", 1, other="pear")) == pytest.approx(0.3)
+
+
+# --- normalize_answer: processPunctuation + processDigitArticle ----------------------------------
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("yes.", "yes"),
+        ("Yes!", "yes"),
+        ("3.5", "3.5"),  # periodStrip keeps a period followed by a digit
+        ("5.", "5"),
+        ("1,000", "1000"),  # digit,digit comma anywhere: every punct char is deleted, not spaced
+        ("red,white", "red white"),  # no digit comma and no space next to it: replaced by a space
+        ("red, white", "red white"),  # touching a space: deleted
+        ("black-and-white", "black and white"),
+        ("t-shirt", "t shirt"),
+        ("The Two dogs", "2 dogs"),
+        ("none", "0"),
+        ("ten", "10"),
+        ("an apple", "apple"),
+        ("dont", "don't"),
+        ("Im", "im"),  # the official "Im" key is capitalized, so after lower() it never applies
+        ("oclock", "o'clock"),
+        ("it's", "it's"),  # apostrophe is not in the official punct list
+        ("(yes)", "yes"),
+        ("left/right", "left right"),
+        ("e.g.", "eg"),
+    ],
+)
+def test_normalize_answer(raw, expected):
+    assert normalize_answer(raw) == expected
+
+
+def test_period_strip_count_quirk_is_reproduced():
+    # vqaEval passes re.UNICODE (32) positionally to sub(), i.e. as count: at most 32 periods go.
+    assert process_punctuation("." * 40) == "." * 8
+
+
+# --- vqa_scores --------------------------------------------------------------------------------
+def record(qid, answers, answer_type, question_type):
+    return SimpleNamespace(question_id=qid, answers=answers, answer_type=answer_type, question_type=question_type)
+
+
+def test_vqa_scores_overall_and_per_type():
+    records = [
+        record(1, ["yes"] * 10, "yes/no", "is the"),  # 1.0
+        record(2, ten("2", 3, other="3"), "number", "how many"),  # "two" -> 0.9
+        record(3, ten("red", 1), "other", "what color"),  # 0.3
+        record(4, ["no"] * 10, "yes/no", "is the"),  # "yes" -> 0.0
+    ]
+    preds = {1: "yes", 2: "two", 3: "red", 4: "yes", 99: "ignored"}
+    s = vqa_scores(preds, records)
+    assert s["overall"] == round(100 * (1.0 + 0.9 + 0.3 + 0.0) / 4, 2) == 55.0
+    assert s["per_answer_type"] == {"yes/no": 50.0, "number": 90.0, "other": 30.0}
+    assert s["per_question_type"] == {"is the": 50.0, "how many": 90.0, "what color": 30.0}
+    assert s["per_question"] == {1: 100.0, 2: 90.0, 3: 30.0, 4: 0.0}
+    assert s["count"] == 4
+
+
+def test_vqa_scores_rounds_to_two_decimals_and_accepts_vqa_style_answer_dicts():
+    answers = [{"answer": a, "answer_id": i} for i, a in enumerate(ten("red", 1))]
+    records = [record(1, answers, "other", "what"), record(2, ["a"] * 10, "other", "what"),
+               record(3, ["b"] * 10, "other", "what")]
+    s = vqa_scores({1: "red", 2: "a", 3: "x"}, records)
+    assert s["overall"] == 43.33  # (0.3 + 1 + 0) / 3 = 43.333...
+
+
+def test_vqa_scores_leaves_untyped_records_out_of_the_breakdowns():
+    records = [record(1, ["yes"] * 10, "", None), record(2, ["no"] * 10, "yes/no", "")]
+    s = vqa_scores({1: "yes", 2: "yes"}, records)
+    assert s["overall"] == 50.0
+    assert s["per_answer_type"] == {"yes/no": 0.0}
+    assert s["per_question_type"] == {}
+
+
+def test_vqa_scores_missing_prediction_names_the_question():
+    with pytest.raises(ValueError, match="123"):
+        vqa_scores({1: "yes"}, [record(1, ["yes"] * 10, "yes/no", "is"), record(123, ["no"] * 10, "yes/no", "is")])
+    with pytest.raises(ValueError):
+        vqa_scores({}, [])
+
+
+# --- ptb_tokenize (expected strings produced by the real CoreNLP 3.4.1 jar + PUNCTUATIONS filter) --
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("A man riding a wave on top of a surfboard.", "a man riding a wave on top of a surfboard"),
+        ("THERE IS A BUS THAT IS PARKED ON THE STREET", "there is a bus that is parked on the street"),
+        ("Don't the dogs' toys look grey?", "do n't the dogs toys look grey"),
+        ("A man who can't stop and won't stop isn't Ok", "a man who ca n't stop and wo n't stop is n't ok"),
+        ("It's 5 p.m. and I'm here, they'll go; we've been. You'd see!",
+         "it 's 5 p.m. and i 'm here they 'll go we 've been you 'd see"),
+        ("A man (in a hat) rides a bike.", "a man -lrb- in a hat -rrb- rides a bike"),
+        ("The colour of St. Paul's is 3.5 and 1,000 $5 5% 10:30",
+         "the colour of st. paul 's is 3.5 and 1,000 $ 5 5 % 10:30"),
+        ('He said "hi" -- ok... \'quoted\' o\'clock', "he said hi ok quoted o'clock"),
+        ("\u201cSmart quotes\u201d and \u2018single\u2019 ones \u2013 en dash \u2014 em dash \u2026 ellipsis",
+         "smart quotes and single ones en dash em dash ellipsis"),
+        ("Don\u2019t", "do n't"),
+        ("A sign for Main St.", "a sign for main st."),
+        ("U.S. flag e.g. a.m.", "u.s. flag e.g. a.m."),
+        ("black-and-white cat/dog * [x] {y} gonna cannot",
+         "black-and-white cat/dog * -lsb- x -rsb- -lcb- y -rcb- gon na can not"),
+        ("It's a 10-year-old's birthday party!", "it 's a 10-year-old 's birthday party"),
+        ("a bus #42 going to the airport @ 5:30pm", "a bus # 42 going to the airport @ 5:30 pm"),
+        ("hello!!! what?? ?! a 3.5-inch screen", "hello !!! what ?? ?! a 3.5-inch screen"),
+        ("A plate w/ food, etc.", "a plate w / food etc."),
+        ("plan B. rock 'n' roll AT&T b&w", "plan b. rock 'n' roll at&t b & w"),
+        ("", ""),
+        (" . , ; ", ""),
+    ],
+)
+def test_ptb_tokenize_matches_java_pipeline(raw, expected):
+    assert ptb_tokenize(raw) == expected
+
+
+def test_ptb_tokenize_replaces_newlines():
+    assert ptb_tokenize("a dog\non a bed.") == "a dog on a bed"
+
+
+# --- caption_scores ----------------------------------------------------------------------------
+REFS = {
+    1: ["A man riding a wave on top of a surfboard.", "A surfer rides a large wave in the ocean."],
+    2: ["Two dogs playing with a frisbee in the grass.", "A pair of dogs play on the lawn."],
+    "img3": ["A red double-decker bus on the street.", "A bus parked by the curb."],
+}
+PREDS = {1: "A man rides a wave on a surfboard.", 2: "Two dogs play in the grass", "img3": "A red bus."}
+
+
+def test_caption_scores_equal_pycocoevalcap_on_the_same_tokens():
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+
+    gts = {k: [ptb_tokenize(c) for c in v] for k, v in REFS.items()}
+    res = {k: [ptb_tokenize(PREDS[k])] for k in REFS}
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    cider, _ = Cider().compute_score(gts, res)
+    s = caption_scores(PREDS, REFS)
+    assert [s[f"BLEU-{n}"] for n in range(1, 5)] == pytest.approx(bleu, abs=1e-12)
+    assert s["CIDEr-D"] == pytest.approx(cider, abs=1e-12)
+    assert 0 < s["BLEU-4"] < s["BLEU-1"] < 1 and s["CIDEr-D"] > 0
+
+
+def test_caption_bleu_1_by_hand():
+    # "a cat" vs "a cat sat": unigram precision 1, brevity penalty exp(1 - 3/2); the trailing period
+    # and capitals go away in tokenization.
+    s = caption_scores({0: "A cat."}, {0: ["a cat sat"]})
+    assert s["BLEU-1"] == pytest.approx(math.exp(-0.5), rel=1e-6)
+
+
+def test_identical_captions_score_perfectly():
+    refs = {k: [v[0]] for k, v in REFS.items()}
+    s = caption_scores({k: v[0] for k, v in refs.items()}, refs)
+    assert s["BLEU-4"] == pytest.approx(1.0, abs=1e-6)
+    assert s["CIDEr-D"] == pytest.approx(10.0)  # perfect cosine, no length penalty, x10
+
+
+def test_empty_prediction_scores_zero_without_crashing():
+    s = caption_scores({1: ""}, {1: ["a dog on a bed"]})
+    assert all(v == 0.0 for v in s.values())
+    s = caption_scores({1: "...", 2: ""}, {1: ["."], 2: ["!"]})  # nothing left after tokenization
+    assert all(v == 0.0 for v in s.values())
+    corpus = caption_scores({**PREDS, 2: ""}, REFS)
+    assert 0 < corpus["CIDEr-D"] < caption_scores(PREDS, REFS)["CIDEr-D"]
+
+
+def test_mismatched_image_ids_are_named():
+    with pytest.raises(ValueError, match=r"no prediction for image id\(s\) 2.*no references for image id\(s\) 7"):
+        caption_scores({1: "a", 7: "b"}, {1: ["a"], 2: ["b"]})
+    with pytest.raises(ValueError, match=r"and 2 more"):
+        caption_scores({}, {i: ["a"] for i in range(7)})
+
+
+def test_bad_references_are_errors():
+    with pytest.raises(ValueError, match="non-empty list"):
+        caption_scores({1: "a dog"}, {1: []})
+    with pytest.raises(ValueError, match="non-empty list"):
+        caption_scores({1: "a dog"}, {1: "a dog"})
+    with pytest.raises(ValueError):
+        caption_scores({}, {})

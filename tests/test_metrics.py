@@ -44,12 +44,15 @@ def test_leave_one_out_by_number_of_matching_annotators(k, expected):
     assert vqa_accuracy("red", ten("red", k)) == pytest.approx(expected)
 
 
-def test_fewer_than_ten_answers_use_the_same_formula():
-    # 3 answers all "yes": each subset leaves 2 matches -> 2/3; documented: < 4 answers cannot reach 1.
-    assert vqa_accuracy("yes", ["yes", "yes", "yes"]) == pytest.approx(2 / 3)
-    assert vqa_accuracy("yes", ["yes", "no"]) == pytest.approx((0 + 1 / 3) / 2)
-    assert vqa_accuracy("yes", ["yes"]) == 0.0  # no other annotator to agree with
-    assert vqa_accuracy("yes", ["yes"] * 5) == 1.0
+def test_fewer_than_ten_answers_need_min_3_n_matches():
+    # users' data: one answer is exact match (after normalization when answers disagree)
+    assert vqa_accuracy("yes", ["yes"]) == 1.0
+    assert vqa_accuracy("no", ["yes"]) == 0.0
+    assert vqa_accuracy("yes", ["yes", "no"]) == pytest.approx(0.5)
+    assert vqa_accuracy("yes", ["yes", "yes", "no"]) == pytest.approx(2 / 3)
+    assert vqa_accuracy("yes", ["yes", "yes", "yes"]) == 1.0
+    assert vqa_accuracy("two", ["2", "3"]) == pytest.approx(0.5)  # disagreeing answers are normalized
+    assert vqa_accuracy("yes", ["yes"] * 9) == 1.0
 
 
 def test_no_answers_is_an_error():

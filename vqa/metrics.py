@@ -120,9 +120,10 @@ def vqa_accuracy(prediction: str, answers: list[str]) -> float:
     """VQA accuracy (0..1) of one prediction against its ground-truth answers, official v2 rules.
 
     With the usual 10 answers: 1.0 when >= 4 annotators gave the answer, 0.9 for 3, 0.6 for 2,
-    0.3 for 1. Any other number n of answers uses the same formula, the mean over the n
-    leave-one-out subsets of min(1, matches/3); so fewer than 4 answers cannot reach 1.0 (3 agreeing
-    give 2/3, 2 give 1/6) and a single answer always scores 0. Raises ValueError for no answers."""
+    0.3 for 1. Users' own data often has fewer: with n < 10 answers the leave-one-out formula would
+    score a single answer at 0 forever, so there (our choice, not the official code's, which assumes 10)
+    accuracy is min(1, matches / min(3, n)) with the same normalization: one answer means exact match,
+    three or more need three matches for full credit. Raises ValueError for no answers."""
     if isinstance(answers, str) or not answers:
         raise ValueError("vqa_accuracy needs a non-empty list of ground-truth answers")
     gts = [_clean(a) for a in answers]
@@ -131,6 +132,8 @@ def vqa_accuracy(prediction: str, answers: list[str]) -> float:
         gts = [normalize_answer(a) for a in gts]
         pred = normalize_answer(pred)
     matches = sum(g == pred for g in gts)
+    if len(gts) < 10:
+        return min(1.0, matches / min(3, len(gts)))
     # Leaving out annotator i leaves `matches - [gts[i] == pred]` matching answers among the others.
     return sum(min(1.0, (matches - (g == pred)) / 3.0) for g in gts) / len(gts)
 

@@ -66,7 +66,9 @@ def _load_path(path: Path, limit: int) -> Image.Image:
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise InputError(f"{path}: refused, too many pixels ({e})") from None
+        raise InputError(
+            f"{path}: over the limit of {limit:,} pixels, refused as a possible decompression bomb ({e})"
+        ) from None
     except UnidentifiedImageError:
         raise InputError(f"{path}: not an image file (or a format PIL cannot read)") from None
     except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
@@ -85,9 +87,9 @@ def _is_array(src: Any) -> bool:
 
 
 def _from_array(src: Any) -> Image.Image:
-    arr = src.detach().cpu().numpy() if not isinstance(src, np.ndarray) else src
-    if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
-        arr = np.transpose(arr, (1, 2, 0))  # a CHW tensor: accept it rather than fail
+    arr = src if isinstance(src, np.ndarray) else src.detach().cpu().numpy()
+    if not isinstance(src, np.ndarray) and arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+        arr = np.transpose(arr, (1, 2, 0))  # a CHW torch tensor (torchvision's layout): accept it
     if arr.ndim == 3 and arr.shape[-1] == 1:
         arr = arr[..., 0]
     if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):

@@ -1,0 +1,27 @@
+"""The data layer: the built-in Shapes set, readers for VQA v2 / OK-VQA / COCO captions / JSONL, image loading,
+transforms, and the torch dataset + collate. Submodules that need torch are imported on first use."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .formats import CaptionRecord, SplitData, VQARecord, corpus_texts, find_splits, load_split
+
+_LAZY = {
+    "load_image": "images", "MAX_PIXELS": "images",
+    "build_transform": "transforms", "ImageTransform": "transforms",
+    "ImageTextDataset": "dataset", "collate": "dataset", "make_collate": "dataset",
+    "generate_shapes": "shapes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "CaptionRecord", "SplitData", "VQARecord", "corpus_texts", "find_splits", "load_split", *_LAZY,
+]

@@ -1,0 +1,121 @@
+"""Image transforms (torchvision v2): letterbox to the model's square input, light augmentation, normalization.
+
+Aspect ratio: images are *letterboxed*: the longer side is resized to S keeping the aspect ratio, and the
+shorter side is padded (equally on both sides) to S with the encoder's mean colour, which becomes 0 after
+normalization. Nothing is cropped, so no object or text-relevant region is ever cut away.
+
+Augmentation (train only) is deliberately mild so it never changes a question's answer: small brightness and
+contrast jitter (no hue or saturation change: colour questions), a translation of at most ~3% of the side
+(the Shapes generator keeps objects farther than that from the border: counting), and no flip unless
+`allow_hflip` is set, and even then never when any text of the item mentions left or right.
+
+The work is split in two so datasets can cache the costly part: `prepare` (decode + letterbox -> uint8
+tensor [3,S,S], deterministic) and `finish` (augment + normalize -> float tensor). Randomness comes from the
+`generator` passed in (or torch's global RNG), so a seeded dataset draws the same augmentation on resume.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as F
+
+from ..config import ModelConfig
+from .images import load_image
+
+_LEFT_RIGHT = re.compile(r"\b(left|right|leftmost|rightmost)\b", re.IGNORECASE)
+
+
+def mentions_left_right(texts: Sequence[str]) -> bool:
+    """True if any text talks about left/right, which a horizontal flip would make wrong."""
+    return any(_LEFT_RIGHT.search(t or "") for t in texts)
+
+
+class ImageTransform:
+    """Callable PIL RGB (or any `load_image` input) -> FloatTensor [3, S, S], normalized."""
+
+    def __init__(
+        self,
+        size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        train: bool = False,
+        allow_hflip: bool = False,
+        brightness: float = 0.1,
+        contrast: float = 0.1,
+        max_shift: float = 1 / 32,
+    ):
+        self.size, self.train, self.allow_hflip = int(size), bool(train), bool(allow_hflip)
+        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self.fill = [round(m * 255) for m in self.mean]
+        self.brightness, self.contrast = float(brightness), float(contrast)
+        self.max_shift_px = max(1, round(max_shift * self.size)) if max_shift > 0 else 0  # 2 px at 64, 7 at 224
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageTransform(size={self.size}, train={self.train}, allow_hflip={self.allow_hflip}, "
+            f"mean={self.mean}, std={self.std}, letterbox=True)"
+        )
+
+    def prepare(self, img: Any) -> torch.Tensor:
+        """Letterboxed uint8 tensor [3, S, S] (deterministic; safe to cache)."""
+        img = load_image(img) if not (isinstance(img, Image.Image) and img.mode == "RGB") else img
+        w, h = img.size
+        s = self.size
+        if (w, h) != (s, s):
+            scale = s / max(w, h)
+            nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
+            img = img.resize((nw, nh), Image.Resampling.BICUBIC, reducing_gap=3.0)
+            if (nw, nh) != (s, s):
+                canvas = Image.new("RGB", (s, s), tuple(self.fill))
+                canvas.paste(img, ((s - nw) // 2, (s - nh) // 2))
+                img = canvas
+        return F.pil_to_tensor(img)
+
+    def finish(
+        self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Augment (train only) and normalize a uint8 [3,S,S] tensor into a float tensor."""
+        x = F.to_dtype(x, torch.float32, scale=True)
+        if self.train:
+            x = self._augment(x, texts, generator)
+        return F.normalize(x, list(self.mean), list(self.std))
+
+    def _augment(self, x: torch.Tensor, texts: Sequence[str], g: torch.Generator | None) -> torch.Tensor:
+        r = torch.rand(5, generator=g)
+        b = 1 + self.brightness * (2 * float(r[0]) - 1)
+        c = 1 + self.contrast * (2 * float(r[1]) - 1)
+        x = F.adjust_contrast(F.adjust_brightness(x, b), c)
+        k = self.max_shift_px
+        dx = int(round((2 * float(r[2]) - 1) * k))
+        dy = int(round((2 * float(r[3]) - 1) * k))
+        if dx or dy:
+            fill = [f / 255 for f in self.fill]
+            x = F.affine(x, angle=0.0, translate=[dx, dy], scale=1.0, shear=[0.0, 0.0], fill=fill)
+        if self.allow_hflip and float(r[4]) < 0.5 and not mentions_left_right(texts):
+            x = F.horizontal_flip(x)
+        return x.clamp_(0, 1)
+
+    def __call__(
+        self, img: Any, texts: Sequence[str] = (), generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        return self.finish(self.prepare(img), texts=texts, generator=generator)
+
+
+def build_transform(cfg: ModelConfig, train: bool, allow_hflip: bool = False) -> ImageTransform:
+    """The transform for `cfg`'s encoder: letterbox to cfg.vit_image_size, normalize with vit_mean/vit_std."""
+    return ImageTransform(cfg.vit_image_size, cfg.vit_mean, cfg.vit_std, train=train, allow_hflip=allow_hflip)
+
+
+def denormalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """Undo the normalization (for display): float [..,3,S,S] in 0..1."""
+    m = torch.tensor(mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)
+    s = torch.tensor(std, dtype=x.dtype, device=x.device).view(-1, 1, 1)
+    return (x * s + m).clamp(0, 1)
+
+
+__all__ = ["ImageTransform", "build_transform", "denormalize", "mentions_left_right"]

@@ -149,3 +149,13 @@ def test_arrays():
         load_image(np.zeros((4, 4, 3), np.float32))
     with pytest.raises(InputError, match="shape"):
         load_image(np.zeros((4, 4, 2), np.uint8))
+
+
+def test_pil_global_limit_untouched(tmp_path, monkeypatch):
+    before = Image.MAX_IMAGE_PIXELS
+    p = tmp_path / "x.png"
+    Image.new("RGB", (40, 30)).save(p)
+    monkeypatch.setattr(images, "MAX_PIXELS", 100)
+    with pytest.raises(InputError):
+        load_image(p)
+    assert Image.MAX_IMAGE_PIXELS == before

@@ -8,6 +8,7 @@ decompression bombs, without ever surfacing a deep PIL traceback.
 from __future__ import annotations
 
 import struct
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ..errors import InputError
 
 MAX_PIXELS = 64_000_000  # refuse images with more pixels than this (64 megapixels); tests monkeypatch it
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, never a half-grey image
+_OPEN_LOCK = threading.Lock()
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _WHITE = (255, 255, 255)
 
@@ -55,14 +57,11 @@ def _load_path(path: Path, limit: int) -> Image.Image:
         raise InputError(f"{path}: image file not found")
     if not path.is_file():
         raise InputError(f"{path}: not a file")
-    Image.MAX_IMAGE_PIXELS = limit  # PIL's own guard, for formats whose decoder checks it
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
-                _check_pixels(im.size, limit, str(path))
-                im.load()
-                img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
+        with _open(path, limit) as im:
+            _check_pixels(im.size, limit, str(path))
+            im.load()
+            img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -77,6 +76,20 @@ def _load_path(path: Path, limit: int) -> Image.Image:
             raise InputError(f"{path}: truncated image file ({msg})") from None
         raise InputError(f"{path}: unreadable image ({msg})") from None
     return to_rgb(img)
+
+
+def _open(path: Path, limit: int) -> Image.Image:
+    """Image.open with PIL's own decompression-bomb guard set to `limit` for this call only (restored after,
+    under a lock, so other code and threads keep PIL's default)."""
+    with _OPEN_LOCK:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = limit
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
 
 
 def _is_array(src: Any) -> bool:

@@ -104,7 +104,7 @@ def desc_counts(objs: list[dict]) -> Counter:
     c: Counter = Counter()
     for o in objs:
         for use in product((False, True), repeat=3):
-            c[tuple(o[k] if u else None for k, u in zip(("size", "color", "shape"), use))] += 1
+            c[tuple(o[k] if u else None for k, u in zip(("size", "color", "shape"), use, strict=True))] += 1
     return c
 
 
@@ -112,7 +112,7 @@ def _unique_refs(o: dict, counts: Counter, keys: tuple[str, ...]) -> list[tuple]
     """Descriptions of object o using only attributes in `keys` that match it and no other object."""
     out = []
     for use in product(*[(False, True) if k in keys else (False,) for k in ("size", "color", "shape")]):
-        attrs = tuple(o[k] if u else None for k, u in zip(("size", "color", "shape"), use))
+        attrs = tuple(o[k] if u else None for k, u in zip(("size", "color", "shape"), use, strict=True))
         if any(use) and counts[attrs] == 1:
             out.append(attrs)
     return out
@@ -194,19 +194,18 @@ class Balancer:
 
 
 def choose_questions(scene: dict, side: int, bal: Balancer) -> list[tuple[str, str, str]]:
-    """(family, question, answer): one per family; a family with nothing to ask is replaced by a spare one."""
+    """(family, question, answer): one per family; a family with nothing to ask (e.g. spatial with one object)
+    is replaced by the least-asked family that has something, so the families stay balanced."""
     cands = candidates(scene, side, bal.rng)
     out: list[tuple[str, str, str]] = []
     taken: set[str] = set()
-    spares = ["count", "existence", "comparison"]
     for fam in FAMILIES:
+        spares = sorted((f for f in FAMILIES if f != fam), key=lambda f: (sum(bal.per_f[f].values()), f))
         for f in [fam, *spares]:
             got = bal.pick(f, cands[f], taken)
             if got:
                 out.append((f, *got))
                 taken.add(got[0])
-                if f != fam:
-                    spares.append(spares.pop(spares.index(f)))  # rotate, so replacements stay spread
                 break
     return out
 

@@ -1,0 +1,214 @@
+"""ImageTextDataset + collate: items by image, loss only on targets, truncation keeps <eos>, determinism per
+(seed, epoch, index), answers sampled by frequency, image_index; and the tokenizer round trip."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import pytest
+import torch
+
+import vqa.data.dataset as dataset_mod
+from vqa.config import ModelConfig
+from vqa.data.dataset import ImageTextDataset, collate, make_collate
+from vqa.data.formats import corpus_texts, load_split
+from vqa.data.transforms import build_transform
+from vqa.errors import ConfigError
+from vqa.tokenizer import Tokenizer
+
+try:
+    from data_fixtures import build_shapes, write_image, write_jsonl
+except ImportError:  # tests/ imported as a package
+    from tests.data_fixtures import build_shapes, write_image, write_jsonl
+
+CFG = ModelConfig()  # 64 px, like the Shapes images
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = build_shapes(tmp_path_factory.mktemp("shapes"), n_train=12, n_val=4, seed=5)
+    train = load_split(root, "train")
+    tok = Tokenizer.train(corpus_texts(train), vocab_size=300)
+    return root, train, tok
+
+
+def make(data, **kw):
+    _, train, tok = data
+    kw.setdefault("transform", build_transform(CFG, train=kw.get("train", True)))
+    return ImageTextDataset(train, tok, max_len=kw.pop("max_len", 48), **kw)
+
+
+def test_tokenizer_round_trip_and_save_load(data, tmp_path):
+    _, train, tok = data
+    for r in train.vqa[:20]:
+        assert tok.decode(tok.encode(r.question)) == r.question.lower()
+    q = "What Color is the SMALL triangle?"
+    assert tok.decode(tok.encode(q)) == q.lower()
+    tok.save(tmp_path / "tokenizer.json")
+    again = Tokenizer.load(tmp_path / "tokenizer.json")
+    for text in [q, *(c.caption for c in train.captions[:10])]:
+        assert again.encode(text) == tok.encode(text)
+    assert again.vqa_prompt(q) == tok.vqa_prompt(q) and again.vocab_size == tok.vocab_size
+
+
+def test_items_by_image_and_rows(data):
+    _, train, tok = data
+    ds = make(data, questions_per_image=4, captions_per_image=1)
+    assert len(ds) == 12 and ds.n_questions == len(train.vqa)
+    item = ds[0]
+    assert item["image"].shape == (3, 64, 64) and item["image"].dtype == torch.float32
+    tasks = Counter(r["task"] for r in item["rows"])
+    assert tasks == {"vqa": 4, "caption": 1}
+    for row in item["rows"]:
+        ids, mask = row["input_ids"], row["loss_mask"]
+        assert len(ids) == len(mask) <= 48 and ids[-1] == tok.eos_id
+        n = row["prompt_len"]
+        assert not any(mask[:n]) and all(mask[n:])  # loss exactly on the target tokens
+        target = tok.decode(ids[n:])
+        if row["task"] == "vqa":
+            assert ids[:n] == tok.vqa_prompt(row["meta"]["question"], 48)
+            assert target in row["meta"]["answers"]
+        else:
+            assert ids[:n] == tok.caption_prompt()
+            assert target == next(c.caption for c in train.captions if c.caption_id == row["meta"]["caption_id"])
+
+
+def test_task_selection(data):
+    only_vqa = make(data, tasks=("vqa",))
+    assert {r["task"] for i in range(len(only_vqa)) for r in only_vqa[i]["rows"]} == {"vqa"}
+    only_cap = make(data, tasks=("caption",), captions_per_image=2)
+    assert [len(only_cap[i]["rows"]) for i in range(3)] == [2, 2, 2]
+    assert {r["task"] for r in only_cap[0]["rows"]} == {"caption"}
+    assert len(make(data, tasks=("vqa",), questions_per_image=0)) == 0
+    with pytest.raises(ConfigError, match="unknown task"):
+        make(data, tasks=("vqa", "ocr"))
+
+
+def test_eval_mode_rows(data):
+    _, train, tok = data
+    ds = make(data, train=False)
+    item = ds[1]
+    vqa_rows = [r for r in item["rows"] if r["task"] == "vqa"]
+    cap_rows = [r for r in item["rows"] if r["task"] == "caption"]
+    image = {r.image for r in train.vqa if str(r.image) == vqa_rows[0]["meta"]["image"]}.pop()
+    recs = [r for r in train.vqa if r.image == image]
+    assert len(vqa_rows) == len(recs) and len(cap_rows) == 1  # every question, one caption row
+    for row, rec in zip(vqa_rows, recs, strict=True):
+        assert row["meta"]["question_id"] == rec.question_id and row["meta"]["answers"] == rec.answers
+        assert {"answer_type", "question_type"} <= set(row["meta"])
+        assert tok.decode(row["input_ids"][row["prompt_len"]:]) == rec.multiple_choice_answer
+    refs = [c.caption for c in train.captions if c.image == image]
+    assert cap_rows[0]["meta"]["captions"] == refs and len(refs) >= 3
+    assert torch.equal(ds[1]["image"], item["image"])
+
+
+def test_truncation_keeps_eos(tmp_path, data):
+    _, _, tok = data
+    write_image(tmp_path / "a.png")
+    long_q = "is the " + "small red circle and the " * 60 + "square?"
+    long_c = "a " + "large blue square and a " * 60 + "circle"
+    write_jsonl(tmp_path / "train.jsonl", [
+        {"image": "a.png", "question": long_q, "answers": ["yes"]},
+        {"image": "a.png", "question": "what?", "answers": ["blue " * 50]},
+        {"image": "a.png", "caption": long_c},
+    ])
+    sd = load_split(tmp_path, "train")
+    ds = ImageTextDataset(sd, tok, build_transform(CFG, False), max_len=20, train=False)
+    for row in ds[0]["rows"]:
+        ids, mask = row["input_ids"], row["loss_mask"]
+        assert len(ids) <= 20 and ids[-1] == tok.eos_id and mask[-1]
+        assert sum(mask) >= 2 and not any(mask[: row["prompt_len"]])
+    assert ds[0]["rows"][0]["input_ids"][-3] == tok.answer_id  # question cut, full answer "yes" <eos> kept
+    assert len(ds[0]["rows"][1]["input_ids"]) == 20  # long answer cut to fit, <eos> last
+
+
+def test_determinism_per_seed_epoch_index(data):
+    a, b = make(data, seed=1), make(data, seed=1)
+
+    def draw(ds, i):
+        it = ds[i]
+        return it["image"], [r["input_ids"] for r in it["rows"]]
+
+    for i in range(4):
+        xa, ra = draw(a, i)
+        xb, rb = draw(b, i)
+        assert torch.equal(xa, xb) and ra == rb
+    x0, r0 = draw(a, 2)
+    draw(a, 1)  # order of access does not matter
+    x1, r1 = draw(a, 2)
+    assert torch.equal(x0, x1) and r0 == r1
+    a.set_epoch(1)
+    diff_epoch = [draw(a, i) for i in range(6)]
+    b.set_epoch(0)
+    same_epoch = [draw(b, i) for i in range(6)]
+    assert any(not torch.equal(x, y) for (x, _), (y, _) in zip(diff_epoch, same_epoch, strict=True))
+    c = make(data, seed=2)
+    assert any(draw(c, i)[1] != draw(b, i)[1] for i in range(6))
+
+
+def test_generic_transform_is_seeded_too(data):
+    t = build_transform(CFG, True)
+    plain = lambda img: t(img)  # noqa: E731 - not an ImageTransform: uses torch's global RNG
+    a, b = make(data, transform=plain, seed=4), make(data, transform=plain, seed=4)
+    assert torch.equal(a[3]["image"], b[3]["image"])
+
+
+def test_answers_sampled_by_frequency(tmp_path, data):
+    _, _, tok = data
+    write_image(tmp_path / "a.png")
+    write_jsonl(tmp_path / "train.jsonl", [{"image": "a.png", "question": "which?", "answers": ["cat"] * 7 + ["dog"] * 3}])
+    ds = ImageTextDataset(load_split(tmp_path, "train"), tok, build_transform(CFG, True), 48, seed=0, cache_images=True)
+    seen = Counter()
+    for epoch in range(1000):
+        ds.set_epoch(epoch)
+        row = ds[0]["rows"][0]
+        seen[tok.decode(row["input_ids"][row["prompt_len"]:])] += 1
+    assert set(seen) == {"cat", "dog"}
+    assert 0.65 < seen["cat"] / 1000 < 0.75  # 0.7 expected; 5 sigma is about 0.07
+
+
+def test_collate_shapes_and_image_index(data):
+    _, _, tok = data
+    ds = make(data, train=False)
+    items = [ds[i] for i in range(3)]
+    batch = collate(items, tok.pad_id)
+    n_rows = sum(len(it["rows"]) for it in items)
+    t = max(len(r["input_ids"]) for it in items for r in it["rows"])
+    assert batch["images"].shape == (3, 3, 64, 64)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["loss_mask"].shape == (n_rows, t)
+    assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].dtype == torch.bool
+    assert len(batch["task"]) == len(batch["meta"]) == n_rows and batch["prompt_len"].shape == (n_rows,)
+    b = 0
+    for k, it in enumerate(items):
+        assert torch.equal(batch["images"][batch["image_index"][b]], it["image"])
+        for row in it["rows"]:
+            n = len(row["input_ids"])
+            assert batch["image_index"][b] == k and batch["meta"][b] is row["meta"]
+            assert batch["input_ids"][b, :n].tolist() == row["input_ids"]
+            assert (batch["input_ids"][b, n:] == tok.pad_id).all() and not batch["attention_mask"][b, n:].any()
+            assert batch["attention_mask"][b, :n].all() and batch["loss_mask"][b].tolist()[:n] == row["loss_mask"]
+            b += 1
+    fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id)))
+    assert torch.equal(fn(items)["input_ids"], batch["input_ids"])
+
+
+def test_cache_images(data, monkeypatch):
+    calls = Counter()
+    real = dataset_mod.load_image
+
+    def counting(path):
+        calls[path] += 1
+        return real(path)
+
+    monkeypatch.setattr(dataset_mod, "load_image", counting)
+    ds = make(data, cache_images=True, train=False)
+    first = ds[0]["image"]
+    assert torch.equal(ds[0]["image"], first) and sum(calls.values()) == 1
+    ds.preload(progress=False)
+    assert sum(calls.values()) == len(ds)
+    ds[5]
+    assert sum(calls.values()) == len(ds)
+    nocache = make(data, train=False)
+    nocache[0], nocache[0]
+    assert sum(calls.values()) == len(ds) + 2

@@ -306,20 +306,29 @@ def _render_job(job: tuple[str, dict, int]) -> None:
 # building a set
 
 
-def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = None) -> dict:
-    """Scenes, questions and captions of one split (no images yet)."""
-    split_no = list(SPLITS).index(split)
-    bal = Balancer(np.random.default_rng([seed, split_no, 7]))
-    scenes, qs, caps = [], [], []
+def make_scenes(split: str, n: int, side: int, seed: int) -> list[dict]:
+    """The scenes of a split; image i's scene depends only on (seed, split, i)."""
+    split_no, scenes = list(SPLITS).index(split), []
     for i in range(n):
-        rng = np.random.default_rng([seed, split_no, i])
-        scene = make_scene(rng, side)
+        scene = make_scene(np.random.default_rng([seed, split_no, i]), side)
         image_id = SPLITS[split] + i + 1
         scene.update(image_id=image_id, file_name=f"COCO_{split}_{image_id:012d}.png")
         scenes.append(scene)
+    return scenes
+
+
+def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = None,
+                scenes: list[dict] | None = None) -> dict:
+    """Scenes, questions and captions of one split (no images)."""
+    split_no = list(SPLITS).index(split)
+    scenes = make_scenes(split, n, side, seed) if scenes is None else scenes
+    bal = Balancer(np.random.default_rng([seed, split_no, 2**32 - 1]))
+    qs, caps = [], []
+    for i, scene in enumerate(scenes):
+        image_id = scene["image_id"]
         for k, (fam, q, a) in enumerate(choose_questions(scene, side, bal)):
             qs.append(dict(image_id=image_id, question_id=image_id * 100 + k, family=fam, question=q, answer=a))
-        for k, c in enumerate(make_captions(scene, side, rng)):
+        for k, c in enumerate(make_captions(scene, side, np.random.default_rng([seed, split_no, i, 1]))):
             caps.append(dict(id=image_id * 10 + k, image_id=image_id, caption=c))
         if bar is not None:
             bar.update()
@@ -385,26 +394,30 @@ def generate_shapes(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with tqdm(total=n_train + n_val, desc="scenes and questions", unit="img", disable=not progress) as bar:
-        data = {s: build_split(s, n, size, seed, bar) for s, n in (("train", n_train), ("val", n_val)) if n}
+    scenes = {s: make_scenes(s, n, size, seed) for s, n in (("train", n_train), ("val", n_val)) if n}
     jobs = []
-    for split, d in data.items():
+    for split, sc in scenes.items():
         (out / split).mkdir(exist_ok=True)
         for old in (out / split).glob(f"COCO_{split}_*.png"):
             old.unlink()
-        jobs += [(str(out / split / s["file_name"]), s, size) for s in d["scenes"]]
-        _write_split(out, split, d, size, seed)
+        jobs += [(str(out / split / s["file_name"]), s, size) for s in sc]
     workers = workers or min(os.cpu_count() or 1, 8)
-    bar = tqdm(total=len(jobs), desc="rendering images", unit="img", disable=not progress)
-    if workers > 1 and len(jobs) >= 200:
-        with mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(workers) as pool:
-            for _ in pool.imap_unordered(_render_job, jobs, chunksize=64):
+    pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(workers) if workers > 1 and len(jobs) >= 200 else None
+    try:
+        rendered = pool.imap_unordered(_render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
+        with tqdm(total=len(jobs), desc="questions and captions", unit="img", disable=not progress) as bar:
+            data = {s: build_split(s, len(sc), size, seed, bar, scenes=sc) for s, sc in scenes.items()}
+        for split, d in data.items():
+            _write_split(out, split, d, size, seed)
+        with tqdm(total=len(jobs), desc="rendering images", unit="img", disable=not progress) as bar:
+            for job in rendered if pool else jobs:
+                if not pool:
+                    _render_job(job)
                 bar.update()
-    else:
-        for job in jobs:
-            _render_job(job)
-            bar.update()
-    bar.close()
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
     priors = {"train": prior_baselines(data["train"]["questions"], data["train"]["questions"])}
     if "val" in data:
         priors["val"] = prior_baselines(data["train"]["questions"], data["val"]["questions"])

@@ -104,7 +104,9 @@ class ImageTextDataset(Dataset):
     def _encode(self, text: str) -> list[int]:
         ids = self._enc.get(text)
         if ids is None:
-            ids = self._enc[text] = self.tok.encode(text)
+            ids = self.tok.encode(text)
+            if len(self._enc) < 500_000:  # bounded: VQA v2 has ~450k distinct questions and answers
+                self._enc[text] = ids
         return ids
 
     def _row(self, prompt: list[int], target_text: str, task: str, meta: dict) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import time
 from collections import Counter, defaultdict
 from itertools import product
 from pathlib import Path
@@ -386,14 +385,13 @@ def generate_shapes(
 ) -> dict:
     """Build the Shapes set in `out_dir`; returns the question-only prior baselines
     {split: {family: {questions, prior_accuracy, majority_accuracy}}}: train scored in-sample, val with the
-    priors learned on train. Counts, answer histograms and timing go to `shapes_info.json`."""
+    priors learned on train. Counts and answer histograms go to `shapes_info.json`."""
     if size < 32:
         raise ConfigError(f"--size {size} is too small for Shapes; use 32 px or more")
     if n_train < 1 or n_val < 0 or max(n_train, n_val) >= 1_000_000:
         raise ConfigError(f"need 1 <= --train < 1e6 and 0 <= --val < 1e6 images (got {n_train}, {n_val})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     scenes = {s: make_scenes(s, n, size, seed) for s, n in (("train", n_train), ("val", n_val)) if n}
     jobs = []
     for split, sc in scenes.items():
@@ -426,6 +424,5 @@ def generate_shapes(
                    answers={s: {f: dict(sorted(c.items())) for f, c in a.items()} for s, a in answers.items()},
                    counts={s: dict(images=len(d["scenes"]), questions=len(d["questions"]), captions=len(d["captions"]))
                            for s, d in data.items()})
-    summary["seconds"] = round(time.perf_counter() - t0, 1)
     _write_json(out / "shapes_info.json", summary)
     return priors

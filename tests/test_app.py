@@ -1,0 +1,226 @@
+"""The Gradio demo through its API (`gradio_client`): ask, caption, the heatmap as an image, the encoding reused
+between questions, bad input answered with a message while the server keeps serving, the how-to page without
+a model, and `python app.py` printing its address."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from PIL import Image
+
+try:
+    from predict_fixtures import (
+        COLOR_Q,
+        ROOT,
+        SHAPE_Q,
+        free_port,
+        load_app_module,
+        shared_checkpoint,
+        start_app,
+        write_pictures,
+    )
+except ImportError:  # tests/ imported as a package
+    from tests.predict_fixtures import (
+        COLOR_Q,
+        ROOT,
+        SHAPE_Q,
+        free_port,
+        load_app_module,
+        shared_checkpoint,
+        start_app,
+        write_pictures,
+    )
+
+gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is not installed (pip install -e '.[dev]')")
+from gradio_client import Client, handle_file  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+pytestmark = [  # gradio's queue calls pandas APIs that pandas 3 deprecates: not ours to fix
+    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
+
+@pytest.fixture(scope="module")
+def app_module():
+    return load_app_module()
+
+
+@pytest.fixture(scope="module")
+def pred(app_module):
+    from vqa.predict import Predictor
+
+    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=app_module.MAX_PIXELS)
+
+
+@pytest.fixture(scope="module")
+def server(pred):
+    demo, url = start_app(pred)
+    yield url
+    demo.close()
+
+
+@pytest.fixture()
+def client(server):
+    return Client(server, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory):
+    return write_pictures(tmp_path_factory.mktemp("pictures"))
+
+
+def _ask(client, image, question=COLOR_Q, top_k=3):
+    return client.predict(image, question, top_k, api_name="/ask")
+
+
+def test_the_api_names_are_stable(client):
+    names = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
+    assert {"/ask", "/caption", "/heatmap"} <= names
+
+
+def test_ask_answers_with_top_k_scores_and_a_heatmap_image(client, pictures):
+    answer, label, heat, word, note = _ask(client, handle_file(str(pictures["red_circle"])))
+    assert answer == "red"
+    conf = label["confidences"]
+    assert conf[0]["label"] == "red" and 1 <= len(conf) <= 3
+    assert [c["confidence"] for c in conf] == sorted((c["confidence"] for c in conf), reverse=True)
+    assert sum(c["confidence"] for c in conf) <= 1 + 1e-6
+    with Image.open(heat) as im:  # the heatmap is drawn on the picture (48 x 36) scaled to 480 px wide
+        assert im.size == (480, 360) and im.mode == "RGB"
+    assert word["value"] == 0 and [c[0] for c in word["choices"]] == ["1. red"]
+    assert note == ""
+    answer, *_ = _ask(client, handle_file(str(pictures["blue_square"])), SHAPE_Q, 1)
+    assert answer == "square"
+
+
+def test_caption_and_its_decoding_settings(client, pictures):
+    img = handle_file(str(pictures["blue_square"]))
+    text, details, heat, word, = client.predict(img, 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    assert text == "a blue square" and "greedy" in details
+    assert [c[0] for c in word["choices"]] == ["1. a", "2. blue", "3. square"]
+    assert Image.open(heat).size == (480, 360)
+    text, details, *_ = client.predict(img, 3, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    assert text and details.startswith("1. ")  # beam search lists its beams
+    a = client.predict(img, 1, True, 0.9, 0, 1.0, 7, api_name="/caption")[0]
+    b = client.predict(img, 1, True, 0.9, 0, 1.0, 7, api_name="/caption")[0]
+    assert a == b  # a seeded sample is reproducible
+
+
+def test_the_heatmap_endpoint_redraws_a_chosen_word_layer_and_head(client, pictures):
+    client.predict(handle_file(str(pictures["blue_square"])), 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    mean = client.predict(2, -1, -1, api_name="/heatmap")  # the word "square", all layers and heads
+    one = client.predict(2, 1, 3, api_name="/heatmap")  # layer 2, head 4
+    with Image.open(mean) as a, Image.open(one) as b:
+        assert a.size == b.size == (480, 360)
+        assert a.tobytes() != b.tobytes()
+
+
+def test_a_second_question_about_the_same_picture_reuses_its_encoding(client, pred, pictures, monkeypatch):
+    pred.clear_cache()
+    calls = []
+    real = pred.model.encode
+    monkeypatch.setattr(pred.model, "encode", lambda x: calls.append(1) or real(x))
+    assert _ask(client, handle_file(str(pictures["red_circle"])), COLOR_Q)[0] == "red"
+    assert _ask(client, handle_file(str(pictures["red_circle"])), SHAPE_Q)[0] == "circle"
+    assert len(calls) == 1
+
+
+def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pictures, tmp_path):
+    good = handle_file(str(pictures["red_circle"]))
+    with pytest.raises(AppError, match="upload a picture"):
+        _ask(client, None)
+    with pytest.raises(AppError, match="upload a picture"):
+        client.predict(None, 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    fake = tmp_path / "notes.png"
+    fake.write_text("this is not a picture")
+    with pytest.raises(AppError, match="as a picture"):
+        _ask(client, handle_file(str(fake)))
+    for q in ("", "   "):
+        with pytest.raises(AppError, match="type a question"):
+            _ask(client, good, q)
+    answer, _, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
+    assert answer and "cut" in note
+    answer, _, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
+    assert answer == "red" and "<unk>" in note
+    for q in ("ما لون الشكل؟", "מה הצבע של הצורה?"):
+        answer, *_ = _ask(client, good, q)
+        assert isinstance(answer, str)
+    big = Image.new("RGB", (300, 200), (90, 90, 90))
+    big.save(tmp_path / "big.png")
+    old = pred.max_pixels
+    pred.max_pixels = 50_000  # stand-in for the 40-megapixel limit
+    try:
+        with pytest.raises(AppError, match="over the limit"):
+            _ask(client, handle_file(str(tmp_path / "big.png")))
+    finally:
+        pred.max_pixels = old
+    with pytest.raises(AppError, match="less than minimum"):  # a decoding setting out of its slider's range
+        client.predict(good, 1, True, 0.0, 0, 1.0, 0, api_name="/caption")
+    assert _ask(client, good)[0] == "red"  # still serving
+
+
+def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictures):
+    import httpx
+
+    blob = tmp_path / "huge.png"
+    blob.write_bytes(os.urandom(11 * 1024 * 1024))
+    with open(blob, "rb") as f:
+        r = httpx.post(server + "gradio_api/upload", files={"files": ("huge.png", f, "image/png")}, timeout=60)
+    assert r.status_code == 413
+    with pytest.raises(ValueError, match="exceeds the maximum file size"):
+        _ask(client, handle_file(str(blob)))
+    assert _ask(client, handle_file(str(pictures["red_circle"])))[0] == "red"
+
+
+def test_requests_wait_in_the_queue_and_all_get_answers(client, pictures):
+    img = handle_file(str(pictures["blue_square"]))
+    jobs = [client.submit(img, COLOR_Q, 2, api_name="/ask") for _ in range(3)]
+    jobs.append(client.submit(img, 1, False, 0.9, 0, 1.0, 0, api_name="/caption"))
+    out = [j.result(timeout=60)[0] for j in jobs]
+    assert out == ["blue", "blue", "blue", "a blue square"]
+
+
+def test_the_model_card_and_the_examples(app_module, pred):
+    card = app_module.card_markdown(pred)
+    assert "test-tiny" in card and f"{pred.model.num_parameters():,}" in card and "vqa_accuracy" in card
+    assert "two made-up pictures" in card
+    ex = app_module.examples()
+    assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
+    meta = json.loads((ROOT / "data" / "samples" / "samples.json").read_text())
+    assert {m["kind"] for m in meta} == {"picture", "shapes"}
+
+
+def test_without_a_model_the_page_says_how_to_train_one(app_module, tmp_path, monkeypatch):
+    monkeypatch.setattr(app_module, "DEFAULT_RUN", tmp_path / "runs" / "tiny")
+    assert app_module.load_predictor(None) is None
+    demo = app_module.build_app(None)
+    texts = [getattr(b, "value", "") or "" for b in demo.blocks.values()]
+    assert any("make demo" in t and "vqa train" in t for t in texts if isinstance(t, str))
+    from vqa.errors import CheckpointError
+
+    with pytest.raises(CheckpointError):
+        app_module.load_predictor(str(tmp_path / "nothing"))
+
+
+def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch, capsys, tmp_path):
+    import gradio as gr
+
+    built = {}
+    real_build = app_module.build_app
+    monkeypatch.setattr(app_module, "build_app", lambda p: built.setdefault("demo", real_build(p)))
+    monkeypatch.setattr(gr.Blocks, "block_thread", lambda self: None)  # return instead of serving forever
+    port = free_port()
+    try:
+        assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port)]) == 0
+        out = capsys.readouterr().out
+        assert f"serving model {shared_checkpoint()} on cpu at http://127.0.0.1:{port}/" in out, out
+        img = handle_file(str(write_pictures(tmp_path)["red_circle"]))
+        assert Client(f"http://127.0.0.1:{port}/", verbose=False).predict(img, COLOR_Q, 1, api_name="/ask")[0] == "red"
+    finally:
+        if "demo" in built:
+            built["demo"].close()
+    assert app_module.main(["--checkpoint", str(tmp_path / "none")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

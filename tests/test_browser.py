@@ -1,0 +1,85 @@
+"""One real-browser test: headless Debian chromium (driven by Playwright's Python package, pointed at the
+system browser: Playwright's own browser download is never used) opens the demo, uploads a picture, asks a
+question and sees the answer and the heatmap on the page. Skips, saying why, when chromium or playwright is
+missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+try:
+    from predict_fixtures import COLOR_Q, shared_checkpoint, start_app, write_pictures
+except ImportError:  # tests/ imported as a package
+    from tests.predict_fixtures import COLOR_Q, shared_checkpoint, start_app, write_pictures
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+
+
+def find_chromium() -> str | None:
+    for cand in (os.environ.get("VQA_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                 shutil.which("chromium-browser")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("no chromium found (looked at $VQA_CHROMIUM, /usr/bin/chromium, PATH); "
+                    "install it with `apt-get install -y chromium` (.ci/run does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright Python package is not installed (pip install -e '.[dev]')")
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, timeout=30_000)
+    except Exception as e:  # a browser that cannot start here is an environment problem, not a vqa bug
+        pw.stop()
+        pytest.skip(f"{exe} did not start in headless mode: {str(e).splitlines()[0]}")
+    yield b
+    b.close()
+    pw.stop()
+
+
+def test_upload_a_picture_ask_and_see_the_answer_and_heatmap(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from vqa.predict import Predictor
+
+    pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
+    demo, url = start_app(pred)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    try:
+        page.goto(url, wait_until="domcontentloaded", timeout=30_000)
+        picture = write_pictures(tmp_path)["blue_square"]
+        page.locator("#picture input[type=file]").set_input_files(str(picture), timeout=20_000)
+        page.locator("#question textarea").fill(COLOR_Q)
+        page.locator("#ask-button").click()
+        expect(page.locator("#answer textarea")).to_have_value("blue", timeout=30_000)
+        expect(page.locator("#top-answers")).to_contain_text("blue")
+        expect(page.locator("#heatmap img")).to_be_visible(timeout=10_000)
+        expect(page.locator("#word")).to_contain_text("1. blue")
+        # an empty question gets a message on the page, and the next question still works
+        page.locator("#question textarea").fill("")
+        page.locator("#ask-button").click()
+        expect(page.get_by_text("Please type a question about the picture.")).to_be_visible(timeout=10_000)
+        page.locator("#question textarea").fill("what shape is it?")
+        page.locator("#ask-button").click()
+        expect(page.locator("#answer textarea")).to_have_value("square", timeout=30_000)
+    finally:
+        page.close()
+        demo.close()

@@ -120,6 +120,8 @@ def generate(
         image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
     if temperature <= 0:
         raise InputError(f"temperature must be > 0, got {temperature}")
+    if max_new_tokens < 1 or num_beams < 1:
+        raise InputError(f"max_new_tokens and num_beams must be >= 1, got {max_new_tokens} and {num_beams}")
     kv = model.memory_kv(memory, image_index)
     if num_beams > 1:
         if do_sample:
@@ -225,6 +227,8 @@ def score_candidates(
     Returns [C] total log-probabilities."""
     if not candidates:
         raise InputError("no candidates to rank")
+    if not prompt:
+        raise InputError("the prompt needs at least one token (<bos>)")
     if memory is None:
         memory = model.encode(images)
     cfg = model.cfg
@@ -249,6 +253,12 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     """Cross-attention weights behind each generated token: [len(generated), layers, heads, N] for one image.
     The weights for token i are those of the query at the position that predicted it (teacher-forced, which
     equals the cached decoding)."""
+    if not prompt:
+        raise InputError("the prompt needs at least one token (<bos>)")
+    if len(prompt) + len(generated) > model.cfg.dec_max_len:
+        raise InputError(
+            f"prompt + generated of {len(prompt) + len(generated)} tokens exceeds dec_max_len={model.cfg.dec_max_len}"
+        )
     ids = torch.as_tensor([prompt + generated], dtype=torch.long, device=memory.device)
     _, maps = model.decoder(ids, model.memory_kv(memory[:1]), need_weights=True)  # L x [1, H, T, N]
     stacked = torch.stack([m[0] for m in maps], 0)  # [L, H, T, N]

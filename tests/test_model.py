@@ -1,0 +1,386 @@
+"""The model: positions, attention, causality, cross-attention, the loss, overfitting, ViT weights, presets and
+the errors bad input gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vqa.config import PRESETS, ModelConfig, preset
+from vqa.errors import ConfigError, InputError
+from vqa.model import Attention, KVCache, VQAModel, sinusoidal_positions
+
+try:
+    from helpers import make_batch, overfit_model, random_images, tiny_config, tiny_model
+except ImportError:  # tests/ imported as a package
+    from tests.helpers import make_batch, overfit_model, random_images, tiny_config, tiny_model
+
+
+def _ids(rows: list[list[int]]) -> torch.Tensor:
+    return torch.as_tensor(rows, dtype=torch.long)
+
+
+# ---------------------------------------------------------------- positions
+
+
+def test_sinusoidal_positions_match_vaswani_formula_by_hand():
+    d = 16
+    pe = sinusoidal_positions(50, d)
+    assert pe.shape == (50, d) and pe.dtype == torch.float32
+    # PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))
+    assert pe[0, 0::2].abs().max() == 0 and torch.all(pe[0, 1::2] == 1)
+    assert pe[1, 0] == pytest.approx(math.sin(1.0), abs=1e-6)
+    assert pe[1, 1] == pytest.approx(math.cos(1.0), abs=1e-6)
+    assert pe[7, 4] == pytest.approx(math.sin(7 / 10000 ** (4 / 16)), abs=1e-6)  # i = 2
+    assert pe[7, 5] == pytest.approx(math.cos(7 / 10000 ** (4 / 16)), abs=1e-6)
+    assert pe[49, 14] == pytest.approx(math.sin(49 / 10000 ** (14 / 16)), abs=1e-6)  # i = 7, the last pair
+    assert pe[49, 15] == pytest.approx(math.cos(49 / 10000 ** (14 / 16)), abs=1e-6)
+    assert pe[23, 9] == pytest.approx(math.cos(23 / 10000 ** (8 / 16)), abs=1e-6)  # i = 4
+
+
+def test_the_decoder_uses_the_sinusoidal_table_and_learned_positions_replace_it():
+    sin = tiny_model()
+    assert torch.equal(sin.decoder.pe, sinusoidal_positions(sin.cfg.dec_max_len, sin.cfg.dec_width))
+    learned = tiny_model(dec_positions="learned")
+    assert not hasattr(learned.decoder, "pe")
+    assert learned.decoder.pos.weight.shape == (learned.cfg.dec_max_len, learned.cfg.dec_width)
+    assert learned.decoder.pos.weight.requires_grad
+    # the learned table is really what the decoder adds
+    images = random_images(1, learned.cfg)
+    ids = _ids([[1, 5, 6, 7]])
+    before = learned(images, ids).logits
+    with torch.no_grad():
+        learned.decoder.pos.weight[2] += 1.0
+    after = learned(images, ids).logits
+    assert torch.allclose(before[:, :2], after[:, :2], atol=1e-6) and not torch.allclose(before[:, 2:], after[:, 2:])
+
+
+def test_unknown_position_kind_is_a_config_error():
+    with pytest.raises(ConfigError, match="dec_positions"):
+        tiny_config(dec_positions="rotary")
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attention_pair(cross: bool, seed: int = 0):
+    torch.manual_seed(seed)
+    attn = Attention(32, 4, cross=cross).eval()
+    x = torch.randn(2, 6, 32)
+    return attn, x
+
+
+def test_attention_weights_path_equals_sdpa_self_causal():
+    attn, x = _attention_pair(cross=False)
+    out, none = attn(x)
+    out_w, w = attn(x, need_weights=True)
+    assert none is None
+    torch.testing.assert_close(out_w, out, atol=1e-5, rtol=1e-5)
+    assert w.shape == (2, 4, 6, 6)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6))
+    assert torch.all(w.triu(1) == 0)  # causal: no weight on later keys
+
+
+def test_attention_weights_path_equals_sdpa_with_an_explicit_mask():
+    attn, x = _attention_pair(cross=False, seed=1)
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    mask = mask.expand(2, 1, 6, 6).clone()
+    mask[0, :, 2:, 0] = False  # row 0: key 0 is hidden from queries 2..5
+    out, _ = attn(x, mask=mask)
+    out_w, w = attn(x, mask=mask, need_weights=True)
+    torch.testing.assert_close(out_w, out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6))
+    assert torch.all(w[0, :, 2:, 0] == 0) and torch.all(w[1, :, 2:, 0] > 0)
+
+
+def test_attention_weights_path_equals_sdpa_over_a_cache():
+    attn, x = _attention_pair(cross=False, seed=2)
+    full, _ = attn(x)
+    cache = KVCache(2, 4, 6, 8, torch.float32, "cpu")
+    attn(x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril()[None, None], cache=cache)
+    step_mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    cache_w = KVCache(2, 4, 6, 8, torch.float32, "cpu")
+    attn(x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril()[None, None], cache=cache_w)
+    last, _ = attn(x[:, 5:], mask=step_mask, cache=cache)
+    last_w, w = attn(x[:, 5:], cache=cache_w, need_weights=True)  # one query over a cache: causal = all keys
+    torch.testing.assert_close(last, full[:, 5:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last_w, full[:, 5:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 1))
+
+
+def test_attention_weights_path_equals_sdpa_cross():
+    attn, x = _attention_pair(cross=True, seed=3)
+    memory = torch.randn(2, 9, 32)
+    kv = attn.project_kv(memory)
+    assert kv[0].shape == (2, 4, 9, 8)
+    out, _ = attn(x, kv=kv)
+    out_w, w = attn(x, kv=kv, need_weights=True)
+    torch.testing.assert_close(out_w, out, atol=1e-5, rtol=1e-5)
+    assert w.shape == (2, 4, 6, 9)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6))
+    assert torch.all(w > 0)  # cross-attention is not causal: every query sees every image token
+
+
+def test_one_attention_class_serves_self_and_cross_attention():
+    model = tiny_model()
+    for blk in model.decoder.blocks:
+        assert type(blk.self_attn) is Attention and type(blk.cross_attn) is Attention
+        assert not blk.self_attn.cross and blk.cross_attn.cross
+    assert len(model.decoder.blocks) == model.cfg.dec_depth
+
+
+def test_lm_head_is_tied_to_the_embedding():
+    model = tiny_model()
+    dec, cfg = model.decoder, model.cfg
+    vd = [p for p in model.parameters() if p.shape == (cfg.vocab_size, cfg.dec_width)]
+    assert len(vd) == 1 and vd[0] is dec.embed.weight  # no second [V, D] matrix anywhere
+    head = getattr(dec, "lm_head", None) or getattr(model, "lm_head", None)
+    if head is not None:
+        assert head.weight.data_ptr() == dec.embed.weight.data_ptr()
+    h = torch.randn(3, cfg.dec_width)
+    torch.testing.assert_close(dec.logits(h), h @ dec.embed.weight.t())
+    # a gradient through the head alone reaches the embedding
+    dec.logits(h).sum().backward()
+    assert dec.embed.weight.grad is not None and dec.embed.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- the joined model
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_causality_a_later_token_never_changes_earlier_logits(positions):
+    model = tiny_model(dec_positions=positions)
+    images = random_images(1, model.cfg)
+    ids = _ids([[1, 5, 9, 13, 17, 21, 25, 29]])
+    base = model(images, ids).logits
+    for j in (1, 4, 7):
+        changed = ids.clone()
+        changed[0, j] = 40 + j
+        out = model(images, changed).logits
+        torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
+        assert (out[:, j:] - base[:, j:]).abs().amax(-1).min() > 1e-4  # and every later position does change
+
+
+def test_cross_attention_is_used_different_images_give_different_logits():
+    model = tiny_model()
+    images = random_images(2, model.cfg)
+    ids = _ids([[1, 5, 9, 13]] * 2)
+    logits = model(images, ids).logits
+    assert (logits[0] - logits[1]).abs().amax(-1).min() > 1e-3  # at every position
+    same = model(images[:1].expand(2, -1, -1, -1), ids).logits
+    torch.testing.assert_close(same[0], same[1])
+    # image_index routes text rows to images
+    swapped = model(images, ids, image_index=torch.tensor([1, 0])).logits
+    torch.testing.assert_close(swapped[0], logits[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(swapped[1], logits[0], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
+    model = tiny_model()
+    cfg = model.cfg
+    images = random_images(2, cfg)
+    prompts = [[1, 5, 6], [1, 7, 8, 9, 10]]
+    targets = [[20, 21, 2], [23, 24, 25, 2]]
+    ids, mask = make_batch(prompts, targets, cfg.pad_id)  # row 0: 6 tokens then 3 of right padding
+    assert ids.shape == (2, 9) and ids[0, 6:].tolist() == [cfg.pad_id] * 3
+    out = model(images, ids, loss_mask=mask)
+    assert out.n_targets == 7
+    logp = out.logits.log_softmax(-1)
+    # by hand: position t predicts token t+1, only target tokens count
+    terms = []
+    for b, (p, t) in enumerate(zip(prompts, targets, strict=True)):
+        for k, tok in enumerate(t):
+            pos = len(p) + k
+            terms.append(-logp[b, pos - 1, tok])
+    expected = torch.stack(terms).mean()
+    torch.testing.assert_close(out.loss, expected, atol=1e-5, rtol=1e-5)
+    # off by one in either direction would give another number
+    for shift in (0, 2):
+        wrong = torch.stack(
+            [-logp[b, len(p) + k - shift, tok] for b, (p, t) in enumerate(zip(prompts, targets, strict=True)) for k, tok in enumerate(t)]
+        ).mean()
+        assert abs(float(wrong) - float(expected)) > 1e-3
+    # padding: other pad ids after the end change nothing; the prompt tokens are never predicted
+    repadded = ids.clone()
+    repadded[0, 6:] = 33
+    torch.testing.assert_close(model(images, repadded, loss_mask=mask).loss, out.loss)
+    # a loss_mask on the prompt too would count the prompt: the code must not be doing that already
+    everything = mask.clone()
+    everything[0, 1 : len(prompts[0])] = True
+    assert abs(float(model(images, ids, loss_mask=everything).loss) - float(out.loss)) > 1e-3
+    # the loss alone (no logits) is the same number
+    alone = model(images, ids, loss_mask=mask, return_logits=False)
+    assert alone.logits is None
+    torch.testing.assert_close(alone.loss, out.loss)
+    # and it is the plain cross-entropy of the shifted, selected positions
+    sel = mask[:, 1:]
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[:, :-1][sel], ids[:, 1:][sel]), atol=1e-5, rtol=1e-5)
+
+
+def test_tiny_model_overfits_8_triples_until_greedy_reproduces_every_target():
+    from vqa.generate import generate
+
+    model, images, prompts, targets, steps = overfit_model()
+    assert len(targets) == 8 and len(set(map(tuple, prompts))) == 4  # pairs share a prompt: images must decide
+    got = generate(model, prompts, images, max_new_tokens=8).sequences
+    assert got == targets, f"after {steps} steps"
+    # one by one as well
+    for i in range(8):
+        assert generate(model, [prompts[i]], images[i : i + 1], max_new_tokens=8).sequences[0] == targets[i]
+
+
+# ---------------------------------------------------------------- the image encoder
+
+
+def test_memory_keeps_or_drops_the_cls_token():
+    cfg = tiny_config()
+    grid = cfg.vit_image_size // cfg.vit_patch_size
+    images = random_images(2, cfg)
+    keep = tiny_model()
+    assert keep.vision.grid == grid
+    assert keep.encode(images).shape == (2, grid * grid + 1, cfg.dec_width)
+    drop = tiny_model(vit_keep_prefix=False)
+    mem = drop.encode(images)
+    assert mem.shape == (2, grid * grid, cfg.dec_width)
+    # the same weights: dropping the prefix removes exactly the CLS token
+    drop.load_state_dict(keep.state_dict())
+    torch.testing.assert_close(drop.encode(images), keep.encode(images)[:, 1:])
+
+
+def test_vit_freeze_leaves_vit_params_without_grad():
+    model = tiny_model(vit_freeze=True)
+    model.train()
+    assert all(not p.requires_grad for p in model.vision.vit.parameters())
+    assert all(p.requires_grad for p in model.vision.proj.parameters())
+    assert all(p.requires_grad for p in model.decoder.parameters())
+    ids, mask = make_batch([[1, 5]], [[6, 2]])
+    model(random_images(1, model.cfg), ids, loss_mask=mask).loss.backward()
+    assert all(p.grad is None for p in model.vision.vit.parameters())
+    assert model.vision.proj.weight.grad is not None
+    assert model.num_parameters(trainable_only=True) == model.num_parameters() - sum(
+        p.numel() for p in model.vision.vit.parameters()
+    )
+    unfrozen = tiny_model()
+    assert all(p.requires_grad for p in unfrozen.vision.vit.parameters())
+
+
+@pytest.mark.parametrize("suffix", ["safetensors", "pth"])
+def test_vit_weights_saved_to_a_local_file_load_back_identically(tmp_path, suffix):
+    source = tiny_model(seed=1)
+    state = source.vision.vit.state_dict()
+    path = tmp_path / f"vit.{suffix}"
+    if suffix == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    else:
+        torch.save(state, path)
+    loaded = tiny_model(seed=2, vit_weights=str(path)).vision.vit.state_dict()
+    fresh = tiny_model(seed=2).vision.vit.state_dict()  # the same seed without the file
+    assert loaded.keys() == state.keys()
+    for k in state:
+        assert torch.equal(loaded[k], state[k]), k
+    assert not all(torch.equal(fresh[k], state[k]) for k in state if state[k].is_floating_point())
+    assert not torch.equal(fresh["patch_embed.proj.weight"], state["patch_embed.proj.weight"])
+
+
+def test_missing_vit_weights_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="no file"):
+        tiny_model(vit_weights=str(tmp_path / "nowhere.safetensors"))
+
+
+# ---------------------------------------------------------------- presets
+
+
+def _meta_count(name: str) -> tuple[int, VQAModel]:
+    with torch.device("meta"):
+        model = VQAModel(preset(name))
+    return model.num_parameters(), model
+
+
+@pytest.mark.parametrize(
+    "name, low, high",
+    [("tiny", 1e6, 5e6), ("small", 30e6, 45e6), ("base", 140e6, 190e6)],
+)
+def test_preset_parameter_counts(name, low, high):
+    n, model = _meta_count(name)
+    assert low <= n <= high, f"{name}: {n / 1e6:.1f} M parameters"
+    cfg = preset(name)
+    assert model.decoder.embed.weight.shape == (cfg.vocab_size, cfg.dec_width)
+    assert len(model.decoder.blocks) == cfg.dec_depth
+    assert model.vision.vit.patch_embed.proj.weight.shape[-1] == cfg.vit_patch_size
+
+
+def test_preset_overrides_and_names():
+    assert set(PRESETS) == {"tiny", "small", "base"}
+    cfg = preset("tiny", vocab_size=77, dec_depth=1)
+    assert (cfg.vocab_size, cfg.dec_depth, cfg.dec_width) == (77, 1, 192)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_preset_names_it_and_the_choices():
+    with pytest.raises(ConfigError, match="'huge'") as e:
+        preset("huge")
+    assert "tiny" in str(e.value) and "small" in str(e.value) and "base" in str(e.value)
+
+
+def test_unknown_timm_model_names_it():
+    with pytest.raises(ConfigError, match="vit_nonexistent_patch9"):
+        VQAModel(tiny_config(vit_name="vit_nonexistent_patch9"))
+
+
+def test_a_timm_model_that_is_not_a_vit_is_a_config_error():
+    with pytest.raises(ConfigError, match="resnet18"):
+        VQAModel(tiny_config(vit_name="resnet18"))
+
+
+def test_bad_config_values_are_config_errors():
+    with pytest.raises(ConfigError, match="dec_heads"):
+        tiny_config(dec_width=30, dec_heads=4)
+    with pytest.raises(ConfigError, match="vit_patch_size"):
+        tiny_config(vit_image_size=30)
+    with pytest.raises(ConfigError, match="bogus"):
+        ModelConfig.from_dict({**tiny_config().to_dict(), "bogus": 1})
+
+
+@pytest.mark.parametrize(
+    "shape, what",
+    [((1, 3, 16, 16), "32"), ((1, 1, 32, 32), "3, 32, 32"), ((1, 4, 32, 32), "3, 32, 32"), ((3, 32, 32), "32")],
+)
+def test_wrong_image_size_or_channels_is_an_input_error(shape, what):
+    model = tiny_model()
+    with pytest.raises(InputError, match="images must be") as e:
+        model.encode(torch.randn(*shape))
+    assert what in str(e.value) and str(tuple(shape)) in str(e.value)  # says what it wants and what it got
+    with pytest.raises(InputError, match="images"):  # through forward too (an unbatched image: a count mismatch)
+        model(torch.randn(*shape), _ids([[1, 5]]))
+
+
+def test_integer_images_are_an_input_error():
+    with pytest.raises(InputError, match="dtype"):
+        tiny_model().encode(torch.zeros(1, 3, 32, 32, dtype=torch.uint8))
+
+
+def test_forward_rejects_empty_and_too_long_sequences():
+    model = tiny_model()
+    images = random_images(1, model.cfg)
+    with pytest.raises(InputError, match="T >= 1"):
+        model(images, torch.zeros(1, 0, dtype=torch.long))
+    too_long = torch.ones(1, model.cfg.dec_max_len + 1, dtype=torch.long)
+    with pytest.raises(InputError, match="dec_max_len=32"):
+        model(images, too_long)
+    model(images, torch.ones(1, model.cfg.dec_max_len, dtype=torch.long))  # exactly the maximum is fine
+    with pytest.raises(InputError, match="2 images for 1 text rows"):
+        model(random_images(2, model.cfg), _ids([[1, 5]]))
+
+
+def test_default_config_is_still_valid():
+    cfg = ModelConfig()
+    assert dataclasses.asdict(cfg)["dec_positions"] == "sinusoidal"

@@ -83,3 +83,57 @@ def test_upload_a_picture_ask_and_see_the_answer_and_heatmap(browser, tmp_path):
     finally:
         page.close()
         demo.close()
+
+
+# ------------------------------------------------------------------------------------------ the README screenshot
+
+
+def take_screenshot(checkpoint: str, out: str, picture: str | None = None, question: str | None = None) -> None:
+    """Serve `checkpoint`, ask about `picture` (default: the first Shapes sample and its question) in headless
+    chromium and save a screenshot of the page showing the answer and the heatmap to `out`."""
+    import json
+    from pathlib import Path
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from vqa.predict import Predictor
+
+    root = Path(__file__).resolve().parents[1]
+    if picture is None:
+        meta = json.loads((root / "data" / "samples" / "samples.json").read_text())
+        first = next(m for m in meta if m["kind"] == "shapes")
+        picture, question = str(root / "data" / "samples" / first["file"]), question or first["question"]
+    pred = Predictor.from_pretrained(checkpoint)
+    demo, url = start_app(pred)
+    exe = find_chromium()
+    if exe is None:
+        raise SystemExit("no chromium found: apt-get install -y chromium")
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator("#picture input[type=file]").set_input_files(picture)
+            page.locator("#question textarea").fill(question)
+            page.locator("#ask-button").click()
+            expect(page.locator("#answer textarea")).not_to_have_value("", timeout=60_000)
+            expect(page.locator("#heatmap img")).to_be_visible(timeout=10_000)
+            page.wait_for_timeout(1000)  # let the label bars and the image finish drawing
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=out, full_page=False)
+            print(f"answer: {page.locator('#answer textarea').input_value()!r}; screenshot: {out}")
+            browser.close()
+    finally:
+        demo.close()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="Screenshot the demo for the README.")
+    p.add_argument("--checkpoint", default="runs/tiny")
+    p.add_argument("--out", default="docs/screenshot.png")
+    p.add_argument("--picture", default=None)
+    p.add_argument("--question", default=None)
+    a = p.parse_args()
+    take_screenshot(a.checkpoint, a.out, a.picture, a.question)

@@ -321,10 +321,9 @@ class Predictor:
         max_new = limit if max_new_tokens is None else max(1, min(int(max_new_tokens), limit))
         with self._lock:
             memory, index = self._encode(images)
-            gen_device = self.device if self.device.type != "mps" else torch.device("cpu")
             g = None
             if do_sample and seed is not None:
-                g = torch.Generator(device=gen_device).manual_seed(int(seed))
+                g = torch.Generator(device=self.device).manual_seed(int(seed))
             gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index,
                            max_new_tokens=max_new, num_beams=num_beams, length_penalty=length_penalty,
                            do_sample=do_sample, temperature=float(temperature), top_k=int(top_k),
@@ -385,14 +384,16 @@ def upsample_map(m: np.ndarray, width: int, height: int, image_size: int) -> np.
 
 
 def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | None = None,
-                      image_size: int | None = None, alpha: float = 0.5, colormap: str = "jet") -> Image.Image:
+                      image_size: int | None = None, alpha: float = 0.6, colormap: str = "turbo") -> Image.Image:
     """`image` (as the user gave it) with an attention map laid over it, same size as the image.
 
     `maps` is [L, H, grid, grid] (averaged over layers and heads unless `layer` / `head` picks one, 0-based)
     or a single [grid, grid] map. The map covers the letterboxed square the model saw (`image_size` px, by
     default grid * 8 — pass the model's `vit_image_size` for exact placement); only the part over the picture
     is kept, stretched back onto it with bilinear interpolation. Values are scaled to 0..1 (min to max over
-    the picture) before the colormap, so the picture shows where attention is relatively high."""
+    the picture) before the colormap (turbo: dark red = most), so the picture shows where attention is
+    relatively high; the overlay's opacity is `alpha` there and fades to a quarter of it where attention is
+    lowest, so the picture stays visible."""
     import matplotlib
 
     img = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image)
@@ -401,9 +402,10 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
     lo, hi = float(up.min()), float(up.max())
     up = (up - lo) / (hi - lo) if hi > lo else np.zeros_like(up)
     levels = np.clip(up * 255 + 0.5, 0, 255).astype(np.uint8)
-    lut = (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
-    heat = Image.fromarray(lut[levels], "RGB")
-    return Image.blend(img, heat, float(alpha))
+    lut = (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+    opacity = float(alpha) * (0.25 + 0.75 * up)[..., None]  # low attention lets the picture show through
+    mixed = np.asarray(img, dtype=np.float32) * (1 - opacity) + lut[levels] * opacity
+    return Image.fromarray(np.clip(mixed + 0.5, 0, 255).astype(np.uint8), "RGB")
 
 
 __all__ = ["Predictor", "Answer", "Caption", "pick_device", "attention_heatmap", "select_map", "letterbox_box",

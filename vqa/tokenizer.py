@@ -43,7 +43,7 @@ class Tokenizer:
         hf = HFTokenizer(models.BPE(unk_token=UNK))
         hf.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         hf.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=False)]
+            [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()]
         )
         hf.decoder = decoders.Metaspace()
         trainer = trainers.BpeTrainer(

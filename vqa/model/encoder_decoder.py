@@ -42,30 +42,45 @@ class VQAModel(nn.Module):
     def forward(
         self,
         images: torch.Tensor,  # [M, 3, S, S]
-        input_ids: torch.Tensor,  # [B, T] prompt + target, right-padded
-        loss_mask: torch.Tensor | None = None,  # bool [B, T]: True on target tokens (incl. <eos>)
-        image_index: torch.Tensor | None = None,  # [B] row -> image; default row b uses image b
+        input_ids: torch.Tensor | list[torch.Tensor],  # [B, T] prompt + target, right-padded
+        loss_mask: torch.Tensor | list[torch.Tensor] | None = None,  # bool [B, T]: True on target tokens
+        image_index: torch.Tensor | list[torch.Tensor] | None = None,  # [B] row -> image; default row b -> b
         return_logits: bool = True,
     ) -> Output:
         """Teacher-forced pass. The logits at position t predict token t+1, so the loss compares
         logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is set: prompt and padding never count.
-        Padding is on the right, so plain causal attention never lets a real token see it."""
-        if input_ids.ndim != 2 or input_ids.shape[1] < 1:
-            raise InputError(f"input_ids must be [B, T] with T >= 1, got {tuple(input_ids.shape)}")
-        if input_ids.shape[1] > self.cfg.dec_max_len:
-            raise InputError(f"sequence of {input_ids.shape[1]} tokens is longer than dec_max_len={self.cfg.dec_max_len}")
-        if image_index is None and images.shape[0] != input_ids.shape[0]:
-            raise InputError(f"{images.shape[0]} images for {input_ids.shape[0]} text rows and no image_index")
-        hidden, _ = self.decoder(input_ids, self.memory_kv(self.encode(images), image_index))  # [B, T, D]
-        loss, n = None, 0
-        if loss_mask is not None:
-            select = loss_mask[:, 1:]  # [B, T-1]: is the next token a target?
-            n = int(select.sum())
-            # the LM head only where a target is predicted: a VQA answer is a few tokens of a long prompt
-            pred = self.decoder.logits(hidden[:, :-1][select])  # [K, V]
-            loss = F.cross_entropy(pred.float(), input_ids[:, 1:][select], reduction="sum") / max(n, 1)
-        logits = self.decoder.logits(hidden) if return_logits else None
-        return Output(loss=loss, logits=logits, n_targets=n)
+        Padding is on the right, so plain causal attention never lets a real token see it.
+
+        `input_ids`, `loss_mask` and `image_index` may also be lists (groups of rows padded separately, e.g.
+        short VQA rows and long caption rows): the images are encoded once for all groups, and the loss is
+        the mean over every group's target tokens. Logits are then returned per group, as a list."""
+        if torch.is_tensor(input_ids):
+            out = self.forward(images, [input_ids], None if loss_mask is None else [loss_mask],
+                               None if image_index is None else [image_index], return_logits)
+            return Output(out.loss, out.logits[0] if return_logits else None, out.n_targets)
+        kv_all = self.decoder.memory_kv(self.encode(images))  # per layer, 2 x [M, H, N, Dh]
+        loss_sum, n, logits = None, 0, []
+        for g, ids in enumerate(input_ids):
+            if ids.ndim != 2 or ids.shape[1] < 1:
+                raise InputError(f"input_ids must be [B, T] with T >= 1, got {tuple(ids.shape)}")
+            if ids.shape[1] > self.cfg.dec_max_len:
+                raise InputError(f"sequence of {ids.shape[1]} tokens is longer than dec_max_len={self.cfg.dec_max_len}")
+            index = None if image_index is None else image_index[g]
+            if index is None and images.shape[0] != ids.shape[0]:
+                raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
+            kv = kv_all if index is None else [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv_all]
+            hidden, _ = self.decoder(ids, kv)  # [B, T, D]
+            if loss_mask is not None:
+                select = loss_mask[g][:, 1:]  # [B, T-1]: is the next token a target?
+                n += int(select.sum())
+                # the LM head only where a target is predicted: a VQA answer is a few tokens of a long prompt
+                pred = self.decoder.logits(hidden[:, :-1][select])  # [K, V]
+                part = F.cross_entropy(pred.float(), ids[:, 1:][select], reduction="sum")
+                loss_sum = part if loss_sum is None else loss_sum + part
+            if return_logits:
+                logits.append(self.decoder.logits(hidden))
+        loss = None if loss_mask is None else loss_sum / max(n, 1)
+        return Output(loss=loss, logits=logits if return_logits else None, n_targets=n)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,61 @@
+"""One code path for one device or many: under torchrun (WORLD_SIZE set) it joins the process group
+(NCCL on CUDA, gloo on CPU); otherwise rank 0 of 1."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_sum(self, value: float | int) -> float:
+        if self.world == 1:
+            return float(value)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def setup(device: str = "auto") -> Dist:
+    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+        return Dist(device=pick_device(device))
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return Dist(rank=rank, world=world, local_rank=local, device=dev)
+
+
+def cleanup() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,1 +1,18 @@
-"""vqa: visual question answering and captioning."""
+"""vqa: visual question answering and captioning with a timm ViT encoder and a cross-attention text decoder.
+
+    from vqa import Predictor
+    p = Predictor.from_pretrained("runs/tiny")
+    p.answer("image.png", "what color is the circle?", top_k=3)
+"""
+
+__version__ = "0.1.0"
+__all__ = ["Predictor", "__version__"]
+
+
+def __getattr__(name: str):
+    # lazy, so `import vqa` (and the CLI's start-up) does not import torch, timm and the model
+    if name == "Predictor":
+        from .predict import Predictor
+
+        return Predictor
+    raise AttributeError(f"module 'vqa' has no attribute {name!r}")

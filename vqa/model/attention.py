@@ -12,7 +12,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import nn
 
 
@@ -54,7 +53,8 @@ class Attention(nn.Module):
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of the image tokens: [B, N, D] -> 2 x [B, H, N, Dh]."""
-        k, v = rearrange(self.kv(memory), "b n (two h d) -> two b h n d", two=2, h=self.heads)
+        b, n, _ = memory.shape
+        k, v = self.kv(memory).view(b, n, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return k, v
 
     def forward(
@@ -65,17 +65,22 @@ class Attention(nn.Module):
         cache: KVCache | None = None,  # self-attention: past keys/values, extended in place
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
+        b, t, d = x.shape
         if self.cross:
-            q = rearrange(self.q(x), "b t (h d) -> b h t d", h=self.heads)
+            q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
             k, v = kv
             causal = False
         else:
-            q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)
+            q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            past = 0
             if cache is not None:
+                past = cache.len
                 k, v = cache.append(k, v)  # [B, H, past + T, Dh]
-            # without a mask the queries are the whole sequence from position 0: plain causal attention
-            causal = mask is None and cache is None
-            if mask is None and cache is not None and q.shape[2] > 1:
+            # without a mask the queries are the whole sequence from position 0 (no cache, or an empty one):
+            # plain causal attention; one query over a cache sees every cached key
+            causal = mask is None and past == 0
+            if mask is None and past > 0 and t > 1:
                 raise ValueError("a multi-token step over a cache needs an explicit mask")
         dropout = self.dropout if self.training else 0.0
         if need_weights:
@@ -83,7 +88,7 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
             weights = None
-        return self.proj(rearrange(out, "b h t d -> b t (h d)")), weights
+        return self.proj(out.transpose(1, 2).reshape(b, t, d)), weights
 
 
 def _attention_with_weights(q, k, v, mask, causal):

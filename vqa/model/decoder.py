@@ -27,6 +27,16 @@ class MLP(nn.Sequential):
         hidden = int(dim * ratio)
         super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.Dropout(dropout))
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self[2](self[1](self[0](x)))
+        return _dropout(self[3], x)
+
+
+def _dropout(drop: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """`drop(x)`, skipping the module call where it is the identity (eval mode or p = 0): on the decode path
+    every call costs microseconds."""
+    return drop(x) if drop.training and drop.p > 0 else x
+
 
 class DecoderBlock(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -39,9 +49,9 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False):
         h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
-        x = x + self.drop(h)
+        x = x + _dropout(self.drop, h)
         h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights)
-        x = x + self.drop(h)
+        x = x + _dropout(self.drop, h)
         return x + self.mlp(self.ln3(x)), weights
 
 
@@ -76,7 +86,7 @@ class TextDecoder(nn.Module):
         self,
         ids: torch.Tensor,  # [B, T]
         memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh]
-        pos: torch.Tensor | None = None,  # [B, T]; default 0..T-1
+        pos: torch.Tensor | int | None = None,  # [B, T] position ids, or an int p: p..p+T-1 in every row; default 0
         mask: torch.Tensor | None = None,  # bool [B, 1, T, S]; default causal
         caches: list[KVCache] | None = None,
         need_weights: bool = False,
@@ -84,8 +94,16 @@ class TextDecoder(nn.Module):
         """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention
         weights [B, H, T, N]."""
         if pos is None:
-            pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-        x = self.drop(self.embed(ids) * math.sqrt(self.cfg.dec_width) + self.positions(pos))
+            pos = 0
+        if isinstance(pos, int):  # the same positions in every row: a slice of the table, no gather
+            t = ids.shape[1]
+            table = self.pos.weight if self.cfg.dec_positions == "learned" else self.pe
+            if pos < 0 or pos + t > table.shape[0]:
+                raise IndexError(f"positions {pos}..{pos + t - 1} are outside 0..{table.shape[0] - 1}")
+            pe = table[pos : pos + t]  # [T, D], broadcast over the batch
+        else:
+            pe = self.positions(pos)
+        x = _dropout(self.drop, self.embed(ids) * math.sqrt(self.cfg.dec_width) + pe)
         maps = [] if need_weights else None
         for i, blk in enumerate(self.blocks):
             x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i], need_weights=need_weights)

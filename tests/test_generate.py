@@ -59,7 +59,8 @@ def ref_greedy(model, image, prompt, max_new):
 def ref_beam(model, image, prompt, max_new, k, length_penalty):
     """Beam search without a cache, written from generate.py's documented rules: of the 2k best continuations,
     <eos> ends a hypothesis only among the top k, the first k others live on; a prompt is done with k ended
-    hypotheses; live beams end at the length limit; hypotheses rank by logp / length ** length_penalty."""
+    hypotheses once the best live beam's logp / length ** length_penalty cannot beat the worst of the k best
+    ended ones; live beams end at the length limit; hypotheses rank by logp / length ** length_penalty."""
     eos = model.cfg.eos_id
     live, ended = [([], 0.0)], []
     room = _room(model, prompt, max_new)
@@ -83,7 +84,9 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty):
             if len(nxt) == k:
                 break
         if len(ended) >= k:
-            break
+            ended = sorted(ended, key=lambda h: -h[0])[:k]
+            if not nxt or ended[-1][0] >= nxt[0][1] / (t + 1) ** length_penalty:
+                break
         if t == room - 1:
             ended += [(s / (t + 1) ** length_penalty, seq, s) for seq, s in nxt]
             break

@@ -49,25 +49,38 @@ class _Decoder:
             raise InputError(f"prompt of {p} tokens leaves no room to generate (dec_max_len={limit})")
         self.max_new = min(max_new_tokens, limit - p)
         self.prompt_len = p
-        self.key_valid = torch.zeros(b, p + self.max_new, dtype=torch.bool, device=device)
-        self.key_valid[:, :p] = valid
         self.caches = model.decoder.new_caches(b, p + self.max_new, kv[0][0].dtype, device)
-        pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]: left padding does not shift positions
-        causal = torch.ones(p, p, dtype=torch.bool, device=device).tril()
-        eye = torch.eye(p, dtype=torch.bool, device=device)
-        mask = ((causal & valid[:, None, :]) | eye)[:, None]  # [B, 1, P, P]; a padding query sees itself only
-        hidden, _ = model.decoder(ids, kv, pos=pos, mask=mask, caches=self.caches)
-        self.pos = pos[:, -1]  # [B] position of the last token fed
+        # Prompts of one length need no padding: a causal prefill at positions 0..P-1 and no key mask at any
+        # step (SDPA's mask-free path). Otherwise padding keys are masked and positions count real tokens.
+        self.padded = len({len(q) for q in prompts}) > 1
+        if self.padded:
+            self.key_valid = torch.zeros(b, p + self.max_new, dtype=torch.bool, device=device)
+            self.key_valid[:, :p] = valid
+            pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]: left padding does not shift positions
+            causal = torch.ones(p, p, dtype=torch.bool, device=device).tril()
+            eye = torch.eye(p, dtype=torch.bool, device=device)
+            mask = ((causal & valid[:, None, :]) | eye)[:, None]  # [B, 1, P, P]; a padding query sees itself only
+            hidden, _ = model.decoder(ids, kv, pos=pos, mask=mask, caches=self.caches)
+            self.pos = pos[:, -1]  # [B] position of the last token fed
+        else:
+            hidden, _ = model.decoder(ids, kv, pos=0, caches=self.caches)
+            self.pos = p - 1  # the position of the last token fed, the same in every row
         self.logits = model.decoder.logits(hidden[:, -1]).float()  # [B, V]
         self.t = 0
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row [B]; returns the next logits [B, V]."""
-        self.key_valid[:, self.prompt_len + self.t] = True
-        self.t += 1
-        self.pos = self.pos + 1
-        mask = self.key_valid[:, None, None, : self.prompt_len + self.t]  # [B, 1, 1, S]
-        hidden, _ = self.model.decoder(tokens[:, None], self.kv, pos=self.pos[:, None], mask=mask, caches=self.caches)
+        if self.padded:
+            self.key_valid[:, self.prompt_len + self.t] = True
+            self.t += 1
+            self.pos = self.pos + 1
+            mask = self.key_valid[:, None, None, : self.prompt_len + self.t]  # [B, 1, 1, S]
+            pos = self.pos[:, None]
+        else:
+            self.t += 1
+            self.pos += 1
+            mask, pos = None, self.pos
+        hidden, _ = self.model.decoder(tokens[:, None], self.kv, pos=pos, mask=mask, caches=self.caches)
         self.logits = self.model.decoder.logits(hidden[:, 0]).float()
         return self.logits
 
@@ -75,7 +88,8 @@ class _Decoder:
         for c in self.caches:
             c.reorder(index)
         self.kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.kv]
-        self.key_valid, self.pos = self.key_valid.index_select(0, index), self.pos.index_select(0, index)
+        if self.padded:
+            self.key_valid, self.pos = self.key_valid.index_select(0, index), self.pos.index_select(0, index)
         self.logits = self.logits.index_select(0, index)
 
 
@@ -100,6 +114,7 @@ def generate(
     memory: torch.Tensor | None = None,  # or the encoded images [M, N, D], to reuse an encoding
     image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
     max_new_tokens: int = 20,
+    min_new_tokens: int = 0,  # <eos> is not allowed before this many tokens (benchmarks: a fixed length)
     num_beams: int = 1,
     length_penalty: float = 1.0,
     do_sample: bool = False,
@@ -126,11 +141,13 @@ def generate(
     if num_beams > 1:
         if do_sample:
             raise InputError("beam search and sampling do not combine: choose one")
-        return _beam_search(model, kv, prompts, max_new_tokens, num_beams, length_penalty)
-    return _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator)
+        return _beam_search(model, kv, prompts, max_new_tokens, num_beams, length_penalty, min_new_tokens)
+    return _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator,
+                             min_new_tokens)
 
 
-def _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator):
+def _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator,
+                      min_new_tokens=0):
     cfg = model.cfg
     dec = _Decoder(model, kv, prompts, max_new_tokens)
     b = len(prompts)
@@ -139,6 +156,8 @@ def _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature
     score = torch.zeros(b, device=out.device)
     logits = dec.logits
     for t in range(dec.max_new):
+        if t < min_new_tokens:
+            logits[:, cfg.eos_id] = float("-inf")
         logp = logits.log_softmax(-1)  # [B, V]
         if do_sample:
             probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
@@ -159,11 +178,12 @@ def _until_eos(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty):
+def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_tokens=0):
     """Beam search with `k` beams per prompt. A hypothesis ends at <eos> (only <eos> among the top k
     candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability divided
-    by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended hypotheses;
-    beams still alive at max_new_tokens are ended there."""
+    by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended hypotheses
+    and the best live beam's score so far, length-normalized, cannot beat the worst of them (Hugging Face's
+    default, early_stopping=False); beams still alive at max_new_tokens are ended there."""
     eos = model.cfg.eos_id
     b = len(prompts)
     dec = _Decoder(model, kv, prompts, max_new_tokens)  # the prompt is run once per prompt, not per beam
@@ -176,6 +196,8 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty):
     done = [False] * b
     logits = dec.logits
     for t in range(dec.max_new):
+        if t < min_new_tokens:
+            logits[:, eos] = float("-inf")
         vocab = logits.shape[-1]
         cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
         top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
@@ -199,7 +221,9 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty):
                     j += 1
                 if j == k:
                     break
-            done[i] = len(ended[i]) >= k
+            if len(ended[i]) >= k:  # done once no live beam can beat the worst of the k best ended ones
+                ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
+                done[i] = j == 0 or ended[i][-1][0] >= float(new_score[i, 0]) / (t + 1) ** length_penalty
         if all(done) or t == dec.max_new - 1:
             if not all(done):  # out of room: the live beams end here
                 flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)

@@ -384,3 +384,40 @@ def test_forward_rejects_empty_and_too_long_sequences():
 def test_default_config_is_still_valid():
     cfg = ModelConfig()
     assert dataclasses.asdict(cfg)["dec_positions"] == "sinusoidal"
+
+
+# ---------------------------------------------------------------- convolutional stem
+def test_conv_stem_replaces_the_patch_projection_and_keeps_the_token_layout(tmp_path):
+    from safetensors.torch import save_file
+
+    from helpers import tiny_config
+
+    torch.manual_seed(0)
+    model = VQAModel(tiny_config(vit_conv_stem=True)).eval()
+    proj = model.vision.vit.patch_embed.proj
+    assert isinstance(proj, torch.nn.Sequential)
+    strides = [m.stride[0] for m in proj if isinstance(m, torch.nn.Conv2d)]
+    assert math.prod(strides) == model.cfg.vit_patch_size  # the stem still cuts the image into grid x grid
+    images = torch.randn(2, 3, 32, 32)
+    assert model.encode(images).shape == (2, 1 + 4 * 4, model.cfg.dec_width)
+    # 3x3 convolutions overlap: a pixel change just across a patch border reaches the neighbouring token
+    # (a plain patch projection would leave that token unchanged)
+    bumped = images.clone()
+    bumped[:, :, 0, 8] += 5.0  # first pixel of patch (0, 1)
+    with torch.no_grad():
+        a, b = model.vision.vit.forward_features(images), model.vision.vit.forward_features(bumped)
+        pa, pb = model.vision.vit.patch_embed(images), model.vision.vit.patch_embed(bumped)
+    assert not torch.allclose(pa[:, 0], pb[:, 0])  # token of patch (0, 0) sees across the border
+    assert not torch.allclose(a, b)
+    # its weights round-trip through a local file like any timm ViT's
+    save_file(model.vision.vit.state_dict(), str(tmp_path / "stem.safetensors"))
+    again = VQAModel(tiny_config(vit_conv_stem=True, vit_weights=str(tmp_path / "stem.safetensors")))
+    for k, v in model.vision.vit.state_dict().items():
+        assert torch.equal(v, again.vision.vit.state_dict()[k]), k
+
+
+def test_conv_stem_needs_a_power_of_two_patch():
+    from helpers import tiny_config
+
+    with pytest.raises(ConfigError, match="power-of-two"):
+        VQAModel(tiny_config(vit_conv_stem=True, vit_image_size=36, vit_patch_size=6))

@@ -25,6 +25,7 @@ class ModelConfig:
     vit_heads: int | None = None
     vit_pretrained: bool = False  # timm's own download (needs internet)
     vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
+    vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
     vit_keep_prefix: bool = True  # keep the CLS / register tokens in the memory the decoder attends to
     vit_freeze: bool = False
     vit_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)

@@ -451,3 +451,16 @@ def test_tokenizer_prompts_empty_question_and_documented_truncation():
     assert prompt[:2] == [tok.bos_id, tok.question_id] and prompt[-1] == tok.answer_id
     assert prompt[2:-1] == tok.encode(long)[: 16 - 5]
     assert len(tok.vqa_prompt("two", max_len=16)) == 4  # a short question is left alone
+
+
+def test_out_of_range_token_ids_and_image_index_are_clear_errors():
+    from helpers import random_images, tiny_model
+
+    model = tiny_model()
+    images = random_images(2, model.cfg)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        generate(model, [[1, model.cfg.vocab_size]], images=images[:1])
+    with pytest.raises(InputError, match="image_index"):
+        generate(model, [[1], [1]], images=images, image_index=[0, 2])
+    with pytest.raises(InputError, match="image_index"):
+        generate(model, [[1], [1]], images=images, image_index=[0])

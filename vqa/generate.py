@@ -131,8 +131,15 @@ def generate(
     if image_index is None:
         if memory.shape[0] != len(prompts):
             raise InputError(f"{memory.shape[0]} images for {len(prompts)} prompts and no image_index")
-    elif not torch.is_tensor(image_index):
-        image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
+    else:
+        if not torch.is_tensor(image_index):
+            image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
+        if image_index.shape != (len(prompts),) or (len(prompts) and not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]):
+            raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
+    vocab = model.cfg.vocab_size
+    bad = next((t for p in prompts for t in p if not 0 <= int(t) < vocab), None)
+    if bad is not None:
+        raise InputError(f"prompt token id {bad} is outside the vocabulary (0..{vocab - 1}): wrong tokenizer?")
     if temperature <= 0:
         raise InputError(f"temperature must be > 0, got {temperature}")
     if max_new_tokens < 1 or num_beams < 1:

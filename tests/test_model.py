@@ -388,9 +388,8 @@ def test_default_config_is_still_valid():
 
 # ---------------------------------------------------------------- convolutional stem
 def test_conv_stem_replaces_the_patch_projection_and_keeps_the_token_layout(tmp_path):
-    from safetensors.torch import save_file
-
     from helpers import tiny_config
+    from safetensors.torch import save_file
 
     torch.manual_seed(0)
     model = VQAModel(tiny_config(vit_conv_stem=True)).eval()

@@ -50,7 +50,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
             prompts = [batch["input_ids"][i, : batch["prompt_len"][i]].tolist() for i in rows]
             out = generate(model, prompts, memory=memory, image_index=batch["image_index"][rows].to(device),
                            max_new_tokens=max_new, num_beams=num_beams)
-            for i, seq in zip(rows, out.sequences):
+            for i, seq in zip(rows, out.sequences, strict=True):
                 meta, text = batch["meta"][i], tokenizer.decode(seq)
                 if task == "vqa":
                     vqa_pred[meta["question_id"]] = text

@@ -22,7 +22,7 @@ def plot_curves(metrics: str | Path, out: str | Path) -> None:
     for key, label in (("val_vqa_accuracy", "VQA accuracy (%)"), ("val_CIDEr-D", "CIDEr-D x 100")):
         pts = [(r["step"], r[key] * (100 if key == "val_CIDEr-D" else 1)) for r in val if key in r]
         if pts:
-            ax2.plot(*zip(*pts), marker="o", label=label)
+            ax2.plot(*zip(*pts, strict=True), marker="o", label=label)
     ax2.set(xlabel="step", title="validation")
     if ax2.lines:
         ax2.legend()

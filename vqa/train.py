@@ -59,7 +59,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: four per run)")
-    p.add_argument("--eval-images", type=int, default=300, help="val images used by the periodic evaluation")
+    p.add_argument("--eval-images", type=int, default=300, help="val images scored by the evaluations during training (vqa eval scores them all)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--train-split", default="train")
     p.add_argument("--val-split", default="val")
@@ -319,7 +319,7 @@ class Trainer:
             every = a.eval_every or max(1, (self.total_steps or 10**9) // 4)
             if finished or self.step % every == 0 or self.step == a.halt_at_step:
                 self.time_used = time.time() - start
-                self._evaluate_and_save(metrics, final=finished)
+                self._evaluate_and_save(metrics)
             if finished or self.step == a.halt_at_step:
                 break
         if bar is not None:
@@ -334,13 +334,13 @@ class Trainer:
             keep = [line for line in metrics.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
             metrics.write_text("".join(line + "\n" for line in keep))
 
-    def _evaluate_and_save(self, metrics: Path, final: bool) -> None:
+    def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d
         scores = {}
         if self.val_data is not None and d.main:
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.tasks, device=d.device,
-                              max_images=None if final else self.args.eval_images, progress=False)["summary"]
+                              max_images=self.args.eval_images, progress=False)["summary"]
             self.model.train()
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in _flat(scores).items()})
             with open(metrics, "a") as f:

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import InputError
+from .attention import gather_rows
 from .decoder import TextDecoder
 from .vision import VisionEncoder
 
@@ -36,7 +37,7 @@ class VQAModel(nn.Module):
         """Per-layer cross-attention keys/values; `image_index` [B] picks each text row's image."""
         kv = self.decoder.memory_kv(memory)
         if image_index is not None:
-            kv = [(k.index_select(0, image_index), v.index_select(0, image_index)) for k, v in kv]
+            kv = [(gather_rows(k, image_index), gather_rows(v, image_index)) for k, v in kv]
         return kv
 
     def forward(
@@ -68,7 +69,7 @@ class VQAModel(nn.Module):
             index = None if image_index is None else image_index[g]
             if index is None and images.shape[0] != ids.shape[0]:
                 raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
-            kv = kv_all if index is None else [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv_all]
+            kv = kv_all if index is None else [(gather_rows(k, index), gather_rows(v, index)) for k, v in kv_all]
             hidden, _ = self.decoder(ids, kv)  # [B, T, D]
             if loss_mask is not None:
                 select = loss_mask[g][:, 1:]  # [B, T-1]: is the next token a target?

@@ -53,6 +53,8 @@ def add_arguments(p) -> None:
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation)")
     p.add_argument("--questions-per-image", type=int, default=4)
     p.add_argument("--captions-per-image", type=int, default=1)
+    p.add_argument("--caption-weight", type=float, default=1.0,
+                   help="loss weight of a caption token relative to an answer token (a caption has ~10x the tokens)")
     p.add_argument("--lr", type=float, help="peak learning rate (default by preset: " + str(LR_DEFAULTS) + ")")
     p.add_argument("--vit-lr", type=float, help="learning rate of the vision encoder (default: --lr; 0 freezes it)")
     p.add_argument("--weight-decay", type=float, default=0.05)
@@ -249,20 +251,23 @@ class Trainer:
     def train_step(self, micro: list[dict]) -> tuple[float, int]:
         """One optimizer step over the micro-batches; returns (global mean loss, images in the global batch)."""
         dev, d = self.d.device, self.d
-        n_global = d.all_sum(sum(int(b["loss_mask"][:, 1:].sum()) for b in micro))
+        weight = {"vqa": 1.0, "caption": self.args.caption_weight}
+        groups = [split_by_task(b, dev) for b in micro]
+        # the objective is the weighted mean over every target token of the global batch
+        n_global = d.all_sum(sum(weight[t] * int(m[:, 1:].sum()) for g in groups for t, m in zip(g[3], g[1], strict=True)))
         loss_sum = 0.0
         for i, b in enumerate(micro):
             if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1
-            ids, mask, index = split_by_task(b, dev)
+            ids, mask, index, tasks = groups[i]
             with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
                 out = self.fwd(b["images"].to(dev, non_blocking=True), ids, loss_mask=mask, image_index=index,
-                               return_logits=False)
+                               return_logits=False, group_weights=[weight[t] for t in tasks])
             part = out.loss * out.n_targets  # this micro-batch's summed token loss
             loss_sum += float(part.detach())
             # DDP averages gradients over ranks, hence x world: the result is d(sum of all losses) / n_global
-            self.scaler.scale(part * d.world / max(n_global, 1)).backward()
-        loss = d.all_sum(loss_sum) / max(n_global, 1)
+            self.scaler.scale(part * d.world / (n_global or 1.0)).backward()
+        loss = d.all_sum(loss_sum) / (n_global or 1.0)
         if not math.isfinite(loss):
             raise VQAError(f"loss is {loss} at step {self.step}: training stopped (try a lower --lr, or --precision fp32)")
         self.scaler.unscale_(self.optimizer)
@@ -368,7 +373,7 @@ class Trainer:
         d.barrier()
 
 
-def split_by_task(batch: dict, device) -> tuple[list, list, list]:
+def split_by_task(batch: dict, device) -> tuple[list, list, list, list]:
     """The batch's rows grouped by task, each group cut to its own longest row: VQA rows are short, caption
     rows long, and padding them to one length would double the decoder's work."""
     ids, mask, index = [], [], []
@@ -379,7 +384,7 @@ def split_by_task(batch: dict, device) -> tuple[list, list, list]:
         ids.append(batch["input_ids"][rows, :width].to(device, non_blocking=True))
         mask.append(batch["loss_mask"][rows, :width].to(device, non_blocking=True))
         index.append(batch["image_index"][rows].to(device, non_blocking=True))
-    return ids, mask, index
+    return ids, mask, index, list(dict.fromkeys(tasks))
 
 
 def _flat(scores: dict, prefix: str = "") -> dict:

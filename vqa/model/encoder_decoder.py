@@ -19,7 +19,7 @@ from .vision import VisionEncoder
 class Output:
     loss: torch.Tensor | None  # mean cross-entropy over the target tokens
     logits: torch.Tensor | None  # [B, T, V] (None when only the loss was asked for)
-    n_targets: int  # how many target tokens the loss averages over
+    n_targets: float  # how many target tokens the loss averages over (weighted, with group_weights)
 
 
 class VQAModel(nn.Module):
@@ -47,6 +47,7 @@ class VQAModel(nn.Module):
         loss_mask: torch.Tensor | list[torch.Tensor] | None = None,  # bool [B, T]: True on target tokens
         image_index: torch.Tensor | list[torch.Tensor] | None = None,  # [B] row -> image; default row b -> b
         return_logits: bool = True,
+        group_weights: list[float] | None = None,  # a weight for each group's target tokens (default 1)
     ) -> Output:
         """Teacher-forced pass. The logits at position t predict token t+1, so the loss compares
         logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is set: prompt and padding never count.
@@ -54,7 +55,8 @@ class VQAModel(nn.Module):
 
         `input_ids`, `loss_mask` and `image_index` may also be lists (groups of rows padded separately, e.g.
         short VQA rows and long caption rows): the images are encoded once for all groups, and the loss is
-        the mean over every group's target tokens. Logits are then returned per group, as a list."""
+        the mean over every group's target tokens (weighted by `group_weights`: e.g. a caption's 20 tokens need
+        not outweigh an answer's 2). Logits are then returned per group, as a list."""
         if torch.is_tensor(input_ids):
             out = self.forward(images, [input_ids], None if loss_mask is None else [loss_mask],
                                None if image_index is None else [image_index], return_logits)
@@ -73,10 +75,11 @@ class VQAModel(nn.Module):
             hidden, _ = self.decoder(ids, kv)  # [B, T, D]
             if loss_mask is not None:
                 select = loss_mask[g][:, 1:]  # [B, T-1]: is the next token a target?
-                n += int(select.sum())
+                w = 1.0 if group_weights is None else float(group_weights[g])
+                n += w * int(select.sum())
                 # the LM head only where a target is predicted: a VQA answer is a few tokens of a long prompt
                 pred = self.decoder.logits(hidden[:, :-1][select])  # [K, V]
-                part = F.cross_entropy(pred.float(), ids[:, 1:][select], reduction="sum")
+                part = w * F.cross_entropy(pred.float(), ids[:, 1:][select], reduction="sum")
                 loss_sum = part if loss_sum is None else loss_sum + part
             if return_logits:
                 logits.append(self.decoder.logits(hidden))

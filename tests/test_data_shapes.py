@@ -192,3 +192,22 @@ def test_cli_shapes_and_info(tmp_path, capsys):
     assert "COCO_val_000002000001.png: truncated" in capsys.readouterr().out
     assert main(["data", "shapes", "--out", str(out), "--size", "16"]) == 2
     assert "too small" in capsys.readouterr().err
+
+
+def test_more_questions_per_family(tmp_path):
+    from collections import Counter
+
+    from vqa.data.shapes import generate_shapes
+
+    generate_shapes(tmp_path, n_train=30, n_val=0, seed=3, progress=False, workers=1, questions_per_family=2)
+    scenes = {s["image_id"]: s for s in _load(tmp_path, "shapes_train_scenes.json")["scenes"]}
+    qs = _load(tmp_path, "v2_OpenEnded_mscoco_train_questions.json")["questions"]
+    anns = {a["question_id"]: a for a in _load(tmp_path, "v2_mscoco_train_annotations.json")["annotations"]}
+    per_image = Counter(q["image_id"] for q in qs)
+    assert sum(per_image.values()) / len(per_image) > 8  # up to 12 per image, fewer for sparse scenes
+    assert max(per_image.values()) <= 12
+    for img in per_image:  # no question twice about one image
+        texts = [q["question"] for q in qs if q["image_id"] == img]
+        assert len(texts) == len(set(texts))
+    for q in qs:
+        assert anns[q["question_id"]]["multiple_choice_answer"] == _answer(q["question"], scenes[q["image_id"]]["objects"])

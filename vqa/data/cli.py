@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--val", type=int, default=1000, help="validation images (default 1000)")
     p.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives identical files")
+    p.add_argument("--questions-per-family", type=int, default=1,
+                   help="questions per image per family (6 families; default 1)")
     p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p = sub.add_parser("info", help="list a data folder's splits with their record counts")
@@ -37,7 +39,7 @@ def run_shapes(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     priors = generate_shapes(
         args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
-        progress=not args.no_progress, workers=args.workers,
+        progress=not args.no_progress, workers=args.workers, questions_per_family=args.questions_per_family,
     )
     seconds = time.perf_counter() - t0
     info = json.loads((args.out / "shapes_info.json").read_text())

@@ -192,13 +192,13 @@ class Balancer:
         return q, a
 
 
-def choose_questions(scene: dict, side: int, bal: Balancer) -> list[tuple[str, str, str]]:
-    """(family, question, answer): one per family; a family with nothing to ask (e.g. spatial with one object)
-    is replaced by the least-asked family that has something, so the families stay balanced."""
+def choose_questions(scene: dict, side: int, bal: Balancer, per_family: int = 1) -> list[tuple[str, str, str]]:
+    """(family, question, answer): `per_family` per family; a family with nothing (more) to ask (e.g. spatial
+    with one object) is replaced by the least-asked family that has something, so the families stay balanced."""
     cands = candidates(scene, side, bal.rng)
     out: list[tuple[str, str, str]] = []
     taken: set[str] = set()
-    for fam in FAMILIES:
+    for fam in FAMILIES * per_family:
         spares = sorted((f for f in FAMILIES if f != fam), key=lambda f: (sum(bal.per_f[f].values()), f))
         for f in [fam, *spares]:
             got = bal.pick(f, cands[f], taken)
@@ -318,7 +318,7 @@ def make_scenes(split: str, n: int, side: int, seed: int) -> list[dict]:
 
 
 def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = None,
-                scenes: list[dict] | None = None) -> dict:
+                scenes: list[dict] | None = None, per_family: int = 1) -> dict:
     """Scenes, questions and captions of one split (no images)."""
     split_no = list(SPLITS).index(split)
     scenes = make_scenes(split, n, side, seed) if scenes is None else scenes
@@ -326,7 +326,7 @@ def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = Non
     qs, caps = [], []
     for i, scene in enumerate(scenes):
         image_id = scene["image_id"]
-        for k, (fam, q, a) in enumerate(choose_questions(scene, side, bal)):
+        for k, (fam, q, a) in enumerate(choose_questions(scene, side, bal, per_family)):
             qs.append(dict(image_id=image_id, question_id=image_id * 100 + k, family=fam, question=q, answer=a))
         for k, c in enumerate(make_captions(scene, side, np.random.default_rng([seed, split_no, i, 1]))):
             caps.append(dict(id=image_id * 10 + k, image_id=image_id, caption=c))
@@ -382,11 +382,13 @@ def _write_split(out: Path, split: str, data: dict, side: int, seed: int) -> Non
 
 def generate_shapes(
     out_dir: str | Path, n_train: int = 10000, n_val: int = 1000, size: int = 64, seed: int = 0,
-    progress: bool = True, workers: int | None = None,
+    progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
 ) -> dict:
     """Build the Shapes set in `out_dir`; returns the question-only prior baselines
     {split: {family: {questions, prior_accuracy, majority_accuracy}}}: train scored in-sample, val with the
     priors learned on train. Counts and answer histograms go to `shapes_info.json`."""
+    if not 1 <= questions_per_family <= 10:
+        raise ConfigError(f"--questions-per-family must be 1..10, not {questions_per_family}")
     if size < 32:
         raise ConfigError(f"--size {size} is too small for Shapes; use 32 px or more")
     if n_train < 1 or n_val < 0 or max(n_train, n_val) >= 1_000_000:
@@ -405,7 +407,8 @@ def generate_shapes(
     try:
         rendered = pool.imap_unordered(_render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
         with tqdm(total=len(jobs), desc="questions and captions", unit="img", disable=not progress) as bar:
-            data = {s: build_split(s, len(sc), size, seed, bar, scenes=sc) for s, sc in scenes.items()}
+            data = {s: build_split(s, len(sc), size, seed, bar, scenes=sc, per_family=questions_per_family)
+                    for s, sc in scenes.items()}
         for split, d in data.items():
             _write_split(out, split, d, size, seed)
         with tqdm(total=len(jobs), desc="rendering images", unit="img", disable=not progress) as bar:

@@ -51,7 +51,7 @@ def add_arguments(p) -> None:
     length.add_argument("--time-limit", help="train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it")
     p.add_argument("--batch-size", type=int, default=32, help="images per device per micro-batch")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation)")
-    p.add_argument("--questions-per-image", type=int, default=4)
+    p.add_argument("--questions-per-image", type=int, default=6, help="questions per image per step (Shapes has 6)")
     p.add_argument("--captions-per-image", type=int, default=1)
     p.add_argument("--caption-weight", type=float, default=0.2,
                    help="loss weight of a caption token relative to an answer token (default 0.2: a caption has "

@@ -26,8 +26,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check vqa tests scripts app.py
 
 demo: $(STAMP)
-	@test -f $(DATA)/captions_val.json || $(VENV)/bin/vqa data shapes --out $(DATA)
-	@test -f $(RUN)/model.safetensors || $(VENV)/bin/vqa train --data $(DATA) --out $(RUN) --preset tiny --time-limit $(TIME)
+	@# shapes_info.json is written last: its absence means the set is missing or was interrupted
+	@test -f $(DATA)/shapes_info.json || $(VENV)/bin/vqa data shapes --out $(DATA)
+	@# .done marks a finished run; an interrupted one continues where it stopped (--resume)
+	@test -f $(RUN)/.done || \
+		( $(VENV)/bin/vqa train --data $(DATA) --out $(RUN) --preset tiny --time-limit $(TIME) --resume && touch $(RUN)/.done )
 	$(VENV)/bin/vqa eval --checkpoint $(RUN) --data $(DATA) --split val
 	$(PY) app.py --checkpoint $(RUN)
 

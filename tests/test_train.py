@@ -119,8 +119,24 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(shapes_dir, tmp
     assert sorted(a) == sorted(b) == [1, 2, 3]
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-4), step
-    wa, wb = weights(tmp_path / "one"), weights(tmp_path / "two")
-    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    wa, wb = without_key_biases(weights(tmp_path / "one")), without_key_biases(weights(tmp_path / "two"))
+    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    assert worst < 1e-5, worst
+
+
+def without_key_biases(state: dict) -> dict:
+    """The weights minus the attention key biases. Adding q.b_k shifts all of a query's scores equally, which
+    softmax ignores, so their true gradient is exactly 0: what they get is float noise that Adam's division by
+    sqrt(v) turns into full-size steps, differently for any change of summation order (1 vs 2 processes)."""
+    out = {}
+    for k, v in state.items():
+        if k.endswith("qkv.bias"):  # [q | k | v]
+            d = v.shape[0] // 3
+            v = torch.cat([v[:d], v[2 * d :]])
+        elif k.endswith("kv.bias"):  # [k | v]
+            v = v[v.shape[0] // 2 :]
+        out[k] = v
+    return out
 
 
 def test_epoch_order_deals_the_same_global_batches_to_any_world_size():
@@ -152,7 +168,7 @@ def test_bad_inputs_stop_clearly(shapes_dir, tmp_path, capsys):
 
 
 def test_nan_loss_stops_with_a_clear_message(shapes_dir, tmp_path, capsys):
-    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "nan"), "loss is nan at step 0")
+    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "nan"), "loss is nan at step 2")  # step 1 is finite, its update makes the weights NaN
 
 
 def test_incompatible_checkpoint_is_refused(shapes_dir, tmp_path):

@@ -270,7 +270,7 @@ class Trainer:
             self.scaler.scale(part * d.world / (n_global or 1.0)).backward()
         loss = d.all_sum(loss_sum) / (n_global or 1.0)
         if not math.isfinite(loss):
-            raise VQAError(f"loss is {loss} at step {self.step}: training stopped (try a lower --lr, or --precision fp32)")
+            raise VQAError(f"loss is {loss} at step {self.step + 1}: training stopped (try a lower --lr, or --precision fp32)")
         self.scaler.unscale_(self.optimizer)
         if self.args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.grad_clip)

@@ -1,0 +1,210 @@
+"""Helpers shared by scripts/bench.py and scripts/bench_peer.py: synthetic VQA-shaped batches, our training
+step, timing, peak memory, and table printing. Nothing here is part of the `vqa` package."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from vqa.config import PRESETS, preset  # noqa: E402
+from vqa.model import VQAModel  # noqa: E402
+from vqa.optim import make_optimizer  # noqa: E402
+
+VOCAB = 1000  # a VQA-sized BPE vocabulary
+QUESTIONS = 4  # questions per image in a training batch
+PROMPT = 12  # prompt tokens (<bos> + question) in training and generation
+NEW_TOKENS = 16  # generated tokens per prompt
+PAD, BOS, EOS = 0, 1, 2
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def preset_image_size(name: str) -> int:
+    return PRESETS[name]["vit_image_size"]
+
+
+def build_ours(name: str, device, **overrides) -> VQAModel:
+    torch.manual_seed(0)
+    return VQAModel(preset(name, vocab_size=VOCAB, **overrides)).to(device)
+
+
+def vqa_batch(cfg, n_images: int, device, seed: int = 0) -> dict:
+    """A training batch shaped like VQA: `n_images` images, QUESTIONS questions each of 10-14 prompt tokens
+    (<bos> + question) and a 2-3 token answer + <eos>, right-padded; `image_index` maps each row to its image."""
+    g = torch.Generator().manual_seed(seed)
+    rows, targets = [], []
+    for _ in range(n_images * QUESTIONS):
+        p = int(torch.randint(PROMPT - 2, PROMPT + 3, (1,), generator=g))
+        a = int(torch.randint(2, 4, (1,), generator=g))
+        toks = torch.randint(3, VOCAB, (p - 1 + a,), generator=g).tolist()
+        rows.append([BOS] + toks + [EOS])
+        targets.append((p, p + a + 1))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    loss_mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (r, (s, e)) in enumerate(zip(rows, targets, strict=True)):
+        ids[i, : len(r)] = torch.as_tensor(r)
+        loss_mask[i, s:e] = True
+    s = cfg.vit_image_size
+    images = torch.randn(n_images, 3, s, s, generator=g)
+    index = torch.arange(n_images).repeat_interleave(QUESTIONS)
+    return {k: v.to(device) for k, v in
+            dict(images=images, input_ids=ids, loss_mask=loss_mask, image_index=index).items()}
+
+
+def prompts(batch: int, seed: int = 1) -> list[list[int]]:
+    """`batch` generation prompts of PROMPT tokens (<bos> + question), all the same length (no padding)."""
+    g = torch.Generator().manual_seed(seed)
+    return [[BOS] + torch.randint(3, VOCAB, (PROMPT - 1,), generator=g).tolist() for _ in range(batch)]
+
+
+def amp_dtype(device) -> torch.dtype | None:
+    return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+
+
+def ours_trainer(model: VQAModel, device, compile: bool = False):
+    """A closure running one training step as vqa.train.Trainer.train_step does (autocast on CUDA, loss on the
+    answer tokens only, one image encoding for all its questions, grad clip 1.0, AdamW)."""
+    model.train()
+    opt = make_optimizer(model, 1e-4, 1e-4, 0.05, fused=device.type == "cuda")
+    fwd = torch.compile(model) if compile else model
+    dt = amp_dtype(device)
+
+    def step(b):
+        with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
+            out = fwd(b["images"], b["input_ids"], loss_mask=b["loss_mask"], image_index=b["image_index"],
+                      return_logits=False)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return out.loss
+
+    return step
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device) -> float:
+    sync(device)
+    t = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t
+
+
+def median(xs) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---- peak memory ----
+_libc = None
+
+
+def _trim() -> None:
+    """Give freed heap pages back to the OS, so RSS is the live memory and the next peak is measured from it."""
+    global _libc
+    with contextlib.suppress(OSError, AttributeError):
+        _libc = _libc or ctypes.CDLL("libc.so.6")
+        _libc.malloc_trim(0)
+
+
+def _status_kb(field: str) -> int:
+    m = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
+    return int(m.group(1)) * 1024 if m else 0
+
+
+class PeakMemory:
+    """Peak memory of the code inside `with`, above what was live when it started. CUDA:
+    torch.cuda.max_memory_allocated - memory_allocated (tensor memory). CPU (Linux): the process's peak
+    resident set (VmHWM, reset through /proc/self/clear_refs after malloc_trim) minus its RSS at the start:
+    every allocation, tensors and Python objects alike."""
+
+    def __init__(self, device):
+        self.device, self.bytes = device, 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            _trim()
+            with contextlib.suppress(OSError):
+                Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+            self.base = _status_kb("VmRSS")
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.bytes = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.bytes = _status_kb("VmHWM") - self.base
+        return False
+
+
+def tensor_peak(fn, device) -> int:
+    """Peak bytes of tensor memory that `fn` allocates above what was live when it started. CUDA: the caching
+    allocator's max_memory_allocated; CPU: the allocation records of torch.profiler(profile_memory=True)
+    summed in time order (exact, but the profiled run is slower: never time it)."""
+    if device.type == "cuda":
+        with PeakMemory(device) as m:
+            fn()
+        return m.bytes
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.stderr.flush()
+    saved = os.dup(2)  # the profiler's C++ side logs every start/stop on stderr: silence it meanwhile
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    cur = peak = 0
+    for _, n in records:
+        cur += n
+        peak = max(peak, cur)
+    return peak
+
+
+
+def environment(device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name()} | torch {torch.__version__}"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"CPU x{os.cpu_count()} ({torch.get_num_threads()} torch threads, load average {load:.1f}) | "
+            f"torch {torch.__version__}")
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A Markdown table."""
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f}"

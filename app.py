@@ -161,22 +161,14 @@ def card_markdown(pred) -> str:
     ]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     scores = c.get("val_scores") or {}
-    flat = _flatten(scores)
+    from vqa.evaluate import flatten
+
+    flat = flatten(scores, sep=" / ")
     if flat:
         lines += ["", f"**Scores on {c.get('val_split', 'val')}**", "", "| metric | value |", "|---|---|"]
         for k, v in flat.items():
             lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
     return "\n".join(lines)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k} / "))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def examples() -> list[list[str]]:

@@ -73,6 +73,17 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     )
 
 
+def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
+    """Nested score dicts as one level: {"per_question_type": {"count": 44.4}} -> {"per_question_type/count": 44.4}."""
+    out = {}
+    for k, v in scores.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, sep, f"{prefix}{k}{sep}"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def add_arguments(p) -> None:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used)")
     p.add_argument("--data", required=True)

@@ -30,7 +30,7 @@ from .data.dataset import ImageTextDataset, make_collate
 from .data.formats import corpus_texts, find_splits, load_split
 from .data.transforms import build_transform
 from .errors import ConfigError, DataError, VQAError
-from .evaluate import evaluate
+from .evaluate import evaluate, flatten
 from .model import VQAModel
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves
@@ -348,7 +348,7 @@ class Trainer:
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.tasks, device=d.device,
                               max_images=self.args.eval_images, progress=False)["summary"]
             self.model.train()
-            rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in _flat(scores).items()})
+            rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
             with open(metrics, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v}" for k, v in rec.items()
@@ -386,13 +386,3 @@ def split_by_task(batch: dict, device) -> tuple[list, list, list, list]:
         mask.append(batch["loss_mask"][rows, :width].to(device, non_blocking=True))
         index.append(batch["image_index"][rows].to(device, non_blocking=True))
     return ids, mask, index, list(dict.fromkeys(tasks))
-
-
-def _flat(scores: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in scores.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}/"))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out

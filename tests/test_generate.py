@@ -464,3 +464,14 @@ def test_out_of_range_token_ids_and_image_index_are_clear_errors():
         generate(model, [[1], [1]], images=images, image_index=[0, 2])
     with pytest.raises(InputError, match="image_index"):
         generate(model, [[1], [1]], images=images, image_index=[0])
+
+
+def test_bad_sampling_and_ranking_inputs_are_clear_errors():
+    from helpers import random_images, tiny_model
+
+    model = tiny_model()
+    images = random_images(1, model.cfg)
+    with pytest.raises(InputError, match="top_p"):
+        generate(model, [[1]], images=images, do_sample=True, top_p=0.0)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        score_candidates(model, [1, 5], [[3], [model.cfg.vocab_size + 7]], images=images)

@@ -47,14 +47,15 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 def test_killed_run_resumes_exactly(shapes_dir, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    assert main(train_args(shapes_dir, full, "--max-steps", "8")) == 0
+    drop = ["--set", "dec_dropout=0.1"]  # dropout draws from the RNG: resume must restore it exactly
+    assert main(train_args(shapes_dir, full, "--max-steps", "8", *drop)) == 0
     # the same run stopped after step 3 (as if killed right after its checkpoint), then resumed
-    assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--halt-at-step", "3")) == 0
+    assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--halt-at-step", "3", *drop)) == 0
     assert max(losses(cut)) == 3
     # a killed run also leaves log lines after its last checkpoint: they must not survive the resume
     with open(cut / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 4, "loss": 123.0}) + "\n")
-    assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--resume")) == 0
+    assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--resume", *drop)) == 0
     a, b = losses(full), losses(cut)
     assert sorted(a) == sorted(b) == list(range(1, 9))
     for step in a:
@@ -212,3 +213,27 @@ def test_train_state_is_loaded_without_pickle_code(tmp_path):
     torch.save({"x": Evil()}, tmp_path / "train_state.pt")
     with pytest.raises(Exception, match="[Ww]eights only"):
         checkpoint.load_train_state(tmp_path)
+
+
+def test_ddp_time_limited_run_stops_on_every_rank_together(shapes_dir, tmp_path):
+    # each rank fits the schedule and checks the clock; both decisions are agreed, or one rank would stop
+    # while the other waits in an all-reduce (the run would hang until the timeout)
+    run = tmp_path / "timed"
+    res = _torchrun(train_args(shapes_dir, run, "--time-limit", "25s", "--device", "cpu", "--batch-size", "2",
+                               "--eval-every", "1000"), nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    state = checkpoint.load_train_state(run / "last")
+    assert state["total_steps"] is not None and state["step"] <= state["total_steps"]
+    assert state["time_used"] < 25 + 30  # the schedule aims at 90% of the limit; it stops near it, not later
+
+
+def test_a_save_killed_between_its_renames_is_recovered(shapes_dir, tmp_path):
+    run = tmp_path / "run"
+    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--halt-at-step", "1")) == 0
+    (run / "last").rename(run / "last.old")  # died after moving the old copy aside, before the new one landed
+    assert checkpoint.resolve(run / "last.old")  # still loadable
+    # --resume finds it and continues (not "nothing to resume", and the only good copy is not deleted)
+    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--resume")) == 0
+    assert checkpoint.load_train_state(run / "last")["step"] == 2
+    assert not (run / "last.old").exists()
+    assert [s for s in losses(run)] == [1, 2]

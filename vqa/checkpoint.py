@@ -29,12 +29,20 @@ FILES = ("model.safetensors", "config.json", "tokenizer.json")
 def resolve(path: str | Path) -> Path:
     """A checkpoint folder from a checkpoint or run folder: the folder itself, else its best/, else last/."""
     path = Path(path)
-    for cand in (path, path / "best", path / "last", path / "best.old", path / "last.old"):
+    for cand in (path, path / "best", path / "best.old", path / "last", path / "last.old"):
         if (cand / "model.safetensors").is_file():
             return cand
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}: the folder does not exist")
     raise CheckpointError(f"no checkpoint in {path}: expected model.safetensors there or in best/ or last/")
+
+
+def recover(folder: str | Path) -> None:
+    """Put `<name>.old` back when a save died between its two renames (the folder itself is then missing)."""
+    folder = Path(folder)
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and old.exists():
+        old.rename(folder)
 
 
 def save(
@@ -46,6 +54,7 @@ def save(
 ) -> Path:
     """Write a checkpoint folder atomically (temp folder + rename)."""
     folder = Path(folder)
+    recover(folder)  # never delete the only good copy below
     tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

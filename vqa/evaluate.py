@@ -31,7 +31,9 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                           train=False)
     if max_images is not None and max_images < len(ds):
         ds = Subset(ds, range(max_images))
-    loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id))
+    # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
+    loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
+                        generator=torch.Generator().manual_seed(0))
     vqa_pred, vqa_recs, cap_pred, cap_refs = {}, [], {}, {}
     it = loader
     if progress:

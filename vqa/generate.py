@@ -93,6 +93,13 @@ class _Decoder:
         self.logits = self.logits.index_select(0, index)
 
 
+def _check_ids(model: VQAModel, rows: list[list[int]]) -> None:
+    vocab = model.cfg.vocab_size
+    bad = next((t for r in rows for t in r if not 0 <= int(t) < vocab), None)
+    if bad is not None:
+        raise InputError(f"token id {bad} is outside the vocabulary (0..{vocab - 1}): wrong tokenizer?")
+
+
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Keep the top_k most likely tokens and the smallest set whose probability reaches top_p; -inf the rest."""
     if top_k > 0:
@@ -136,10 +143,9 @@ def generate(
             image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
         if image_index.shape != (len(prompts),) or (len(prompts) and not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]):
             raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
-    vocab = model.cfg.vocab_size
-    bad = next((t for p in prompts for t in p if not 0 <= int(t) < vocab), None)
-    if bad is not None:
-        raise InputError(f"prompt token id {bad} is outside the vocabulary (0..{vocab - 1}): wrong tokenizer?")
+    _check_ids(model, prompts)
+    if do_sample and not 0 < top_p <= 1:
+        raise InputError(f"top_p must be in (0, 1], got {top_p}")
     if temperature <= 0:
         raise InputError(f"temperature must be > 0, got {temperature}")
     if max_new_tokens < 1 or num_beams < 1:
@@ -258,6 +264,7 @@ def score_candidates(
     Returns [C] total log-probabilities."""
     if not candidates:
         raise InputError("no candidates to rank")
+    _check_ids(model, [prompt, *candidates])
     if not prompt:
         raise InputError("the prompt needs at least one token (<bos>)")
     if memory is None:

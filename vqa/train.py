@@ -142,13 +142,15 @@ class Trainer:
                 probe.unlink()
             except OSError as e:
                 raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
-            if (self.out / "last").exists() and not self.args.resume:
+            if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.args.resume:
                 raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
 
     # ---- model, tokenizer, data, optimizer ----
     def _build(self) -> dict | None:
         a = self.args
         last = self.out / "last"
+        for name in ("last", "best"):
+            checkpoint.recover(self.out / name)
         state = None
         if a.resume and (last / "train_state.pt").is_file():
             model, self.tok, self.card = checkpoint.load(last)
@@ -212,8 +214,9 @@ class Trainer:
             self.time_used = state.get("time_used", 0.0)
             random.setstate(state["python_rng"])
             torch.set_rng_state(state["torch_rng"])
-            if torch.cuda.is_available() and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state_all(state["cuda_rng"])
+            cuda_rng = state.get("cuda_rng")
+            if d.device.type == "cuda" and cuda_rng is not None and len(cuda_rng) == d.world:
+                torch.cuda.set_rng_state(cuda_rng[d.rank], d.device)  # this rank's own generator
         else:
             self.time_used = 0.0
         self.ddp = DDP(self.model, device_ids=[d.local_rank] if d.device.type == "cuda" else None) if d.world > 1 else None
@@ -238,8 +241,11 @@ class Trainer:
             self.dataset.set_epoch(self.epoch)
             order = epoch_order(len(self.dataset), self.epoch, a.seed, self.d.rank, self.d.world)
             order = order[self.batch_in_epoch * per_step : self.steps_per_epoch * per_step]
+            # its own generator: a DataLoader draws its base seed from the global RNG otherwise, and a resumed
+            # run (new loader mid-epoch) would shift every later dropout mask
             loader = DataLoader(self.dataset, batch_size=a.batch_size, sampler=order, collate_fn=self.collate,
-                                num_workers=self.workers, pin_memory=self.d.device.type == "cuda")
+                                num_workers=self.workers, pin_memory=self.d.device.type == "cuda",
+                                generator=torch.Generator().manual_seed(a.seed * 1_000_003 + self.epoch))
             micro = []
             for batch in loader:
                 micro.append(batch)
@@ -304,7 +310,8 @@ class Trainer:
             measured.append(time.time() - t0)
             if self.total_steps is None and len(measured) == 20:  # fit the schedule to the time limit
                 per_step = sorted(measured[1:])[len(measured) // 2]
-                self.total_steps = self.step + int(0.9 * (limit - (time.time() - start)) / per_step)
+                local = self.step + int(0.9 * (limit - (time.time() - start)) / per_step)
+                self.total_steps = int(d.all_sum(local) // d.world)  # every rank must follow one schedule
                 if bar is not None:
                     bar.total = self.total_steps
             rec = None
@@ -320,7 +327,8 @@ class Trainer:
                     f.write(json.dumps(rec) + "\n")
             if bar is not None:
                 bar.update(1)
-            out_of_time = limit is not None and time.time() - start >= limit
+            # decided together: a rank that stopped alone would leave the others waiting in an all-reduce
+            out_of_time = limit is not None and d.all_sum(time.time() - start >= limit) > 0
             finished = out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
             every = a.eval_every or max(1, (self.total_steps or 10**9) // 4)
             if finished or self.step % every == 0 or self.step == a.halt_at_step:
@@ -353,6 +361,12 @@ class Trainer:
                 f.write(json.dumps(rec) + "\n")
             print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v}" for k, v in rec.items()
                   if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")), file=sys.stderr)
+        cuda_rng = None
+        if d.device.type == "cuda":  # every rank's own generator state, gathered on rank 0
+            cuda_rng = [torch.cuda.get_rng_state(d.device)]
+            if d.world > 1:
+                cuda_rng = [None] * d.world
+                torch.distributed.all_gather_object(cuda_rng, torch.cuda.get_rng_state(d.device))
         if not d.main:
             d.barrier()
             return
@@ -362,7 +376,7 @@ class Trainer:
         state = dict(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(), step=self.step,
                      epoch=self.epoch, batch_in_epoch=self.batch_in_epoch, best=self.best, total_steps=self.total_steps,
                      time_used=self.time_used, python_rng=random.getstate(), torch_rng=torch.get_rng_state(),
-                     cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+                     cuda_rng=cuda_rng)
         if metric is not None and metric > self.best:
             self.best = state["best"] = metric
             checkpoint.save(self.out / "best", self.model, self.tok, card)

@@ -9,29 +9,16 @@ import os
 
 import pytest
 from PIL import Image
-
-try:
-    from predict_fixtures import (
-        COLOR_Q,
-        ROOT,
-        SHAPE_Q,
-        free_port,
-        load_app_module,
-        shared_checkpoint,
-        start_app,
-        write_pictures,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.predict_fixtures import (
-        COLOR_Q,
-        ROOT,
-        SHAPE_Q,
-        free_port,
-        load_app_module,
-        shared_checkpoint,
-        start_app,
-        write_pictures,
-    )
+from predict_fixtures import (
+    COLOR_Q,
+    ROOT,
+    SHAPE_Q,
+    free_port,
+    load_app_module,
+    shared_checkpoint,
+    start_app,
+    write_pictures,
+)
 
 gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is not installed (pip install -e '.[dev]')")
 from gradio_client import Client, handle_file  # noqa: E402

@@ -9,11 +9,7 @@ import os
 import shutil
 
 import pytest
-
-try:
-    from predict_fixtures import COLOR_Q, shared_checkpoint, start_app, write_pictures
-except ImportError:  # tests/ imported as a package
-    from tests.predict_fixtures import COLOR_Q, shared_checkpoint, start_app, write_pictures
+from predict_fixtures import COLOR_Q, shared_checkpoint, start_app, write_pictures
 
 pytestmark = [
     pytest.mark.browser,

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
+from data_fixtures import build_shapes, write_image, write_jsonl
 
 import vqa.data.dataset as dataset_mod
 from vqa.config import ModelConfig
@@ -16,11 +17,6 @@ from vqa.data.formats import corpus_texts, load_split
 from vqa.data.transforms import build_transform
 from vqa.errors import ConfigError
 from vqa.tokenizer import Tokenizer
-
-try:
-    from data_fixtures import build_shapes, write_image, write_jsonl
-except ImportError:  # tests/ imported as a package
-    from tests.data_fixtures import build_shapes, write_image, write_jsonl
 
 CFG = ModelConfig()  # 64 px, like the Shapes images
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from data_fixtures import write_coco, write_image, write_jsonl, write_vqa
 
 from vqa.data.formats import CaptionRecord, VQARecord, corpus_texts, find_splits, load_split
 from vqa.errors import DataError
-
-try:
-    from data_fixtures import write_coco, write_image, write_jsonl, write_vqa
-except ImportError:  # tests/ imported as a package
-    from tests.data_fixtures import write_coco, write_image, write_jsonl, write_vqa
 
 
 def test_vqa_v2(tmp_path):

@@ -8,16 +8,12 @@ import re
 
 import numpy as np
 import pytest
+from data_fixtures import build_shapes
 from PIL import Image
 
 from vqa.cli import main
 from vqa.data.formats import find_splits, load_split
 from vqa.data.shapes import COLORS, FAMILIES, build_split, prior_baselines
-
-try:
-    from data_fixtures import build_shapes
-except ImportError:  # tests/ imported as a package
-    from tests.data_fixtures import build_shapes
 
 SIDE = 64
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import lively_model, overfit_model, random_images
 
 from vqa.errors import InputError
 from vqa.generate import _beam_search, cross_attention_maps, filter_logits, generate, score_candidates
-
-try:
-    from helpers import lively_model, overfit_model, random_images
-except ImportError:  # tests/ imported as a package
-    from tests.helpers import lively_model, overfit_model, random_images
 
 # prompts of different lengths: the batch is left-padded to 6 tokens
 PROMPTS = [[1, 5], [1, 7, 8, 9, 10, 11], [1, 12, 13, 14]]

@@ -9,15 +9,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import make_batch, overfit_model, random_images, tiny_config, tiny_model
 
 from vqa.config import PRESETS, ModelConfig, preset
 from vqa.errors import ConfigError, InputError
 from vqa.model import Attention, KVCache, VQAModel, sinusoidal_positions
-
-try:
-    from helpers import make_batch, overfit_model, random_images, tiny_config, tiny_model
-except ImportError:  # tests/ imported as a package
-    from tests.helpers import make_batch, overfit_model, random_images, tiny_config, tiny_model
 
 
 def _ids(rows: list[list[int]]) -> torch.Tensor:

@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
 from vqa.errors import CheckpointError, InputError
 from vqa.predict import Predictor, attention_heatmap, letterbox_box, pick_device, select_map, upsample_map
-
-try:
-    from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
-except ImportError:  # tests/ imported as a package
-    from tests.predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
 
 @pytest.fixture(scope="module")

@@ -111,9 +111,9 @@ def test_the_lively_model_is_a_meaningful_test_subject(model, images):
     assert any(len(set(s)) > 2 for s in out.sequences)
 
 
-@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
-def test_cached_greedy_equals_uncached_reference(positions):
-    model = lively_model(eos_id=EOS, dec_positions=positions)
+@pytest.mark.parametrize("positions,qk_norm", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+def test_cached_greedy_equals_uncached_reference(positions, qk_norm):
+    model = lively_model(eos_id=EOS, dec_positions=positions, dec_qk_norm=qk_norm)
     images = random_images(len(PROMPTS), model.cfg)
     out = generate(model, PROMPTS, images, max_new_tokens=10)
     for i, prompt in enumerate(PROMPTS):

@@ -121,6 +121,46 @@ def test_attention_weights_path_equals_sdpa_cross():
     assert torch.all(w > 0)  # cross-attention is not causal: every query sees every image token
 
 
+@pytest.mark.parametrize("cross", [False, True])
+def test_qk_norm_normalizes_each_heads_queries_and_keys_and_the_weights_path_agrees(cross):
+    torch.manual_seed(4)
+    attn = Attention(32, 4, cross=cross, qk_norm=True).eval()
+    plain = Attention(32, 4, cross=cross).eval()
+    plain.load_state_dict(attn.state_dict(), strict=False)  # same projections, no norms
+    with torch.no_grad():
+        for lin in [attn.q, attn.kv] if cross else [attn.qkv]:
+            lin.weight.mul_(0.01), lin.bias.mul_(0.01)  # tiny queries/keys: near-uniform attention unless they are normalized
+    x, memory = torch.randn(2, 6, 32), torch.randn(2, 9, 32)
+    kv = attn.project_kv(memory) if cross else None
+    k = kv[0] if cross else attn.k_norm(attn.qkv(x).view(2, 6, 3, 4, 8)[:, :, 1].transpose(1, 2))
+    torch.testing.assert_close(k.mean(-1), torch.zeros(2, 4, k.shape[2]), atol=1e-5, rtol=0)  # LayerNorm per head
+    out, _ = attn(x, kv=kv)
+    out_w, w = attn(x, kv=kv, need_weights=True)
+    torch.testing.assert_close(out_w, out, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        for lin in [plain.q, plain.kv] if cross else [plain.qkv]:
+            lin.weight.mul_(0.01), lin.bias.mul_(0.01)
+    _, w_plain = plain(x, kv=plain.project_kv(memory) if cross else None, need_weights=True)
+    rows = slice(None) if cross else slice(3, None)  # self: queries that see at least 4 keys
+    uniform = (1 / 9) if cross else (1 / 4)
+    assert w_plain[..., rows, :].max() < 1.2 * uniform  # tiny projections: near-uniform attention without the norms
+    assert w[..., rows, :].max() > 2 * uniform  # unit-scale logits with them: already selective
+
+
+def test_qk_norm_decoder_is_still_causal_and_the_flags_reach_the_model():
+    model = tiny_model(dec_qk_norm=True, vit_qk_norm=True).eval()
+    assert all(isinstance(b.self_attn.q_norm, torch.nn.LayerNorm) for b in model.decoder.blocks)
+    assert all(isinstance(b.cross_attn.k_norm, torch.nn.LayerNorm) for b in model.decoder.blocks)
+    assert all(isinstance(b.attn.q_norm, torch.nn.LayerNorm) for b in model.vision.vit.blocks)
+    images = random_images(1, model.cfg)
+    ids = _ids([[1, 5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        a = model(images, ids).logits
+        b = model(images, _ids([[1, 5, 6, 7, 8, 20]])).logits
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5], b[:, 5])
+
+
 def test_one_attention_class_serves_self_and_cross_attention():
     model = tiny_model()
     for blk in model.decoder.blocks:

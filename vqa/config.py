@@ -26,6 +26,7 @@ class ModelConfig:
     vit_pretrained: bool = False  # timm's own download (needs internet)
     vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
     vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
+    vit_qk_norm: bool = False  # LayerNorm on each head's queries and keys (timm's qk_norm)
     vit_keep_prefix: bool = True  # keep the CLS / register tokens in the memory the decoder attends to
     vit_freeze: bool = False
     vit_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -38,6 +39,7 @@ class ModelConfig:
     dec_max_len: int = 64  # the longest prompt + target, in tokens
     dec_positions: str = "sinusoidal"  # or "learned"
     dec_dropout: float = 0.0
+    dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
     vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
     pad_id: int = 0
     bos_id: int = 1

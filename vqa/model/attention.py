@@ -62,7 +62,7 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0):
+    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False):
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
@@ -73,12 +73,17 @@ class Attention(nn.Module):
         else:
             self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        # optional LayerNorm of each head's queries and keys (Dehghani et al. 2023, "ViT-22B"; timm's qk_norm):
+        # logits start at unit scale instead of near 0, so attention turns selective sooner when training from
+        # scratch. The keys are normalized before they are cached, so cached and uncached decoding agree.
+        self.q_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of the image tokens: [B, N, D] -> 2 x [B, H, N, Dh]."""
         b, n, _ = memory.shape
         k, v = self.kv(memory).view(b, n, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        return k, v
+        return self.k_norm(k), v
 
     def forward(
         self,
@@ -91,11 +96,12 @@ class Attention(nn.Module):
         # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
         b, t, d = x.shape
         if self.cross:
-            q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+            q = self.q_norm(self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2))
             k, v = kv
             causal = False
         else:
             q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            q, k = self.q_norm(q), self.k_norm(k)
             past = 0
             if cache is not None:
                 past = cache.len

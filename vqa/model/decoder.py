@@ -42,8 +42,8 @@ class DecoderBlock(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d, h, p = cfg.dec_width, cfg.dec_heads, cfg.dec_dropout
-        self.ln1, self.self_attn = nn.LayerNorm(d), Attention(d, h, cross=False, dropout=p)
-        self.ln2, self.cross_attn = nn.LayerNorm(d), Attention(d, h, cross=True, dropout=p)
+        self.ln1, self.self_attn = nn.LayerNorm(d), Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
+        self.ln2, self.cross_attn = nn.LayerNorm(d), Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm)
         self.ln3, self.mlp = nn.LayerNorm(d), MLP(d, cfg.dec_mlp_ratio, p)
         self.drop = nn.Dropout(p)
 

@@ -41,6 +41,8 @@ def create_vit(cfg: ModelConfig) -> nn.Module:
     for key, value in (("embed_dim", cfg.vit_width), ("depth", cfg.vit_depth), ("num_heads", cfg.vit_heads)):
         if value is not None:
             kwargs[key] = value
+    if cfg.vit_qk_norm:
+        kwargs["qk_norm"] = True
     if cfg.vit_conv_stem:
         kwargs["embed_layer"] = ConvStemPatchEmbed
     pretrained = cfg.vit_pretrained

@@ -127,8 +127,13 @@ def alternate(fa, fb, device, repeats):
             res[fa][1], res[fb][1])
 
 
+# The peer (ViT + GPT-2) has neither a convolutional stem nor QK-norm: by default ours is built without them
+# too, so both sides do the same work; --as-preset times our preset exactly as configured.
+LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False)
+
+
 def bench(name, args, device):
-    ours = C.build_ours(name, device)
+    ours = C.build_ours(name, device, **({} if args.as_preset else LIKE_FOR_LIKE))
     peer = build_peer(ours.cfg, device)
     n_ours, n_peer = ours.num_parameters(), sum(p.numel() for p in peer.parameters())
     print(f"[{name}] ours {n_ours / 1e6:.2f} M parameters, peer {n_peer / 1e6:.2f} M", file=sys.stderr)
@@ -167,6 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="2 repeats, smaller batches for small (a minute or two)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--as-preset", action="store_true",
+                   help="time our presets as configured (tiny: + conv stem and QK-norm, which the peer lacks)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats = min(args.repeats, 2)

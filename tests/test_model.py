@@ -349,7 +349,10 @@ def test_preset_parameter_counts(name, low, high):
     cfg = preset(name)
     assert model.decoder.embed.weight.shape == (cfg.vocab_size, cfg.dec_width)
     assert len(model.decoder.blocks) == cfg.dec_depth
-    assert model.vision.vit.patch_embed.proj.weight.shape[-1] == cfg.vit_patch_size
+    g = cfg.vit_image_size // cfg.vit_patch_size
+    assert tuple(model.vision.vit.patch_embed.grid_size) == (g, g)
+    if not cfg.vit_conv_stem:  # tiny: a convolutional stem in place of the patch projection
+        assert model.vision.vit.patch_embed.proj.weight.shape[-1] == cfg.vit_patch_size
 
 
 def test_preset_overrides_and_names():

@@ -128,9 +128,12 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(shapes_dir, tmp
 def without_key_biases(state: dict) -> dict:
     """The weights minus the attention key biases. Adding q.b_k shifts all of a query's scores equally, which
     softmax ignores, so their true gradient is exactly 0: what they get is float noise that Adam's division by
-    sqrt(v) turns into full-size steps, differently for any change of summation order (1 vs 2 processes)."""
+    sqrt(v) turns into full-size steps, differently for any change of summation order (1 vs 2 processes).
+    With QK-norm the same holds for the bias of the keys' LayerNorm (k_norm.bias), left out as well."""
     out = {}
     for k, v in state.items():
+        if k.endswith("k_norm.bias"):
+            continue
         if k.endswith("qkv.bias"):  # [q | k | v]
             d = v.shape[0] // 3
             v = torch.cat([v[:d], v[2 * d :]])

@@ -83,8 +83,8 @@ PRESETS: dict[str, dict] = {
     # trains on 2 CPU cores in minutes: a 4-layer ViT on 64 px images in 8 px patches, 3-layer decoder
     "tiny": dict(
         vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
-        vit_width=192, vit_depth=4, vit_heads=3,
-        dec_width=192, dec_depth=3, dec_heads=4, dec_max_len=48,
+        vit_width=192, vit_depth=4, vit_heads=3, vit_conv_stem=True, vit_qk_norm=True,
+        dec_width=192, dec_depth=3, dec_heads=4, dec_max_len=48, dec_qk_norm=True,
     ),
     # ViT-S/16 at 224 px + a 6-layer decoder
     "small": dict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import re
 import statistics
@@ -88,13 +89,24 @@ def ours_trainer(model: VQAModel, device, compile: bool = False):
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
             out = fwd(b["images"], b["input_ids"], loss_mask=b["loss_mask"], image_index=b["image_index"],
                       return_logits=False)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return out.loss
+        return update(model, opt, out.loss)
 
     return step
+
+
+def update(model, opt, loss):
+    """One optimizer update, the same for both sides of a comparison: backward, clip to 1.0, step, zero."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def write_json(path, device, repeats, **results) -> None:
+    """The benchmark's rows with the environment they were measured in."""
+    with open(path, "w") as fh:
+        json.dump(dict(environment=environment(device), repeats=repeats, **results), fh, indent=2)
 
 
 def sync(device) -> None:

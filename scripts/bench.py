@@ -23,7 +23,6 @@ Measures (medians over --repeats after warm-up):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -204,8 +203,7 @@ def main(argv=None) -> int:
         print("\n" + C.table(["preset", f"images (x {C.QUESTIONS} q)", f"train step peak MiB ({what})"], mem_rows))
         results.append(dict(mem_table=mem_rows))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(environment=C.environment(device), repeats=args.repeats, results=results), fh, indent=2)
+        C.write_json(args.json, device, args.repeats, results=results)
     return 0
 
 

@@ -17,7 +17,6 @@ copy. Generation: greedy, exactly 16 new tokens (ours: min_new_tokens=16; peer: 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 
@@ -69,11 +68,7 @@ def peer_trainer(model, device):
         pixels = b["images"].index_select(0, b["image_index"])  # one copy of the image per question
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
             out = model(pixel_values=pixels, decoder_input_ids=ids, labels=labels)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return out.loss
+        return C.update(model, opt, out.loss)
 
     return step
 
@@ -194,8 +189,7 @@ def main(argv=None) -> int:
           f"{r['mem_ratio']:.2f}" + (" ok" if r["mem_ratio"] <= 1 else " HIGHER")]
          + ([f"{C.mib(r['rss_ours'])} / {C.mib(r['rss_peer'])}"] if cpu else []) for r in rows]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(environment=C.environment(device), repeats=args.repeats, rows=rows), f, indent=2)
+        C.write_json(args.json, device, args.repeats, rows=rows)
     return 0
 
 

@@ -73,3 +73,33 @@ def test_hflip_only_when_allowed_and_text_is_not_left_right():
     assert all(left_white(flip, ["is the circle left of the square?"]))
     assert all(left_white(flip, ["what color is it?", "a red circle on the Right"]))
     assert mentions_left_right(["the leftmost object"]) and not mentions_left_right(["a bright red leftover"])
+
+
+def test_fused_arithmetic_equals_torchvision_functionals():
+    """`finish` is hand-fused for speed; it must equal torchvision's to_dtype / adjust_brightness /
+    adjust_contrast / normalize (and the shift and flip) drawn from the same generator."""
+    from torchvision.transforms.v2 import functional as F
+
+    from vqa.data.transforms import _shift
+
+    u8 = ImageTransform(64, (0.5,) * 3, (0.5,) * 3).prepare(Image.effect_noise((64, 64), 60).convert("RGB"))
+    u8[0, 10:30, 10:30] = 250  # a saturated patch: the clamps matter
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    t = ImageTransform(64, mean, std, train=True, allow_hflip=True, brightness=0.3, contrast=0.3)
+    for seed in range(12):
+        r = torch.rand(5, generator=torch.Generator().manual_seed(seed)).tolist()
+        x = F.to_dtype(u8, torch.float32, scale=True)
+        x = F.adjust_contrast(F.adjust_brightness(x, 1 + 0.3 * (2 * r[0] - 1)), 1 + 0.3 * (2 * r[1] - 1))
+        dx, dy = (int(round((2 * v - 1) * t.max_shift_px)) for v in r[2:4])
+        if dx or dy:
+            x = _shift(x, dx, dy, [f / 255 for f in t.fill])
+        if r[4] < 0.5:
+            x = F.horizontal_flip(x)
+        want = F.normalize(x.clamp(0, 1), list(mean), list(std))
+        got = t.finish(u8, generator=torch.Generator().manual_seed(seed))
+        assert torch.allclose(got, want, atol=1e-5), seed
+    ev = ImageTransform(64, mean, std)
+    assert torch.allclose(ev.finish(u8), F.normalize(F.to_dtype(u8, torch.float32, scale=True), list(mean), list(std)), atol=1e-6)
+    f = u8.float() / 255
+    ev.finish(f)
+    assert torch.equal(f, u8.float() / 255)  # a float input is not modified in place

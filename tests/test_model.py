@@ -341,7 +341,7 @@ def _meta_count(name: str) -> tuple[int, VQAModel]:
 
 @pytest.mark.parametrize(
     "name, low, high",
-    [("tiny", 1e6, 5e6), ("small", 30e6, 45e6), ("base", 140e6, 190e6)],
+    [("tiny", 0.3e6, 2e6), ("small", 30e6, 45e6), ("base", 140e6, 190e6)],
 )
 def test_preset_parameter_counts(name, low, high):
     n, model = _meta_count(name)
@@ -358,7 +358,7 @@ def test_preset_parameter_counts(name, low, high):
 def test_preset_overrides_and_names():
     assert set(PRESETS) == {"tiny", "small", "base"}
     cfg = preset("tiny", vocab_size=77, dec_depth=1)
-    assert (cfg.vocab_size, cfg.dec_depth, cfg.dec_width) == (77, 1, 192)
+    assert (cfg.vocab_size, cfg.dec_depth, cfg.dec_width) == (77, 1, 96)
 
 
 # ---------------------------------------------------------------- bad input

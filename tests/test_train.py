@@ -240,3 +240,37 @@ def test_a_save_killed_between_its_renames_is_recovered(shapes_dir, tmp_path):
     assert checkpoint.load_train_state(run / "last")["step"] == 2
     assert not (run / "last.old").exists()
     assert [s for s in losses(run)] == [1, 2]
+
+
+def test_encoder_learning_rate_defaults_to_the_presets_fraction_of_lr(shapes_dir, tmp_path):
+    def base_lrs(run):
+        groups = checkpoint.load_train_state(run / "last")["optimizer"]["param_groups"]
+        return sorted({g["base_lr"] for g in groups})
+
+    assert main(train_args(shapes_dir, tmp_path / "a", "--max-steps", "1")) == 0
+    assert base_lrs(tmp_path / "a") == pytest.approx([0.3 * 3e-3, 3e-3])  # tiny: the encoder at 0.3 x --lr
+    assert main(train_args(shapes_dir, tmp_path / "b", "--max-steps", "1", "--vit-lr", "5e-3")) == 0
+    assert base_lrs(tmp_path / "b") == pytest.approx([3e-3, 5e-3])  # an explicit --vit-lr wins
+
+
+def test_time_limited_schedule_is_refitted_when_steps_slow_down(shapes_dir, tmp_path, monkeypatch):
+    """The cosine is fitted to the time limit from the first 20 steps, then refitted every 50: a run whose
+    steps get several times slower after step 30 must still reach (nearly) the end of its schedule in time,
+    where the first fit alone would have planned ~3x the steps that fit."""
+    import time
+
+    from vqa import train
+
+    real = train.Trainer.train_step
+
+    def slowing(self, micro):
+        out = real(self, micro)
+        time.sleep(0.002 if self.step < 30 else 0.03)
+        return out
+
+    monkeypatch.setattr(train.Trainer, "train_step", slowing)
+    run = tmp_path / "timed"
+    assert main(train_args(shapes_dir, run, "--time-limit", "12s", "--batch-size", "2", "--eval-every", "100000")) == 0
+    state = checkpoint.load_train_state(run / "last")
+    assert state["step"] >= 0.9 * state["total_steps"], (state["step"], state["total_steps"])
+    assert state["time_used"] < 12 + 5

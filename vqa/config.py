@@ -80,12 +80,13 @@ class ModelConfig:
 
 
 PRESETS: dict[str, dict] = {
-    # trains on 2 CPU cores in minutes: a 4-layer ViT on 64 px images (a conv stem down to 8 px patches),
-    # a 3-layer decoder, QK-norm everywhere (learns faster from scratch: docs/shapes-10min.md)
+    # trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images (a conv stem down to 8 px
+    # patches), a 2-layer decoder, QK-norm everywhere. Narrow on purpose: in ten CPU minutes a 96-wide model
+    # takes ~3x the steps of a 192-wide one and ends higher (docs/shapes-10min.md)
     "tiny": dict(
         vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
-        vit_width=192, vit_depth=4, vit_heads=3, vit_conv_stem=True, vit_qk_norm=True,
-        dec_width=192, dec_depth=3, dec_heads=4, dec_max_len=48, dec_qk_norm=True,
+        vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True,
+        dec_width=96, dec_depth=2, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
     ),
     # ViT-S/16 at 224 px + a 6-layer decoder
     "small": dict(

@@ -37,6 +37,9 @@ from .plots import plot_curves
 from .tokenizer import Tokenizer
 
 LR_DEFAULTS = {"tiny": 1e-3, "small": 3e-4, "base": 1e-4}
+# the encoder's learning rate as a fraction of --lr when --vit-lr is not given: a from-scratch encoder that
+# moves more slowly than the decoder lets the decoder's cross-attention settle sooner (docs/shapes-10min.md)
+VIT_LR_SCALE = {"tiny": 0.3}
 
 
 def add_arguments(p) -> None:
@@ -57,7 +60,8 @@ def add_arguments(p) -> None:
                    help="loss weight of a caption token relative to an answer token (default 0.2: a caption has "
                         "~10x an answer's tokens, and at 1.0 captions take most of the gradient; VQA learns faster)")
     p.add_argument("--lr", type=float, help="peak learning rate (default by preset: " + str(LR_DEFAULTS) + ")")
-    p.add_argument("--vit-lr", type=float, help="learning rate of the vision encoder (default: --lr; 0 freezes it)")
+    p.add_argument("--vit-lr", type=float, help="learning rate of the vision encoder (default: --lr, times "
+                   + ", ".join(f"{v} for {k}" for k, v in VIT_LR_SCALE.items()) + "; 0 freezes it)")
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
     p.add_argument("--grad-clip", type=float, default=1.0)
@@ -195,7 +199,7 @@ class Trainer:
     def _build_optim(self, state: dict | None) -> None:
         a, d = self.args, self.d
         self.lr = a.lr if a.lr is not None else LR_DEFAULTS.get(a.preset, 3e-4)
-        vit_lr = self.lr if a.vit_lr is None else a.vit_lr
+        vit_lr = self.lr * VIT_LR_SCALE.get(a.preset, 1.0) if a.vit_lr is None else a.vit_lr
         if self.cfg.vit_freeze:
             vit_lr = 0.0
         self.optimizer = make_optimizer(self.model, self.lr, vit_lr, a.weight_decay, fused=d.device.type == "cuda")
@@ -299,6 +303,7 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
         start, seen, t_log, measured = time.time() - self.time_used, 0, time.time(), []
+        fit_to_time = limit is not None and not (a.max_steps or a.epochs)
         for micro in self.batches():
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
@@ -308,9 +313,16 @@ class Trainer:
             self.step += 1
             seen += n_img
             measured.append(time.time() - t0)
-            if self.total_steps is None and len(measured) == 20:  # fit the schedule to the time limit
-                per_step = sorted(measured[1:])[len(measured) // 2]
-                local = self.step + int(0.9 * (limit - (time.time() - start)) / per_step)
+            if fit_to_time and (len(measured) == 20 or (len(measured) > 20 and self.step % 50 == 0)):
+                # fit the schedule to the time limit: first from the median of 20 steps, then every 50 steps
+                # from the mean since then, evaluations and data included (a run slows down after its first
+                # steps: fitted once, a 10-minute run ended at 80% of its cosine)
+                now = time.time()
+                if len(measured) == 20:
+                    per_step, share, fit_from = sorted(measured[1:])[len(measured) // 2], 0.9, (now, self.step)
+                else:
+                    per_step, share = (now - fit_from[0]) / (self.step - fit_from[1]), 0.98
+                local = self.step + max(1, int(share * (limit - (now - start)) / per_step))
                 self.total_steps = int(d.all_sum(local) // d.world)  # every rank must follow one schedule
                 if bar is not None:
                     bar.total = self.total_steps

@@ -67,7 +67,8 @@ class ImageTextDataset(Dataset):
         self.n_captions = sum(len(g[1]) for g in self.groups)
         self.cache_images = bool(cache_images)
         self._cache: dict[int, Any] = {}
-        self._enc: dict[str, list[int]] = {}
+        self._enc: dict[str, list[int]] = {}  # text -> token ids, and question -> prompt ids: a training run
+        self._prompts: dict[str, list[int]] = {}  # sees the same strings every epoch
 
     def __len__(self) -> int:
         return len(self.images)
@@ -122,7 +123,12 @@ class ImageTextDataset(Dataset):
         )
 
     def _vqa_prompt(self, question: str) -> list[int]:
-        return self.tok.vqa_prompt(question, self.max_len)
+        ids = self._prompts.get(question)
+        if ids is None:
+            ids = self.tok.vqa_prompt(question, self.max_len)
+            if len(self._prompts) < 500_000:  # bounded, as the answer cache
+                self._prompts[question] = ids
+        return ids
 
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
@@ -169,15 +175,12 @@ def collate(items: list[dict], pad_id: int) -> dict:
     rows = [row for item in items for row in item["rows"]]
     image_index = [k for k, item in enumerate(items) for _ in item["rows"]]
     t = max((len(r["input_ids"]) for r in rows), default=0)
-    b = len(rows)
-    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, t), dtype=torch.bool)
-    loss_mask = torch.zeros((b, t), dtype=torch.bool)
-    for j, r in enumerate(rows):
-        n = len(r["input_ids"])
-        input_ids[j, :n] = torch.tensor(r["input_ids"], dtype=torch.long)
-        attention[j, :n] = True
-        loss_mask[j, :n] = torch.tensor(r["loss_mask"], dtype=torch.bool)
+    # padded in Python, then one tensor each: a tensor per row costs more than the padding at ~200 rows a batch
+    input_ids = torch.tensor([r["input_ids"] + [pad_id] * (t - len(r["input_ids"])) for r in rows], dtype=torch.long)
+    attention = torch.tensor([[True] * len(r["input_ids"]) + [False] * (t - len(r["input_ids"])) for r in rows],
+                             dtype=torch.bool)
+    loss_mask = torch.tensor([list(r["loss_mask"]) + [False] * (t - len(r["loss_mask"])) for r in rows], dtype=torch.bool)
+    input_ids, attention, loss_mask = (x.view(len(rows), t) for x in (input_ids, attention, loss_mask))
     out = dict(
         images=torch.stack([item["image"] for item in items]) if items else torch.empty(0),
         image_index=torch.tensor(image_index, dtype=torch.long),

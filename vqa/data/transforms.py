@@ -79,24 +79,31 @@ class ImageTransform:
     def finish(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """Augment (train only) and normalize a uint8 [3,S,S] tensor into a float tensor."""
-        x = F.to_dtype(x, torch.float32, scale=True)
+        """Augment (train only) and normalize a uint8 [3,S,S] tensor into a float tensor.
+        Written as in-place tensor arithmetic with the semantics of torchvision's `to_dtype(scale=True)`,
+        `adjust_brightness`, `adjust_contrast` and `normalize` (tests/test_data_transforms.py compares them):
+        the functional calls cost ~0.4 ms an image in dispatch, a tenth of a CPU training step."""
+        x = x.to(torch.float32).div_(255) if x.dtype == torch.uint8 else x.to(torch.float32, copy=True)
         if self.train:
             x = self._augment(x, texts, generator)
-        return F.normalize(x, list(self.mean), list(self.std))
+        mean = torch.tensor(self.mean, dtype=x.dtype).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=x.dtype).view(-1, 1, 1)
+        return x.sub_(mean).div_(std)
 
     def _augment(self, x: torch.Tensor, texts: Sequence[str], g: torch.Generator | None) -> torch.Tensor:
-        r = torch.rand(5, generator=g)
-        b = 1 + self.brightness * (2 * float(r[0]) - 1)
-        c = 1 + self.contrast * (2 * float(r[1]) - 1)
-        x = F.adjust_contrast(F.adjust_brightness(x, b), c)
+        r = torch.rand(5, generator=g).tolist()
+        b = 1 + self.brightness * (2 * r[0] - 1)
+        c = 1 + self.contrast * (2 * r[1] - 1)
+        x.mul_(b).clamp_(0, 1)  # adjust_brightness: blend with black
+        gray = x[0].mul(0.2989).add_(x[1], alpha=0.587).add_(x[2], alpha=0.114)  # rgb_to_grayscale
+        x.mul_(c).add_((1 - c) * gray.mean()).clamp_(0, 1)  # adjust_contrast: blend with the grey mean
         k = self.max_shift_px
-        dx = int(round((2 * float(r[2]) - 1) * k))
-        dy = int(round((2 * float(r[3]) - 1) * k))
+        dx = int(round((2 * r[2] - 1) * k))
+        dy = int(round((2 * r[3] - 1) * k))
         if dx or dy:
             x = _shift(x, dx, dy, [f / 255 for f in self.fill])
-        if self.allow_hflip and float(r[4]) < 0.5 and not mentions_left_right(texts):
-            x = F.horizontal_flip(x)
+        if self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts):
+            x = x.flip(-1)
         return x.clamp_(0, 1)
 
     def __call__(

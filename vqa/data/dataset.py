@@ -67,8 +67,7 @@ class ImageTextDataset(Dataset):
         self.n_captions = sum(len(g[1]) for g in self.groups)
         self.cache_images = bool(cache_images)
         self._cache: dict[int, Any] = {}
-        self._enc: dict[str, list[int]] = {}  # text -> token ids, and question -> prompt ids: a training run
-        self._prompts: dict[str, list[int]] = {}  # sees the same strings every epoch
+        self._ids: dict[tuple[str, str], list[int]] = {}  # (kind, text) -> token ids: every epoch repeats them
 
     def __len__(self) -> int:
         return len(self.images)
@@ -102,13 +101,16 @@ class ImageTextDataset(Dataset):
             return self.transform(x)
 
     # ---- text rows ----
-    def _encode(self, text: str) -> list[int]:
-        ids = self._enc.get(text)
+    def _cached_ids(self, kind: str, text: str, encode: Callable[[str], list[int]]) -> list[int]:
+        ids = self._ids.get((kind, text))
         if ids is None:
-            ids = self.tok.encode(text)
-            if len(self._enc) < 500_000:  # bounded: VQA v2 has ~450k distinct questions and answers
-                self._enc[text] = ids
+            ids = encode(text)
+            if len(self._ids) < 1_000_000:  # bounded: VQA v2 has ~450k distinct questions and answers
+                self._ids[(kind, text)] = ids
         return ids
+
+    def _encode(self, text: str) -> list[int]:
+        return self._cached_ids("text", text, self.tok.encode)
 
     def _row(self, prompt: list[int], target_text: str, task: str, meta: dict) -> dict:
         target = [*self._encode(target_text), self.tok.eos_id]
@@ -123,12 +125,7 @@ class ImageTextDataset(Dataset):
         )
 
     def _vqa_prompt(self, question: str) -> list[int]:
-        ids = self._prompts.get(question)
-        if ids is None:
-            ids = self.tok.vqa_prompt(question, self.max_len)
-            if len(self._prompts) < 500_000:  # bounded, as the answer cache
-                self._prompts[question] = ids
-        return ids
+        return self._cached_ids("prompt", question, lambda q: self.tok.vqa_prompt(q, self.max_len))
 
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
@@ -176,11 +173,15 @@ def collate(items: list[dict], pad_id: int) -> dict:
     image_index = [k for k, item in enumerate(items) for _ in item["rows"]]
     t = max((len(r["input_ids"]) for r in rows), default=0)
     # padded in Python, then one tensor each: a tensor per row costs more than the padding at ~200 rows a batch
-    input_ids = torch.tensor([r["input_ids"] + [pad_id] * (t - len(r["input_ids"])) for r in rows], dtype=torch.long)
-    attention = torch.tensor([[True] * len(r["input_ids"]) + [False] * (t - len(r["input_ids"])) for r in rows],
-                             dtype=torch.bool)
-    loss_mask = torch.tensor([list(r["loss_mask"]) + [False] * (t - len(r["loss_mask"])) for r in rows], dtype=torch.bool)
-    input_ids, attention, loss_mask = (x.view(len(rows), t) for x in (input_ids, attention, loss_mask))
+    ids, attn, loss = [], [], []
+    for r in rows:
+        pad = t - len(r["input_ids"])
+        ids.append([*r["input_ids"], *[pad_id] * pad])
+        attn.append([True] * len(r["input_ids"]) + [False] * pad)
+        loss.append([*r["loss_mask"], *[False] * pad])
+    input_ids = torch.tensor(ids, dtype=torch.long).view(len(rows), t)  # view: [0, 0] when there are no rows
+    attention = torch.tensor(attn, dtype=torch.bool).view(len(rows), t)
+    loss_mask = torch.tensor(loss, dtype=torch.bool).view(len(rows), t)
     out = dict(
         images=torch.stack([item["image"] for item in items]) if items else torch.empty(0),
         image_index=torch.tensor(image_index, dtype=torch.long),

@@ -51,6 +51,8 @@ class ImageTransform:
     ):
         self.size, self.train, self.allow_hflip = int(size), bool(train), bool(allow_hflip)
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self._mean_t = torch.tensor(self.mean).view(-1, 1, 1)  # [3, 1, 1], built once, not per image
+        self._std_t = torch.tensor(self.std).view(-1, 1, 1)
         self.fill = [round(m * 255) for m in self.mean]
         self.brightness, self.contrast = float(brightness), float(contrast)
         self.max_shift_px = max(1, round(max_shift * self.size)) if max_shift > 0 else 0  # 2 px at 64, 7 at 224
@@ -86,9 +88,7 @@ class ImageTransform:
         x = x.to(torch.float32).div_(255) if x.dtype == torch.uint8 else x.to(torch.float32, copy=True)
         if self.train:
             x = self._augment(x, texts, generator)
-        mean = torch.tensor(self.mean, dtype=x.dtype).view(-1, 1, 1)
-        std = torch.tensor(self.std, dtype=x.dtype).view(-1, 1, 1)
-        return x.sub_(mean).div_(std)
+        return x.sub_(self._mean_t).div_(self._std_t)
 
     def _augment(self, x: torch.Tensor, texts: Sequence[str], g: torch.Generator | None) -> torch.Tensor:
         r = torch.rand(5, generator=g).tolist()

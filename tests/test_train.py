@@ -247,10 +247,25 @@ def test_encoder_learning_rate_defaults_to_the_presets_fraction_of_lr(shapes_dir
         groups = checkpoint.load_train_state(run / "last")["optimizer"]["param_groups"]
         return sorted({g["base_lr"] for g in groups})
 
-    assert main(train_args(shapes_dir, tmp_path / "a", "--max-steps", "1")) == 0
+    adamw = ("--optimizer", "adamw")
+    assert main(train_args(shapes_dir, tmp_path / "a", "--max-steps", "1", *adamw)) == 0
     assert base_lrs(tmp_path / "a") == pytest.approx([0.3 * 3e-3, 3e-3])  # tiny: the encoder at 0.3 x --lr
-    assert main(train_args(shapes_dir, tmp_path / "b", "--max-steps", "1", "--vit-lr", "5e-3")) == 0
+    assert main(train_args(shapes_dir, tmp_path / "b", "--max-steps", "1", "--vit-lr", "5e-3", *adamw)) == 0
     assert base_lrs(tmp_path / "b") == pytest.approx([3e-3, 5e-3])  # an explicit --vit-lr wins
+
+
+def test_tiny_trains_with_muon_by_default_and_resume_keeps_the_optimizer(shapes_dir, tmp_path, capsys):
+    from vqa.optim import MUON_LR_SCALE
+
+    run = tmp_path / "m"
+    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--halt-at-step", "1")) == 0
+    state = checkpoint.load_train_state(run / "last")
+    assert state["optimizer_kind"] == "muon"
+    muon_lrs = sorted(g["base_lr"] for g in state["optimizer"]["muon"]["param_groups"])
+    assert muon_lrs == pytest.approx([MUON_LR_SCALE * 0.3 * 3e-3, MUON_LR_SCALE * 3e-3])
+    fails(capsys, train_args(shapes_dir, run, "--max-steps", "2", "--resume", "--optimizer", "adamw"),
+          "trained with --optimizer muon")
+    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--resume")) == 0
 
 
 def test_time_limited_schedule_is_refitted_when_steps_slow_down(shapes_dir, tmp_path, monkeypatch):

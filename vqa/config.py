@@ -28,6 +28,7 @@ class ModelConfig:
     vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
     vit_qk_norm: bool = False  # LayerNorm on each head's queries and keys (timm's qk_norm)
     vit_keep_prefix: bool = True  # keep the CLS / register tokens in the memory the decoder attends to
+    vit_memory_pos: bool = False  # add fixed 2-D sin-cos positions to the image tokens the decoder attends to
     vit_freeze: bool = False
     vit_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     vit_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -50,6 +51,8 @@ class ModelConfig:
             raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
         if self.dec_positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
+        if self.vit_memory_pos and self.dec_width % 4:
+            raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:
             raise ConfigError(
                 f"vit_image_size={self.vit_image_size} is not a multiple of vit_patch_size={self.vit_patch_size}"
@@ -85,8 +88,8 @@ PRESETS: dict[str, dict] = {
     # takes ~3x the steps of a 192-wide one and ends higher (docs/shapes-10min.md)
     "tiny": dict(
         vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
-        vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True,
-        dec_width=96, dec_depth=2, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
+        vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True, vit_memory_pos=True,
+        dec_width=96, dec_depth=3, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
     ),
     # ViT-S/16 at 224 px + a 6-layer decoder
     "small": dict(

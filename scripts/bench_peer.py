@@ -124,7 +124,7 @@ def alternate(fa, fb, device, repeats):
 
 # The peer (ViT + GPT-2) has neither a convolutional stem nor QK-norm: by default ours is built without them
 # too, so both sides do the same work; --as-preset times our preset exactly as configured.
-LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False)
+LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False, vit_memory_pos=False)
 
 
 def bench(name, args, device):

@@ -60,9 +60,10 @@ def add_arguments(p) -> None:
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation)")
     p.add_argument("--questions-per-image", type=int, default=6, help="questions per image per step (Shapes has 6)")
     p.add_argument("--captions-per-image", type=int, default=1)
-    p.add_argument("--caption-weight", type=float, default=0.2,
-                   help="loss weight of a caption token relative to an answer token (default 0.2: a caption has "
-                        "~10x an answer's tokens, and at 1.0 captions take most of the gradient; VQA learns faster)")
+    p.add_argument("--caption-weight", type=float, default=0.5,
+                   help="loss weight of a caption token relative to an answer token (default 0.5: a caption has "
+                        "~10x an answer's tokens, and at 1.0 captions take most of the gradient; on Shapes 0.5 "
+                        "beat 0.2 once the decoder could read positions, docs/shapes-10min.md section 5)")
     p.add_argument("--lr", type=float, help="peak learning rate (default by preset: " + str(LR_DEFAULTS) + ")")
     p.add_argument("--vit-lr", type=float, help="learning rate of the vision encoder (default: --lr, times "
                    + ", ".join(f"{v} for {k}" for k, v in VIT_LR_SCALE.items()) + "; 0 freezes it)")

@@ -84,8 +84,9 @@ class ModelConfig:
 
 PRESETS: dict[str, dict] = {
     # trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images (a conv stem down to 8 px
-    # patches), a 2-layer decoder, QK-norm everywhere. Narrow on purpose: in ten CPU minutes a 96-wide model
-    # takes ~3x the steps of a 192-wide one and ends higher (docs/shapes-10min.md)
+    # patches), a 3-layer decoder, QK-norm everywhere, fixed 2-D positions on the memory. Narrow on purpose: in
+    # ten CPU minutes a 96-wide model takes ~3x the steps of a 192-wide one and ends higher; the memory
+    # positions let spatial questions be answered at all (docs/shapes-10min.md, sections 4-5)
     "tiny": dict(
         vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
         vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True, vit_memory_pos=True,

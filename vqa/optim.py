@@ -110,10 +110,6 @@ class MuonAdamW:
     def param_groups(self) -> list[dict]:
         return [g for o in self.parts for g in o.param_groups]
 
-    @property
-    def state(self):
-        return {p: s for o in self.parts for p, s in o.state.items()}
-
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for o in self.parts:

@@ -400,7 +400,8 @@ class Trainer:
                     parameters=self.model.num_parameters())
         state = dict(optimizer=self.optimizer.state_dict(), optimizer_kind=self.optimizer_kind,
                      scaler=self.scaler.state_dict(), step=self.step, epoch=self.epoch,
-                     batch_in_epoch=self.batch_in_epoch, best=self.best, total_steps=self.total_steps, time_used=self.time_used, python_rng=random.getstate(), torch_rng=torch.get_rng_state(),
+                     batch_in_epoch=self.batch_in_epoch, best=self.best, total_steps=self.total_steps,
+                     time_used=self.time_used, python_rng=random.getstate(), torch_rng=torch.get_rng_state(),
                      cuda_rng=cuda_rng)
         if metric is not None and metric > self.best:
             self.best = state["best"] = metric

@@ -6,7 +6,7 @@ model looked while it wrote each word.
 
 Serving: requests wait in one queue and the model runs one at a time (`--concurrency`), the queue holds at
 most `--queue-size` requests (later ones are told it is full), uploads are capped at 10 MB and pictures at
-40 megapixels, and the server listens on 127.0.0.1 unless `--host` says otherwise. Bad input (no picture, a
+`vqa.data.images.MAX_PIXELS` (64 megapixels), and the server listens on 127.0.0.1 unless `--host` says otherwise. Bad input (no picture, a
 file that is not a picture, a huge picture, an empty question) gets a message, never a crash. A second
 question about the same picture reuses its encoding (the Predictor's cache).
 
@@ -21,6 +21,7 @@ import os
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no telemetry calls from a local demo
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ import gradio as gr
 import numpy as np
 from PIL import Image
 
+from vqa.config import GenerationConfig
+from vqa.data.images import MAX_PIXELS
 from vqa.errors import VQAError
 
 ROOT = Path(__file__).resolve().parent
@@ -37,7 +40,6 @@ SAMPLES = ROOT / "data" / "samples"
 SHAPES = ROOT / "data" / "shapes"
 DEFAULT_RUN = Path("runs") / "tiny"
 MAX_FILE_SIZE = "10mb"
-MAX_PIXELS = 40_000_000
 MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
 DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (longer side)
 MEAN = -1  # the layer / head selector value meaning "average them all"
@@ -123,7 +125,7 @@ def _word_choices(words: list[str]) -> list[tuple[str, int]]:
 
 
 def _heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any) -> Image.Image | None:
-    from vqa.predict import attention_heatmap
+    from vqa.heatmaps import attention_heatmap
 
     if not state or not state.get("words"):
         return None
@@ -138,6 +140,47 @@ def _state_from(pred, image: Any, result) -> dict:
     words = result.words()
     maps = np.stack([m.numpy() for _, m in words]) if words else np.zeros((0,))
     return dict(image=_display_copy(pred, image), words=[w for w, _ in words], maps=maps)
+
+
+def decoding_methods() -> tuple[str, ...]:
+    from vqa.generate import METHODS
+
+    return tuple(METHODS)
+
+
+def _ui_fields() -> list:
+    """GenerationConfig's fields that the app shows (those with `ui` metadata), in their order."""
+    return [f for f in dataclasses.fields(GenerationConfig) if f.metadata.get("ui")]
+
+
+def decoding_controls() -> list:
+    """One control per GenerationConfig field with `ui` metadata: a slider over its (min, max, step), or a
+    number box; labelled with the field's help, set to the caption defaults."""
+    defaults = GenerationConfig.for_task("caption")
+    out = []
+    for f in _ui_fields():
+        ui, label = f.metadata["ui"], f"{f.name.replace('_', ' ')} — {f.metadata.get('help', '')}"
+        value = getattr(defaults, f.name)
+        if ui == "number":
+            out.append(gr.Number(value=value if value is not None else 0, precision=0, label=label,
+                                 elem_id=f"gen-{f.name}"))
+        else:
+            lo, hi, step = ui
+            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}"))
+    return out
+
+
+def decoding_settings(method: Any, values: Any) -> GenerationConfig:
+    """The GenerationConfig of the caption tab's controls (an empty number box: None)."""
+    changes = {"method": str(method)}
+    for f, v in zip(_ui_fields(), values, strict=True):
+        if v is None or v == "":
+            changes[f.name] = None
+        elif str(f.type).startswith("int"):
+            changes[f.name] = int(v)
+        else:
+            changes[f.name] = float(v)
+    return GenerationConfig.for_task("caption", **changes)
 
 
 def card_markdown(pred) -> str:
@@ -220,8 +263,8 @@ def build_app(pred=None) -> gr.Blocks:
         except VQAError as e:
             raise _fail(e) from None
         if res.truncated:
-            notes.append(f"The question was too long for the model: only its first {cfg.dec_max_len - 5} tokens "
-                         "were read.")
+            notes.append("The question was too long for the model: only its first "
+                         f"{pred.tokenizer.max_question_tokens(cfg.dec_max_len)} tokens were read.")
         if pred.tokenizer.unk_id in pred.tokenizer.encode(question):
             notes.append("Some characters (emoji, or a script the model never saw) are unknown to this model "
                          "and were read as `<unk>`.")
@@ -230,15 +273,14 @@ def build_app(pred=None) -> gr.Blocks:
         words = gr.Radio(choices=_word_choices(state["words"]), value=0 if state["words"] else None)
         return res.answer, label, heat, words, "\n\n".join(notes), state
 
-    def caption(image, beams, sample, top_p, top_k, temperature, seed, state):
+    def caption(image, method, *values):
+        *values, state = values
         if image is None:
             raise gr.Error("Please upload a picture or pick an example first.", title="No picture",
                            print_exception=False)
-        beams, sample = int(beams), bool(sample)
         try:
-            seed = None if seed is None or seed == "" else int(seed)
-            res = pred.caption(image, num_beams=1 if sample else beams, do_sample=sample, top_p=float(top_p),
-                               top_k=int(top_k), temperature=float(temperature), seed=seed, return_attention=True)
+            settings = decoding_settings(method, values)
+            res = pred.caption(image, settings, return_attention=True)
             state = _state_from(pred, image, res)
         except VQAError as e:
             raise _fail(e) from None
@@ -247,7 +289,8 @@ def build_app(pred=None) -> gr.Blocks:
         if res.beams:
             details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
         else:
-            details = f"log-prob {res.log_prob:.2f}" + (f" (sampled, seed {seed})" if sample else " (greedy)")
+            details = f"log-prob {res.log_prob:.2f} ({settings.method}" + (
+                f", seed {settings.seed})" if settings.method == "sample" else ")")
         heat = _heatmap(pred, state, 0, MEAN, MEAN)
         words = gr.Radio(choices=_word_choices(state["words"]), value=0 if state["words"] else None)
         return res.caption, details, heat, words, state
@@ -281,15 +324,10 @@ def build_app(pred=None) -> gr.Blocks:
                                               show_heading=False, elem_id="top-answers", scale=3)
                         note = gr.Markdown(elem_id="note")
                     with gr.Tab("Caption", id="caption"):
+                        method = gr.Dropdown(list(decoding_methods()), value="greedy", label="Decoding method",
+                                             elem_id="method")
                         with gr.Row():
-                            beams = gr.Slider(1, 5, value=1, step=1, label="Beams (1: greedy)")
-                            sample = gr.Checkbox(label="Sample instead of searching", value=False)
-                        with gr.Row():
-                            top_p = gr.Slider(0.05, 1.0, value=0.9, step=0.05, label="top-p (sampling)")
-                            top_k_tok = gr.Slider(0, 50, value=0, step=1, label="top-k tokens (sampling, 0: all)")
-                        with gr.Row():
-                            temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="Temperature (sampling)")
-                            seed = gr.Number(value=0, precision=0, label="Seed (sampling)")
+                            settings = decoding_controls()
                         cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button")
                         cap_text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text")
                         cap_details = gr.Markdown(elem_id="caption-details")
@@ -309,7 +347,7 @@ def build_app(pred=None) -> gr.Blocks:
 
         gr.on([ask_btn.click, question.submit], ask, [image, question, top_k, state],
               [answer, scores, heat, word, note, state], api_name="ask", concurrency_id="model")
-        cap_btn.click(caption, [image, beams, sample, top_p, top_k_tok, temperature, seed, state],
+        cap_btn.click(caption, [image, method, *settings, state],
                       [cap_text, cap_details, heat, word, state], api_name="caption", concurrency_id="model")
         gr.on([word.input, layer.input, head.input], heatmap, [word, layer, head, state], heat,
               api_name="heatmap", concurrency_limit=4, show_progress="hidden")

@@ -17,7 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from vqa.config import PRESETS, preset  # noqa: E402
+from vqa.config import preset  # noqa: E402
+from vqa.device import pick_device  # noqa: E402,F401 (the scripts' device choice is the package's)
 from vqa.model import VQAModel  # noqa: E402
 from vqa.optim import make_optimizer  # noqa: E402
 
@@ -28,14 +29,8 @@ NEW_TOKENS = 16  # generated tokens per prompt
 PAD, BOS, EOS = 0, 1, 2
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 def preset_image_size(name: str) -> int:
-    return PRESETS[name]["vit_image_size"]
+    return preset(name).vit_image_size
 
 
 def build_ours(name: str, device, **overrides) -> VQAModel:

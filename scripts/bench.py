@@ -29,6 +29,7 @@ import time
 import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
+from vqa.config import GenerationConfig  # noqa: E402
 from vqa.generate import _Decoder, generate
 
 # dense bf16 peak FLOP/s (no sparsity) by a substring of torch.cuda.get_device_name()
@@ -119,7 +120,8 @@ def bench_positions(name, device, repeats, positions=(1, 64)):
             prompt = [[C.BOS] + [7] * (p - 1)]  # p tokens at positions 0..p-1: the step feeds position p
             times = []
             for _ in range(repeats * 4):
-                dec, warm = _Decoder(model, kv, prompt, 2), _Decoder(model, kv, prompt, 2)
+                two = GenerationConfig(max_new_tokens=2)
+                dec, warm = _Decoder(model, kv, prompt, two), _Decoder(model, kv, prompt, two)
                 warm.step(tok)  # the same step just before, as in a decoding loop: weights warm in the caches
                 times.append(C.timed(lambda dec=dec: dec.step(tok), device))
             out[f"step_pos{p}_ms"] = C.median(times) * 1e3

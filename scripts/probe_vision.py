@@ -10,8 +10,8 @@ A linear head reads each object's shape from the encoder token of the patch that
   python scripts/probe_vision.py --data data/shapes --freeze             # frozen random encoder: the floor
 
 Prints held-out shape accuracy (chance 25%) every --every steps. Override encoder fields with --set, e.g.
-`--set vit_conv_stem=true`. Used to find out why the tiny preset does not learn the shape family in ten CPU
-minutes (docs/performance.md, "Why not 90%").
+`--set vit_conv_stem=true`. Used to find out why the tiny preset did not learn the shape family in ten CPU
+minutes (docs/shapes-10min.md, section 1).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from vqa.config import preset
 from vqa.data.shapes import SHAPES
 from vqa.data.transforms import build_transform
 from vqa.model.vision import VisionEncoder
-from vqa.train import parse_overrides
+from vqa.options import parse_set
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
         enc = checkpoint.load(checkpoint.resolve(a.checkpoint))[0].vision.eval().requires_grad_(False)
         cfg = enc.cfg
     else:
-        cfg = preset(a.preset, **parse_overrides(a.set))
+        cfg = preset(a.preset, **parse_set(a.set))
         enc = VisionEncoder(cfg)
         if a.freeze:
             enc.eval().requires_grad_(False)

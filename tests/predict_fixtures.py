@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 import torch
+from helpers import tiny_config
 from PIL import Image, ImageDraw
 
 from vqa import checkpoint
-from vqa.config import ModelConfig
 from vqa.data.transforms import build_transform
 from vqa.generate import generate
 from vqa.model import VQAModel
@@ -46,14 +46,6 @@ def draw(name: str, size: tuple[int, int] = (48, 36)) -> Image.Image:
     return img
 
 
-def tiny_config(tok: Tokenizer) -> ModelConfig:
-    return ModelConfig(
-        vit_name="vit_tiny_patch16_224", vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patch_size=8,
-        dec_width=32, dec_depth=2, dec_heads=4, dec_max_len=32,
-        vocab_size=tok.vocab_size, pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
-    )
-
-
 def train_checkpoint(folder: str | Path, max_steps: int = 600, seed: int = 0) -> Path:
     """Train the tiny model until it answers and captions both pictures right; save it to `folder`."""
     texts = [COLOR_Q, SHAPE_Q, *DISTRACTORS]
@@ -61,7 +53,7 @@ def train_checkpoint(folder: str | Path, max_steps: int = 600, seed: int = 0) ->
         texts += [colour, shape, cap]
     tok = Tokenizer.train(texts * 4, vocab_size=80)
     torch.manual_seed(seed)
-    model = VQAModel(tiny_config(tok))
+    model = VQAModel(tiny_config(**tok.model_ids()))  # the shared tiny config, this tokenizer's ids
     tf = build_transform(model.cfg, train=False)
     names = list(ITEMS)
     images = torch.stack([tf(draw(n)) for n in names])

@@ -63,6 +63,20 @@ def _ask(client, image, question=COLOR_Q, top_k=3):
     return client.predict(image, question, top_k, api_name="/ask")
 
 
+def _caption(client, image, method="greedy", submit=False, **settings):
+    """/caption with the decoding controls the app shows (GenerationConfig's `ui` fields) at their defaults,
+    `settings` changed."""
+    import dataclasses
+
+    from vqa.config import GenerationConfig
+
+    defaults = GenerationConfig.for_task("caption")
+    values = [settings.get(f.name, getattr(defaults, f.name) if getattr(defaults, f.name) is not None else 0)
+              for f in dataclasses.fields(GenerationConfig) if f.metadata.get("ui")]
+    call = client.submit if submit else client.predict
+    return call(image, method, *values, api_name="/caption")
+
+
 def test_the_api_names_are_stable(client):
     names = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
     assert {"/ask", "/caption", "/heatmap"} <= names
@@ -85,19 +99,20 @@ def test_ask_answers_with_top_k_scores_and_a_heatmap_image(client, pictures):
 
 def test_caption_and_its_decoding_settings(client, pictures):
     img = handle_file(str(pictures["blue_square"]))
-    text, details, heat, word, = client.predict(img, 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    text, details, heat, word, = _caption(client, img)
     assert text == "a blue square" and "greedy" in details
     assert [c[0] for c in word["choices"]] == ["1. a", "2. blue", "3. square"]
     assert Image.open(heat).size == (480, 360)
-    text, details, *_ = client.predict(img, 3, False, 0.9, 0, 1.0, 0, api_name="/caption")
-    assert text and details.startswith("1. ")  # beam search lists its beams
-    a = client.predict(img, 1, True, 0.9, 0, 1.0, 7, api_name="/caption")[0]
-    b = client.predict(img, 1, True, 0.9, 0, 1.0, 7, api_name="/caption")[0]
-    assert a == b  # a seeded sample is reproducible
+    text, details, *_ = _caption(client, img, "beam", num_beams=3)
+    assert text and details.startswith("1. ") and "3. " in details  # beam search lists its beams
+    a = _caption(client, img, "sample", temperature=2.0, seed=7)
+    b = _caption(client, img, "sample", temperature=2.0, seed=7)
+    assert a[:2] == b[:2] and "seed 7" in a[1]  # a seeded sample is reproducible
+    assert {_caption(client, img, "sample", temperature=2.0, seed=s)[0] for s in range(3)} | {a[0]} != {a[0]}
 
 
 def test_the_heatmap_endpoint_redraws_a_chosen_word_layer_and_head(client, pictures):
-    client.predict(handle_file(str(pictures["blue_square"])), 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+    _caption(client, handle_file(str(pictures["blue_square"])))
     mean = client.predict(2, -1, -1, api_name="/heatmap")  # the word "square", all layers and heads
     one = client.predict(2, 1, 3, api_name="/heatmap")  # layer 2, head 4
     with Image.open(mean) as a, Image.open(one) as b:
@@ -120,7 +135,7 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     with pytest.raises(AppError, match="upload a picture"):
         _ask(client, None)
     with pytest.raises(AppError, match="upload a picture"):
-        client.predict(None, 1, False, 0.9, 0, 1.0, 0, api_name="/caption")
+        _caption(client, None)
     fake = tmp_path / "notes.png"
     fake.write_text("this is not a picture")
     with pytest.raises(AppError, match="as a picture"):
@@ -145,7 +160,7 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     finally:
         pred.max_pixels = old
     with pytest.raises(AppError, match="less than minimum"):  # a decoding setting out of its slider's range
-        client.predict(good, 1, True, 0.0, 0, 1.0, 0, api_name="/caption")
+        _caption(client, good, "sample", top_p=0.0)
     assert _ask(client, good)[0] == "red"  # still serving
 
 
@@ -165,7 +180,7 @@ def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictu
 def test_requests_wait_in_the_queue_and_all_get_answers(client, pictures):
     img = handle_file(str(pictures["blue_square"]))
     jobs = [client.submit(img, COLOR_Q, 2, api_name="/ask") for _ in range(3)]
-    jobs.append(client.submit(img, 1, False, 0.9, 0, 1.0, 0, api_name="/caption"))
+    jobs.append(_caption(client, img, submit=True))
     out = [j.result(timeout=60)[0] for j in jobs]
     assert out == ["blue", "blue", "blue", "a blue square"]
 

@@ -1,5 +1,6 @@
 """ImageTextDataset + collate: items by image, loss only on targets, truncation keeps <eos>, determinism per
-(seed, epoch, index), answers sampled by frequency, image_index; and the tokenizer round trip."""
+(seed, epoch, index), answers sampled by frequency, task groups with precomputed targets; and the tokenizer
+round trip."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from data_fixtures import build_shapes, write_image, write_jsonl
 
 import vqa.data.dataset as dataset_mod
 from vqa.config import ModelConfig
-from vqa.data.dataset import ImageTextDataset, collate, make_collate
+from vqa.data.collate import IGNORE, collate, make_collate
+from vqa.data.dataset import ImageTextDataset
 from vqa.data.formats import corpus_texts, load_split
 from vqa.data.transforms import build_transform
 from vqa.errors import ConfigError
 from vqa.tokenizer import Tokenizer
 
-CFG = ModelConfig()  # 64 px, like the Shapes images
+CFG = ModelConfig(vit_image_size=64)  # like the Shapes images
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +145,6 @@ def test_determinism_per_seed_epoch_index(data):
     assert any(draw(c, i)[1] != draw(b, i)[1] for i in range(6))
 
 
-def test_generic_transform_is_seeded_too(data):
-    t = build_transform(CFG, True)
-    plain = lambda img: t(img)  # noqa: E731 - not an ImageTransform: uses torch's global RNG
-    a, b = make(data, transform=plain, seed=4), make(data, transform=plain, seed=4)
-    assert torch.equal(a[3]["image"], b[3]["image"])
-
-
 def test_answers_sampled_by_frequency(tmp_path, data):
     _, _, tok = data
     write_image(tmp_path / "a.png")
@@ -164,29 +159,50 @@ def test_answers_sampled_by_frequency(tmp_path, data):
     assert 0.65 < seen["cat"] / 1000 < 0.75  # 0.7 expected; 5 sigma is about 0.07
 
 
-def test_collate_shapes_and_image_index(data):
+def test_collate_groups_rows_by_task_with_their_targets(data):
     _, _, tok = data
     ds = make(data, train=False)
     items = [ds[i] for i in range(3)]
     batch = collate(items, tok.pad_id)
-    n_rows = sum(len(it["rows"]) for it in items)
-    t = max(len(r["input_ids"]) for it in items for r in it["rows"])
-    assert batch["images"].shape == (3, 3, 64, 64)
-    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["loss_mask"].shape == (n_rows, t)
-    assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].dtype == torch.bool
-    assert len(batch["task"]) == len(batch["meta"]) == n_rows and batch["prompt_len"].shape == (n_rows,)
-    b = 0
-    for k, it in enumerate(items):
-        assert torch.equal(batch["images"][batch["image_index"][b]], it["image"])
-        for row in it["rows"]:
+    assert batch.images.shape == (3, 3, 64, 64)
+    assert [g.task for g in batch.groups] == ["vqa", "caption"]  # in order of first appearance
+    for g in batch.groups:
+        rows = [(k, r) for k, it in enumerate(items) for r in it["rows"] if r["task"] == g.task]
+        t = max(len(r["input_ids"]) for _, r in rows)  # each group is cut to its own longest row
+        assert g.input_ids.shape == g.attention_mask.shape == g.loss_mask.shape == (len(rows), t)
+        assert g.rows == len(rows) and g.meta == [r["meta"] for _, r in rows]
+        assert g.prompts() == [r["input_ids"][: r["prompt_len"]] for _, r in rows]
+        for b, (k, row) in enumerate(rows):
             n = len(row["input_ids"])
-            assert batch["image_index"][b] == k and batch["meta"][b] is row["meta"]
-            assert batch["input_ids"][b, :n].tolist() == row["input_ids"]
-            assert (batch["input_ids"][b, n:] == tok.pad_id).all() and not batch["attention_mask"][b, n:].any()
-            assert batch["attention_mask"][b, :n].all() and batch["loss_mask"][b].tolist()[:n] == row["loss_mask"]
-            b += 1
+            assert g.image_index[b] == k and torch.equal(batch.images[k], items[k]["image"])
+            assert g.input_ids[b, :n].tolist() == row["input_ids"]
+            assert (g.input_ids[b, n:] == tok.pad_id).all() and not g.attention_mask[b, n:].any()
+            assert g.loss_mask[b].tolist()[:n] == row["loss_mask"]
+        # the targets, precomputed on the CPU: position p of [B, T-1] predicts token p+1 of its row
+        labels = g.input_ids[:, 1:].reshape(-1)[g.target_pos]
+        assert torch.equal(labels, g.target_ids) and g.n_targets == int(g.loss_mask[:, 1:].sum())
+        assert g.n_targets == sum(sum(r["loss_mask"][1:]) for _, r in rows)
     fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id)))
-    assert torch.equal(fn(items)["input_ids"], batch["input_ids"])
+    assert torch.equal(fn(items).groups[0].input_ids, batch.groups[0].input_ids)
+
+
+def test_padded_collate_keeps_every_target_and_adds_none(data):
+    _, _, tok = data
+    ds = make(data)
+    items = [ds[i] for i in range(3)]
+    plain, padded = collate(items, tok.pad_id), collate(items, tok.pad_id, pad_multiple=8)
+    for a, b in zip(plain.groups, padded.groups, strict=True):
+        assert b.input_ids.shape[0] % 8 == 0 and b.input_ids.shape[1] % 8 == 0 and b.target_pos.numel() % 8 == 0
+        assert b.n_targets == a.n_targets and b.rows == a.rows
+        real = b.target_ids != IGNORE
+        assert int(real.sum()) == a.n_targets
+        # the same (row, position, token) triples; padding rows attend to nothing and predict nothing
+        width_a, width_b = a.input_ids.shape[1] - 1, b.input_ids.shape[1] - 1
+        triples_a = [(int(p) // width_a, int(p) % width_a, int(t)) for p, t in zip(a.target_pos, a.target_ids, strict=True)]
+        triples_b = [(int(p) // width_b, int(p) % width_b, int(t))
+                     for p, t in zip(b.target_pos[real], b.target_ids[real], strict=True)]
+        assert triples_a == triples_b
+        assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
 
 
 def test_cache_images(data, monkeypatch):
@@ -201,10 +217,11 @@ def test_cache_images(data, monkeypatch):
     ds = make(data, cache_images=True, train=False)
     first = ds[0]["image"]
     assert torch.equal(ds[0]["image"], first) and sum(calls.values()) == 1
-    ds.preload(progress=False)
+    for i in range(len(ds)):
+        ds[i]
     assert sum(calls.values()) == len(ds)
     ds[5]
-    assert sum(calls.values()) == len(ds)
+    assert sum(calls.values()) == len(ds)  # every image decoded once
     nocache = make(data, train=False)
     nocache[0], nocache[0]
     assert sum(calls.values()) == len(ds) + 2

@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import lively_model, overfit_model, random_images
 
+from vqa.config import GenerationConfig
 from vqa.errors import InputError
 from vqa.generate import _beam_search, cross_attention_maps, filter_logits, generate, score_candidates
 
@@ -53,10 +54,11 @@ def ref_greedy(model, image, prompt, max_new):
 
 
 def ref_beam(model, image, prompt, max_new, k, length_penalty):
-    """Beam search without a cache, written from generate.py's documented rules: of the 2k best continuations,
-    <eos> ends a hypothesis only among the top k, the first k others live on; a prompt is done with k ended
-    hypotheses once the best live beam's logp / length ** length_penalty cannot beat the worst of the k best
-    ended ones; live beams end at the length limit; hypotheses rank by logp / length ** length_penalty."""
+    """Beam search without a cache and without any early stop: every live beam runs until the prompt's length
+    budget. Of the 2k best continuations, <eos> ends a hypothesis only among the top k, the first k others
+    live on; beams alive at the budget end there; hypotheses rank by logp / length ** length_penalty. The
+    search under test may stop sooner only where its bound proves nothing better can come: it must return
+    exactly this."""
     eos = model.cfg.eos_id
     live, ended = [([], 0.0)], []
     room = _room(model, prompt, max_new)
@@ -79,11 +81,7 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty):
                 nxt.append((seq + [w], s))
             if len(nxt) == k:
                 break
-        if len(ended) >= k:
-            ended = sorted(ended, key=lambda h: -h[0])[:k]
-            if not nxt or ended[-1][0] >= nxt[0][1] / (t + 1) ** length_penalty:
-                break
-        if t == room - 1:
+        if t == room - 1 or not nxt:
             ended += [(s / (t + 1) ** length_penalty, seq, s) for seq, s in nxt]
             break
         live = nxt
@@ -125,7 +123,7 @@ def test_cached_greedy_equals_uncached_reference(positions, qk_norm):
 @pytest.mark.parametrize("length_penalty", [1.0, 0.0, 2.0])
 def test_cached_beam_search_equals_uncached_reference(model, images, length_penalty):
     k, max_new = 3, 7
-    out = generate(model, PROMPTS, images, max_new_tokens=max_new, num_beams=k, length_penalty=length_penalty)
+    out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=length_penalty)
     n_eos = 0
     for i, prompt in enumerate(PROMPTS):
         image = images[i : i + 1]
@@ -146,7 +144,7 @@ def test_beam_search_returns_k_hypotheses_sorted_by_length_penalized_score(model
     max_new = 7
     for k in (2, 4):
         for lp in (0.0, 1.0, 2.0):
-            out = generate(model, PROMPTS, images, max_new_tokens=max_new, num_beams=k, length_penalty=lp)
+            out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=lp)
             assert len(out.beams) == len(PROMPTS)
             for beams in out.beams:
                 assert len(beams) == k
@@ -156,21 +154,41 @@ def test_beam_search_returns_k_hypotheses_sorted_by_length_penalized_score(model
                 assert normed == sorted(normed, reverse=True), (k, lp, beams)
                 assert all(len(seq) <= max_new and EOS not in seq for seq, _ in beams)
     # length_penalty changes the ranking here (short hypotheses win without it)
-    raw = generate(model, PROMPTS, images, max_new_tokens=max_new, num_beams=4, length_penalty=0.0).beams
-    long = generate(model, PROMPTS, images, max_new_tokens=max_new, num_beams=4, length_penalty=2.0).beams
+    raw = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4, length_penalty=0.0).beams
+    long = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4, length_penalty=2.0).beams
     assert raw != long
 
 
 def test_beam_size_one_equals_greedy(model, images):
     greedy = generate(model, PROMPTS, images, max_new_tokens=10)
-    assert generate(model, PROMPTS, images, max_new_tokens=10, num_beams=1).sequences == greedy.sequences
-    # the beam search itself with a single beam (generate sends num_beams=1 to the greedy loop)
-    for lp in (1.0, 0.0):
-        kv = model.memory_kv(model.encode(images))
-        beam = _beam_search(model, kv, PROMPTS, 10, 1, lp)
-        assert beam.sequences == greedy.sequences
+    one = dict(method="beam", num_beams=1, max_new_tokens=10)
+    assert generate(model, PROMPTS, images, length_penalty=0.0, **one).sequences == greedy.sequences
+    kv = model.memory_kv(model.encode(images))
+    for lp, early in ((0.0, False), (0.0, True), (1.0, True), (2.0, True)):
+        beam = _beam_search(model, kv, PROMPTS, GenerationConfig(length_penalty=lp, early_stopping=early, **one))
+        assert beam.sequences == greedy.sequences, (lp, early)
         assert beam.scores == pytest.approx(greedy.scores, abs=1e-4)
         assert [len(b) for b in beam.beams] == [1, 1, 1]
+
+
+def normed(hypothesis, max_new: int = 10, lp: float = 1.0) -> float:
+    """A hypothesis's length-penalized score (its length counts <eos>, unless it was cut at max_new)."""
+    seq, score = hypothesis
+    return score / min(len(seq) + 1, max_new) ** lp
+
+
+def test_exact_beam_search_never_scores_below_its_early_stopping_self(model, images):
+    """At length_penalty > 0 a longer hypothesis can beat an early <eos> per token: the exact search (the
+    default) keeps looking, early_stopping does not, so the exact one is at least as good, and here better."""
+    better = 0
+    for k in (1, 2, 3):
+        exact = generate(model, PROMPTS, images, max_new_tokens=10, method="beam", num_beams=k, length_penalty=1.0)
+        early = generate(model, PROMPTS, images, max_new_tokens=10, method="beam", num_beams=k, length_penalty=1.0,
+                         early_stopping=True)
+        for i in range(len(PROMPTS)):
+            assert normed(exact.beams[i][0]) >= normed(early.beams[i][0]) - 1e-6
+            better += normed(exact.beams[i][0]) > normed(early.beams[i][0]) + 1e-6
+    assert better > 0
 
 
 # ---------------------------------------------------------------- padding
@@ -186,9 +204,9 @@ def test_padded_batch_equals_prompts_one_by_one_greedy(model, images):
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_padded_batch_equals_prompts_one_by_one_beam(model, images, k):
-    batch = generate(model, PROMPTS, images, max_new_tokens=7, num_beams=k)
+    batch = generate(model, PROMPTS, images, max_new_tokens=7, method="beam", num_beams=k)
     for i, prompt in enumerate(PROMPTS):
-        alone = generate(model, [prompt], images[i : i + 1], max_new_tokens=7, num_beams=k)
+        alone = generate(model, [prompt], images[i : i + 1], max_new_tokens=7, method="beam", num_beams=k)
         assert [s for s, _ in batch.beams[i]] == [s for s, _ in alone.beams[0]]
         assert [s for _, s in batch.beams[i]] == pytest.approx([s for _, s in alone.beams[0]], abs=1e-4)
 
@@ -207,7 +225,10 @@ def test_different_images_give_different_generations(model, images):
     """Cross-attention is used at generation time too."""
     same_prompt = [PROMPTS[1]] * 3
     out = generate(model, same_prompt, images, max_new_tokens=10)
-    assert len({tuple(s) for s in out.sequences}) > 1 or len(set(out.scores)) == 3
+    assert len({tuple(s) for s in out.sequences}) == 3, out.sequences  # each image its own output
+    # and each row reads its own image: the outputs follow the images when they are permuted
+    swapped = generate(model, same_prompt, images[[2, 0, 1]], max_new_tokens=10)
+    assert swapped.sequences == [out.sequences[2], out.sequences[0], out.sequences[1]]
 
 
 # ---------------------------------------------------------------- sampling
@@ -215,16 +236,14 @@ def test_different_images_give_different_generations(model, images):
 
 def test_sampling_with_top_k_1_equals_greedy(model, images):
     greedy = generate(model, PROMPTS, images, max_new_tokens=10)
-    g = torch.Generator().manual_seed(0)
-    sampled = generate(model, PROMPTS, images, max_new_tokens=10, do_sample=True, top_k=1, temperature=1.7, generator=g)
+    sampled = generate(model, PROMPTS, images, max_new_tokens=10, method="sample", top_k=1, temperature=1.7, seed=0)
     assert sampled.sequences == greedy.sequences
     assert sampled.scores == pytest.approx(greedy.scores, abs=1e-5)
 
 
 def test_seeded_sampling_is_reproducible_and_really_samples(model, images):
     def run(seed):
-        g = torch.Generator().manual_seed(seed)
-        return generate(model, PROMPTS, images, max_new_tokens=10, do_sample=True, temperature=1.5, generator=g)
+        return generate(model, PROMPTS, images, max_new_tokens=10, method="sample", temperature=1.5, seed=seed)
 
     a, b, c = run(7), run(7), run(8)
     assert a.sequences == b.sequences and a.scores == b.scores
@@ -239,8 +258,7 @@ def test_seeded_sampling_is_reproducible_and_really_samples(model, images):
 def test_sampling_with_top_p_stays_in_the_nucleus(model, images):
     """With a tiny top_p only the most likely token survives: sampling is then greedy."""
     greedy = generate(model, PROMPTS, images, max_new_tokens=10).sequences
-    g = torch.Generator().manual_seed(3)
-    assert generate(model, PROMPTS, images, max_new_tokens=10, do_sample=True, top_p=1e-6, generator=g).sequences == greedy
+    assert generate(model, PROMPTS, images, max_new_tokens=10, method="sample", top_p=1e-6, seed=3).sequences == greedy
 
 
 def _kept(logits: torch.Tensor) -> list[list[int]]:
@@ -302,29 +320,33 @@ def tiny_model_like(model, **overrides):
     return twin
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
-def test_generation_respects_max_new_tokens(model, images, num_beams):
+@pytest.mark.parametrize("method,num_beams", [("greedy", 1), ("beam", 1), ("beam", 3)])
+def test_generation_respects_max_new_tokens(model, images, method, num_beams):
     never = tiny_model_like(model, eos_id=2)
     for n in (1, 3, 6):
-        out = generate(never, PROMPTS, images, max_new_tokens=n, num_beams=num_beams)
+        out = generate(never, PROMPTS, images, max_new_tokens=n, method=method, num_beams=num_beams)
         assert [len(s) for s in out.sequences] == [n] * 3
         assert all(len(s) <= n for b in out.beams for s, _ in b)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_generation_respects_dec_max_len(model, images, num_beams):
+    method = "beam" if num_beams > 1 else "greedy"
     never = tiny_model_like(model, eos_id=2)
     limit = never.cfg.dec_max_len  # 32
     for room in (1, 2, 5):
         prompt = [1] + list(range(3, 3 + limit - room - 1))
         assert len(prompt) == limit - room
-        out = generate(never, [prompt], images[:1], max_new_tokens=20, num_beams=num_beams)
+        out = generate(never, [prompt], images[:1], max_new_tokens=20, method=method, num_beams=num_beams)
         assert len(out.sequences[0]) == room
         seq = out.sequences[0]
         assert out.scores[0] == pytest.approx(loglik(never, images[:1], prompt, seq, with_eos=False), abs=1e-4)
-    # in a batch the longest prompt sets the room left
-    out = generate(never, [[1, 5], [1] + list(range(3, 3 + limit - 3))], images[:2], max_new_tokens=20)
-    assert [len(s) for s in out.sequences] == [2, 2]
+    # in a batch each prompt has its own room: a long prompt never shortens another row's output
+    short, long = [1, 5], [1] + list(range(3, 3 + limit - 3))
+    out = generate(never, [short, long], images[:2], max_new_tokens=20, method=method, num_beams=num_beams)
+    assert [len(s) for s in out.sequences] == [20, 2]
+    alone = generate(never, [short], images[:1], max_new_tokens=20, method=method, num_beams=num_beams)
+    assert out.sequences[0] == alone.sequences[0] and out.scores[0] == pytest.approx(alone.scores[0], abs=1e-4)
 
 
 # ---------------------------------------------------------------- scoring candidates and attention maps
@@ -387,9 +409,9 @@ def test_empty_prompt_is_an_input_error(model, images):
 def test_prompt_longer_than_the_maximum_is_an_input_error(model, images):
     limit = model.cfg.dec_max_len
     for n in (limit, limit + 5):
-        for beams in (1, 2):
+        for method in ("greedy", "beam"):
             with pytest.raises(InputError, match=f"dec_max_len={limit}"):
-                generate(model, [[1] * n], images[:1], num_beams=beams)
+                generate(model, [[1] * n], images[:1], method=method, num_beams=2)
     with pytest.raises(InputError, match=f"dec_max_len={limit}"):
         score_candidates(model, [1] * (limit - 2), [[5, 6]], images=images[:1])
 
@@ -422,15 +444,17 @@ def test_wrong_images_are_an_input_error_in_generate(model, images):
 
 
 def test_bad_generation_options_are_input_errors(model, images):
-    for beams in (1, 3):
+    for method in ("greedy", "beam"):
         with pytest.raises(InputError, match="max_new_tokens"):
-            generate(model, [[1, 5]], images[:1], max_new_tokens=0, num_beams=beams)
+            generate(model, [[1, 5]], images[:1], max_new_tokens=0, method=method)
     with pytest.raises(InputError, match="num_beams"):
-        generate(model, [[1, 5]], images[:1], num_beams=0)
+        generate(model, [[1, 5]], images[:1], method="beam", num_beams=0)
     with pytest.raises(InputError, match="temperature"):
-        generate(model, [[1, 5]], images[:1], do_sample=True, temperature=0.0)
-    with pytest.raises(InputError, match="beam search and sampling"):
-        generate(model, [[1, 5]], images[:1], do_sample=True, num_beams=2)
+        generate(model, [[1, 5]], images[:1], method="sample", temperature=0.0)
+    with pytest.raises(InputError, match="unknown decoding method 'nucleus'.*greedy, beam, sample"):
+        generate(model, [[1, 5]], images[:1], method="nucleus")
+    with pytest.raises(InputError, match="unknown GenerationConfig field.*'num_beam'.*did you mean 'num_beams'"):
+        generate(model, [[1, 5]], images[:1], num_beam=2)
 
 
 def test_tokenizer_prompts_empty_question_and_documented_truncation():
@@ -468,6 +492,6 @@ def test_bad_sampling_and_ranking_inputs_are_clear_errors():
     model = tiny_model()
     images = random_images(1, model.cfg)
     with pytest.raises(InputError, match="top_p"):
-        generate(model, [[1]], images=images, do_sample=True, top_p=0.0)
+        generate(model, [[1]], images=images, method="sample", top_p=0.0)
     with pytest.raises(InputError, match="outside the vocabulary"):
         score_candidates(model, [1, 5], [[3], [model.cfg.vocab_size + 7]], images=images)

@@ -459,28 +459,3 @@ def test_conv_stem_needs_a_power_of_two_patch():
 
     with pytest.raises(ConfigError, match="power-of-two"):
         VQAModel(tiny_config(vit_conv_stem=True, vit_image_size=36, vit_patch_size=6))
-
-
-def test_group_weights_weigh_each_groups_target_tokens():
-    from helpers import random_images, tiny_model
-
-    model = tiny_model()
-    images = random_images(2, model.cfg)
-    g = torch.Generator().manual_seed(0)
-    short, long = torch.randint(3, 50, (2, 5), generator=g), torch.randint(3, 50, (2, 9), generator=g)
-    m_short, m_long = torch.zeros(2, 5, dtype=torch.bool), torch.zeros(2, 9, dtype=torch.bool)
-    m_short[:, 3:], m_long[:, 2:] = True, True
-    index = torch.tensor([0, 1])
-    both = model(images, [short, long], [m_short, m_long], [index, index], return_logits=False)
-    only_short = model(images, short, m_short, index, return_logits=False)
-    assert both.n_targets == 2 * 2 + 2 * 7
-    dropped = model(images, [short, long], [m_short, m_long], [index, index], False, group_weights=[1.0, 0.0])
-    assert dropped.loss.item() == pytest.approx(only_short.loss.item(), rel=1e-6)
-    assert dropped.n_targets == only_short.n_targets
-    # weights 1, 1 are the plain token mean; 1, 0.5 move the loss towards the first group
-    same = model(images, [short, long], [m_short, m_long], [index, index], False, group_weights=[1.0, 1.0])
-    assert same.loss.item() == pytest.approx(both.loss.item(), rel=1e-6)
-    half = model(images, [short, long], [m_short, m_long], [index, index], False, group_weights=[1.0, 0.5])
-    only_long = model(images, long, m_long, index, return_logits=False)
-    expected = (4 * only_short.loss.item() + 0.5 * 14 * only_long.loss.item()) / (4 + 7)
-    assert half.loss.item() == pytest.approx(expected, rel=1e-5)

@@ -11,8 +11,10 @@ import torch
 from PIL import Image
 from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
+from vqa.device import pick_device
 from vqa.errors import CheckpointError, InputError
-from vqa.predict import Predictor, attention_heatmap, letterbox_box, pick_device, select_map, upsample_map
+from vqa.heatmaps import attention_heatmap, letterbox_box, select_map, upsample_map
+from vqa.predict import Predictor
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +85,16 @@ def test_captions_greedy_beam_and_seeded_sampling(pred):
     for name in ITEMS:
         cap = ITEMS[name][2]
         assert pred.caption(draw(name)).caption == cap
-        beam = pred.caption(draw(name), num_beams=3)
+        beam = pred.caption(draw(name), method="beam", num_beams=3)
         assert beam.beams and beam.caption == beam.beams[0][0]
         assert beam.log_prob <= 0
-    a = pred.caption(draw("red_circle"), do_sample=True, top_p=0.9, seed=3)
-    b = pred.caption(draw("red_circle"), do_sample=True, top_p=0.9, seed=3)
-    assert a.caption == b.caption
+    # hot sampling from the overfit model: a seed gives one caption every time, other seeds other captions
+    hot = dict(method="sample", temperature=3.0)
+    a = pred.caption(draw("red_circle"), seed=3, **hot)
+    b = pred.caption(draw("red_circle"), seed=3, **hot)
+    assert a.caption == b.caption and a.log_prob == b.log_prob
+    others = {pred.caption(draw("red_circle"), seed=s, **hot).caption for s in range(4, 10)}
+    assert len(others | {a.caption}) > 1, others
     json.dumps(a.to_dict())
 
 
@@ -205,10 +211,12 @@ def test_bad_questions(pred):
         pred.rank(img, COLOR_Q, ["red", " "])
     with pytest.raises(InputError, match="top_k must be at least 1"):
         pred.answer(img, COLOR_Q, top_k=0)
-    with pytest.raises(InputError, match="not both"):
-        pred.caption(img, num_beams=2, do_sample=True)
+    with pytest.raises(InputError, match="unknown decoding method"):
+        pred.caption(img, method="beam_sample")
     with pytest.raises(InputError, match="top_p"):
-        pred.caption(img, do_sample=True, top_p=0)
+        pred.caption(img, method="sample", top_p=0)
+    with pytest.raises(InputError, match="num_beams=2 cannot return top_k=3"):
+        pred.answer(img, COLOR_Q, top_k=3, num_beams=2)
 
 
 def test_bad_images(pred, tmp_path, monkeypatch):
@@ -247,12 +255,21 @@ def test_cli_ask_and_caption(ckpt, pictures, capsys):
     assert lines[0] == "square" and "square" in lines[1] and "%" in lines[1]
     assert main(["caption", "--checkpoint", str(ckpt), str(pictures["blue_square"])]) == 0
     assert capsys.readouterr().out.strip() == "a blue square"
-    assert main(["caption", "--checkpoint", str(ckpt), str(pictures["red_circle"]), "--beams", "3", "--json"]) == 0
+    assert main(["caption", "--checkpoint", str(ckpt), str(pictures["red_circle"]), "--method", "beam",
+                 "--num-beams", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["caption"] and out["beams"]
-    assert main(["caption", "--checkpoint", str(ckpt), str(pictures["red_circle"]), "--sample", "--top-p", "0.9",
-                 "--seed", "1"]) == 0
-    assert capsys.readouterr().out.strip()
+    assert out["caption"] and len(out["beams"]) == 3
+    sample = ["caption", "--checkpoint", str(ckpt), str(pictures["red_circle"]), "--method", "sample",
+              "--temperature", "3", "--seed", "1", "--json"]
+    assert main(sample) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(sample) == 0
+    assert json.loads(capsys.readouterr().out) == first  # the seed reaches the sampler
+    # on ask, --top-k counts answers and sampling's top-k is --sample-top-k
+    assert main(["ask", "--checkpoint", str(ckpt), str(pictures["red_circle"]), COLOR_Q, "--top-k", "2",
+                 "--method", "sample", "--sample-top-k", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == "red" and len(out["top_k"]) == 1  # one sample, the only token kept each step
 
 
 def test_cli_errors_are_one_clear_line(ckpt, pictures, tmp_path, capsys):
@@ -267,5 +284,9 @@ def test_cli_errors_are_one_clear_line(ckpt, pictures, tmp_path, capsys):
     assert main(["caption", "--checkpoint", str(tmp_path / "none"), str(pictures["red_circle"])]) == 2
     assert "make demo" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["caption", "--checkpoint", str(ckpt), str(bad), "--beams", "3", "--sample"])
-    assert "not allowed with" in capsys.readouterr().err
+        main(["caption", "--checkpoint", str(ckpt), str(bad), "--method", "nucleus"])
+    assert "invalid choice: 'nucleus'" in capsys.readouterr().err
+    assert main(["caption", "--checkpoint", str(ckpt), str(pictures["red_circle"]), "--method", "sample",
+                 "--top-p", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "top_p must be in (0, 1]" in err and "Traceback" not in err

@@ -15,8 +15,9 @@ from conftest import tiny_set_flags
 
 from vqa import checkpoint
 from vqa.cli import main
+from vqa.config import parse_duration
 from vqa.errors import CheckpointError, ConfigError
-from vqa.train import epoch_order, parse_duration
+from vqa.train.sampler import epoch_permutation, rank_order
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +36,22 @@ def fails(capsys, args, match: str) -> None:
     assert "Traceback" not in err
 
 
+def run_halted(args: list[str], step: int) -> None:
+    """`vqa train ARGS` stopped right after step `step`'s checkpoint, as if killed there."""
+    from vqa import distributed
+    from vqa.cli import build_parser
+    from vqa.config import TrainConfig
+    from vqa.options import given
+    from vqa.train import Trainer, resolve
+
+    ns = build_parser(args).parse_args(args)
+    trainer = Trainer(resolve(given(ns, TrainConfig), ns.config), distributed.Dist())
+    try:
+        trainer.fit(halt_at_step=step)
+    finally:
+        trainer.close()
+
+
 def losses(run: Path) -> dict[int, float]:
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in recs if "loss" in r}
@@ -50,7 +67,7 @@ def test_killed_run_resumes_exactly(shapes_dir, tmp_path):
     drop = ["--set", "dec_dropout=0.1"]  # dropout draws from the RNG: resume must restore it exactly
     assert main(train_args(shapes_dir, full, "--max-steps", "8", *drop)) == 0
     # the same run stopped after step 3 (as if killed right after its checkpoint), then resumed
-    assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--halt-at-step", "3", *drop)) == 0
+    run_halted(train_args(shapes_dir, cut, "--max-steps", "8", *drop), 3)
     assert max(losses(cut)) == 3
     # a killed run also leaves log lines after its last checkpoint: they must not survive the resume
     with open(cut / "metrics.jsonl", "a") as f:
@@ -100,7 +117,17 @@ def test_eval_command_writes_official_result_files(shapes_dir, tmp_path, capsys)
     assert vqa_res and set(vqa_res[0]) == {"question_id", "answer"}
     assert cap_res and set(cap_res[0]) == {"image_id", "caption"}
     summary = json.loads((out / "summary.json").read_text())
-    assert 0 <= summary["vqa_accuracy"] <= 100 and "CIDEr-D" in summary and "per_question_type" in summary
+    # one answer per question of the split, and the summary is the official score of exactly those answers
+    anns = json.loads((shapes_dir / "v2_mscoco_train_annotations.json").read_text())["annotations"]
+    assert sorted(r["question_id"] for r in vqa_res) == sorted(a["question_id"] for a in anns)
+    assert len(cap_res) == len({a["image_id"] for a in anns})
+    from vqa.metrics import vqa_accuracy
+
+    answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in anns}
+    expected = 100 * sum(vqa_accuracy(r["answer"], answers[r["question_id"]]) for r in vqa_res) / len(vqa_res)
+    assert summary["vqa_accuracy"] == pytest.approx(expected, abs=0.01)
+    assert summary["questions"] == len(vqa_res) and "CIDEr-D" in summary and "per_question_type" in summary
+    assert summary["generation"]["vqa"]["method"] == "greedy" and summary["generation"]["vqa"]["max_new_tokens"] == 10
 
 
 def _torchrun(args: list[str], nproc: int) -> subprocess.CompletedProcess:
@@ -143,14 +170,24 @@ def without_key_biases(state: dict) -> dict:
     return out
 
 
-def test_epoch_order_deals_the_same_global_batches_to_any_world_size():
-    one = epoch_order(10, 3, seed=1, rank=0, world=1)
-    r0, r1 = epoch_order(10, 3, 1, 0, 2), epoch_order(10, 3, 1, 1, 2)
-    assert sorted(one) == list(range(10))
-    # global batch k of 2 ranks x 2 images == batch k of 1 rank x 4 images
-    for k in range(2):
-        assert sorted(r0[2 * k : 2 * k + 2] + r1[2 * k : 2 * k + 2]) == sorted(one[4 * k : 4 * k + 4])
-    assert epoch_order(10, 4, 1, 0, 1) != one  # a new epoch, a new order
+def test_every_world_size_and_batch_trains_on_the_same_global_steps():
+    n, seed, epoch = 50, 1, 3
+    perm = epoch_permutation(n, epoch, seed)
+    assert sorted(perm) == list(range(n)) and perm != epoch_permutation(n, epoch + 1, seed)
+
+    def steps(world, batch, accum, start=0):
+        """The set of images of each global step, from image `start` of the epoch on."""
+        per_rank = [rank_order(n, epoch, seed, start, r, world, batch, accum) for r in range(world)]
+        per_step = batch * accum
+        count = len(per_rank[0]) // per_step
+        return [sorted(i for r in per_rank for i in r[k * per_step : (k + 1) * per_step]) for k in range(count)]
+
+    one = steps(1, 8, 1)
+    assert one == [sorted(perm[k * 8 : (k + 1) * 8]) for k in range(n // 8)]  # the remainder (2) is dropped
+    assert steps(2, 4, 1) == steps(4, 1, 2) == steps(1, 2, 4) == one
+    # a run resumed after 3 steps of 8 continues at image 24 whatever its new layout: nothing skipped or repeated
+    assert steps(2, 2, 2, start=24) == one[3:] and steps(1, 4, 1, start=24) == [
+        sorted(perm[24 + 4 * k : 28 + 4 * k]) for k in range((n - 24) // 4)]
 
 
 def test_bad_inputs_stop_clearly(shapes_dir, tmp_path, capsys):
@@ -232,7 +269,7 @@ def test_ddp_time_limited_run_stops_on_every_rank_together(shapes_dir, tmp_path)
 
 def test_a_save_killed_between_its_renames_is_recovered(shapes_dir, tmp_path):
     run = tmp_path / "run"
-    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--halt-at-step", "1")) == 0
+    run_halted(train_args(shapes_dir, run, "--max-steps", "2"), 1)
     (run / "last").rename(run / "last.old")  # died after moving the old copy aside, before the new one landed
     assert checkpoint.resolve(run / "last.old")  # still loadable
     # --resume finds it and continues (not "nothing to resume", and the only good copy is not deleted)
@@ -258,13 +295,13 @@ def test_tiny_trains_with_muon_by_default_and_resume_keeps_the_optimizer(shapes_
     from vqa.optim import MUON_LR_SCALE
 
     run = tmp_path / "m"
-    assert main(train_args(shapes_dir, run, "--max-steps", "2", "--halt-at-step", "1")) == 0
+    run_halted(train_args(shapes_dir, run, "--max-steps", "2"), 1)
     state = checkpoint.load_train_state(run / "last")
     assert state["optimizer_kind"] == "muon"
     muon_lrs = sorted(g["base_lr"] for g in state["optimizer"]["muon"]["param_groups"])
     assert muon_lrs == pytest.approx([MUON_LR_SCALE * 0.3 * 3e-3, MUON_LR_SCALE * 3e-3])
     fails(capsys, train_args(shapes_dir, run, "--max-steps", "2", "--resume", "--optimizer", "adamw"),
-          "trained with --optimizer muon")
+          "trained with optimizer=.muon.; it cannot change on --resume")
     assert main(train_args(shapes_dir, run, "--max-steps", "2", "--resume")) == 0
 
 
@@ -278,8 +315,8 @@ def test_time_limited_schedule_is_refitted_when_steps_slow_down(shapes_dir, tmp_
 
     real = train.Trainer.train_step
 
-    def slowing(self, micro):
-        out = real(self, micro)
+    def slowing(self, micro, extra=()):
+        out = real(self, micro, extra)
         time.sleep(0.002 if self.step < 30 else 0.03)
         return out
 
@@ -289,3 +326,73 @@ def test_time_limited_schedule_is_refitted_when_steps_slow_down(shapes_dir, tmp_
     state = checkpoint.load_train_state(run / "last")
     assert state["step"] >= 0.9 * state["total_steps"], (state["step"], state["total_steps"])
     assert state["time_used"] < 12 + 5
+
+
+def test_a_finished_run_resumed_with_more_steps_trains_them(shapes_dir, tmp_path):
+    run = tmp_path / "run"
+    assert main(train_args(shapes_dir, run, "--max-steps", "3")) == 0
+    assert main(train_args(shapes_dir, run, "--max-steps", "3", "--resume")) == 0  # finished: nothing to do
+    assert sorted(losses(run)) == [1, 2, 3]
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "6"]) == 0  # the saved run, 3 more steps
+    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]
+    assert checkpoint.load_train_state(run / "last")["step"] == 6
+    assert json.loads((run / "train_config.json").read_text())["max_steps"] == 6
+
+
+def test_init_from_keeps_the_sources_weights_and_preset_and_applies_set(shapes_dir, tmp_path, capsys):
+    src = tmp_path / "src"
+    assert main(train_args(shapes_dir, src, "--max-steps", "1")) == 0
+    dst = tmp_path / "dst"
+    args = ["train", "--data", str(shapes_dir), "--out", str(dst), "--init-from", str(src / "last"),
+            "--max-steps", "1", "--lr", "0", "--batch-size", "4", "--set", "dec_dropout=0.3", "--set", "dec_max_len=20"]
+    assert main(args) == 0
+    model, _, card = checkpoint.load(dst / "last")
+    assert (model.cfg.dec_dropout, model.cfg.dec_max_len) == (0.3, 20)
+    assert card["preset"] == "tiny" and card["init_from"] == str(src / "last")
+    source = weights(src)
+    for k, v in model.state_dict().items():  # lr 0: still the source's weights
+        assert torch.equal(v, source[k]), k
+    fails(capsys, [*args[:4], str(tmp_path / "dst2"), *args[5:-4], "--set", "dec_width=64"],
+          "--set dec_width changes the model's shape")
+
+
+def test_a_torn_metrics_line_does_not_stop_a_resume(shapes_dir, tmp_path):
+    run = tmp_path / "run"
+    run_halted(train_args(shapes_dir, run, "--max-steps", "4"), 2)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "loss": 1.2')  # killed in mid-write
+    assert main(train_args(shapes_dir, run, "--max-steps", "4", "--resume")) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines) and sorted(losses(run)) == [1, 2, 3, 4]
+
+
+def test_one_trainer_per_run_folder(shapes_dir, tmp_path, capsys):
+    from vqa.train.runlock import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with RunLock(run):  # another process would hold it the same way (flock is per open file)
+        fails(capsys, train_args(shapes_dir, run, "--max-steps", "1", "--resume"),
+              rf"{run.name} is being trained by process {os.getpid()}")
+    assert main(train_args(shapes_dir, run, "--max-steps", "1", "--resume")) == 0  # free again
+
+
+def test_checkpoint_saves_use_their_own_temporary_folders(shapes_dir, tmp_path):
+    run = tmp_path / "run"
+    assert main(train_args(shapes_dir, run, "--max-steps", "1")) == 0
+    model, tok, card = checkpoint.load(run / "last")
+    stale = run / "last.tmp"  # what a save killed mid-write by an older version left behind
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    checkpoint.save(run / "last", model, tok, card)  # not confused by it
+    checkpoint.load(run / "last")
+    checkpoint.recover(run / "last")  # the trainer's start-up, under the run lock, clears leftovers
+    assert not stale.exists()
+    # two processes saving one checkpoint folder at once never share a temporary folder
+    code = ("import sys; from vqa import checkpoint; m, t, c = checkpoint.load(sys.argv[1]); "
+            "[checkpoint.save(sys.argv[2], m, t, c) for _ in range(15)]")
+    target = tmp_path / "shared" / "ckpt"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(run / "last"), str(target)],
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert "SafetensorError" not in "".join(errs) and "Directory not empty" not in "".join(errs), errs

@@ -10,16 +10,16 @@ process dies between the two renames, `<name>.old` is picked up).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_model
 
-from .config import ModelConfig
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError
 from .model import VQAModel
 from .tokenizer import Tokenizer
 
@@ -38,11 +38,15 @@ def resolve(path: str | Path) -> Path:
 
 
 def recover(folder: str | Path) -> None:
-    """Put `<name>.old` back when a save died between its two renames (the folder itself is then missing)."""
+    """Put `<name>.old` back when a save died between its two renames (the folder itself is then missing),
+    and remove the temporary folders of saves that died before their renames. Call it where no other
+    process is saving into the run (the trainer does, holding the run's lock)."""
     folder = Path(folder)
     old = folder.with_name(folder.name + ".old")
     if not folder.exists() and old.exists():
         old.rename(folder)
+    for tmp in folder.parent.glob(folder.name + ".tmp*"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def save(
@@ -52,27 +56,55 @@ def save(
     card: dict | None = None,
     train_state: dict | None = None,
 ) -> Path:
-    """Write a checkpoint folder atomically (temp folder + rename)."""
+    """Write a checkpoint folder atomically: into a temporary folder of a name no other save uses, then
+    renamed into place (the previous copy is moved aside first and deleted last)."""
     folder = Path(folder)
-    recover(folder)  # never delete the only good copy below
-    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    old = folder.with_name(folder.name + ".old")
     tmp.mkdir(parents=True)
-    model = getattr(model, "module", model)  # unwrap DDP
-    model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-    save_model(model, str(tmp / "model.safetensors"))  # handles the tied embedding / LM head
-    model.cfg.save(tmp / "config.json")
-    tokenizer.save(tmp / "tokenizer.json")
-    (tmp / "card.json").write_text(json.dumps(card or {}, indent=2, default=str) + "\n")
-    if train_state is not None:
-        torch.save(train_state, tmp / "train_state.pt")
-    _fsync_dir(tmp)
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        model = getattr(model, "module", model)  # unwrap DDP
+        model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+        model.save_pretrained(tmp)
+        tokenizer.save(tmp / "tokenizer.json")
+        (tmp / "card.json").write_text(json.dumps(card or {}, indent=2, default=str) + "\n")
+        if train_state is not None:
+            torch.save(train_state, tmp / "train_state.pt")
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    with _swap_lock(folder):  # two processes saving one folder take turns at the renames
+        recover_only_old(folder)
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+@contextlib.contextmanager
+def _swap_lock(folder: Path):
+    """An exclusive lock on `.<name>.lock` beside the folder for the few renames of a save (no-op without
+    fcntl). The run lock keeps two trainers apart; this keeps any two savers' renames apart."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(folder.with_name(f".{folder.name}.lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def recover_only_old(folder: Path) -> None:
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and old.exists():
+        old.rename(folder)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -87,24 +119,18 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[VQAModel
     for name in FILES:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}")
-    try:
-        cfg = ModelConfig.load(folder / "config.json")
-    except (ConfigError, TypeError) as e:
-        raise CheckpointError(f"{folder / 'config.json'}: incompatible config: {e}") from e
-    cfg.vit_pretrained, cfg.vit_weights = False, None  # the weights come from the checkpoint
     tokenizer = Tokenizer.load(folder / "tokenizer.json")
-    if tokenizer.vocab_size != cfg.vocab_size:
+    model = VQAModel.from_pretrained(folder, device=device)
+    if tokenizer.vocab_size != model.cfg.vocab_size:
         raise CheckpointError(
-            f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the model was built for {cfg.vocab_size}"
+            f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the model was built for {model.cfg.vocab_size}"
         )
-    model = VQAModel(cfg)
-    try:
-        load_model(model, str(folder / "model.safetensors"), strict=True, device=str(device))
-    except RuntimeError as e:
-        raise CheckpointError(f"{folder / 'model.safetensors'} does not fit {folder / 'config.json'}: {e}") from e
     card_path = folder / "card.json"
-    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-    return model.to(device).eval(), tokenizer, card
+    try:
+        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{card_path}: not valid JSON ({e.msg})") from None
+    return model, tokenizer, card
 
 
 def load_train_state(path: str | Path) -> dict:

@@ -1,25 +1,97 @@
-"""Model configuration and the named presets.
+"""The three configurations and the named presets.
 
-Fields are prefixed by the part they configure (`vit_*` for the image encoder, `dec_*` for the text decoder),
-as in nanoVLM. A config is saved as `config.json` beside `model.safetensors` in every checkpoint.
+- `ModelConfig`: the architecture, saved as `config.json` beside `model.safetensors` in every checkpoint.
+  Fields are prefixed by the part they configure (`vit_*` image encoder, `dec_*` text decoder), as in nanoVLM.
+- `TrainConfig`: everything `vqa train` takes (the command line is generated from it, see `vqa.options`);
+  a run folder keeps the resolved one as `train_config.json`.
+- `GenerationConfig`: how text is decoded (greedy, beam search, sampling), validated here and passed whole
+  through `generate`, the `Predictor`, the CLI, evaluation and the app.
+
+A preset is one entry of `PRESETS`: its model fields and its training defaults together.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
 
+def check_fields(cls, d: dict, what: str) -> None:
+    """Raise ConfigError naming unknown keys of `d` (and the closest field names) for dataclass `cls`."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.75)
+            close += [k for k in known if len(key) > 3 and key in k and k not in close]  # beams -> num_beams
+            hints.append(f"{key!r}" + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
+        raise ConfigError(f"unknown {what} field(s): {', '.join(hints)}")
+
+
+class _Config:
+    """to_dict / from_dict / save / load / replace for the config dataclasses."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, what: str | None = None):
+        if not isinstance(d, dict):
+            raise ConfigError(f"a {cls.__name__} must be a JSON object, got {type(d).__name__}")
+        check_fields(cls, d, what or cls.__name__)
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ConfigError(f"{cls.__name__}: {e}") from None
+
+    def replace(self, **changes):
+        check_fields(type(self), changes, type(self).__name__)
+        return dataclasses.replace(self, **changes)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()), what=f"{path}:")
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+
+
+# ------------------------------------------------------------------------------------------------- model
+
+
+@functools.lru_cache(maxsize=64)
+def timm_data_config(vit_name: str) -> dict:
+    """timm's input size, mean and std for `vit_name` (a model name, optionally with its weights' tag, e.g.
+    `vit_small_patch16_224.augreg_in1k`): `timm.data.resolve_data_config` on the model's pretrained config,
+    what `resolve_model_data_config(create_model(vit_name))` gives without building the model."""
+    import timm
+    from timm.data import resolve_data_config
+    from timm.models import get_pretrained_cfg
+
+    if not timm.is_model(vit_name):
+        close = timm.list_models(f"*{vit_name.split('_')[0]}*")[:8] if vit_name else []
+        raise ConfigError(f"unknown timm model {vit_name!r}" + (f"; similar: {', '.join(close)}" if close else ""))
+    cfg = get_pretrained_cfg(vit_name)
+    return resolve_data_config(pretrained_cfg=cfg.to_dict() if cfg is not None else {})
+
+
 @dataclass
-class ModelConfig:
-    # image encoder (any timm ViT; `vit_name` picks the architecture, the sizes below override it)
+class ModelConfig(_Config):
+    # image encoder (any timm ViT; `vit_name` picks the architecture and, after a dot, the weights' tag)
     vit_name: str = "vit_tiny_patch16_224"
-    vit_image_size: int = 64
-    vit_patch_size: int = 8
+    vit_image_size: int | None = None  # None: timm's input size for vit_name
+    vit_patch_size: int = 16
     vit_width: int | None = None  # None: the timm model's own width; set for a custom-size ViT
     vit_depth: int | None = None
     vit_heads: int | None = None
@@ -30,8 +102,8 @@ class ModelConfig:
     vit_keep_prefix: bool = True  # keep the CLS / register tokens in the memory the decoder attends to
     vit_memory_pos: bool = False  # add fixed 2-D sin-cos positions to the image tokens the decoder attends to
     vit_freeze: bool = False
-    vit_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    vit_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
+    vit_std: tuple[float, float, float] | None = None
     # text decoder
     dec_width: int = 192
     dec_depth: int = 3
@@ -47,6 +119,13 @@ class ModelConfig:
     eos_id: int = 2
 
     def __post_init__(self) -> None:
+        if self.vit_image_size is None or self.vit_mean is None or self.vit_std is None:
+            data = timm_data_config(self.vit_name)
+            self.vit_image_size = self.vit_image_size or int(data["input_size"][-1])
+            self.vit_mean = self.vit_mean or data["mean"]
+            self.vit_std = self.vit_std or data["std"]
+        self.vit_mean = tuple(float(m) for m in self.vit_mean)
+        self.vit_std = tuple(float(s) for s in self.vit_std)
         if self.dec_width % self.dec_heads:
             raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
         if self.dec_positions not in ("sinusoidal", "learned"):
@@ -57,61 +136,266 @@ class ModelConfig:
             raise ConfigError(
                 f"vit_image_size={self.vit_image_size} is not a multiple of vit_patch_size={self.vit_patch_size}"
             )
-        self.vit_mean = tuple(self.vit_mean)
-        self.vit_std = tuple(self.vit_std)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown model config field(s): {', '.join(unknown)}")
-        return cls(**d)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> ModelConfig:
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+    @property
+    def grid(self) -> int:
+        """Image patches per side."""
+        return self.vit_image_size // self.vit_patch_size
 
 
-PRESETS: dict[str, dict] = {
-    # trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images (a conv stem down to 8 px
-    # patches), a 3-layer decoder, QK-norm everywhere, fixed 2-D positions on the memory. Narrow on purpose: in
-    # ten CPU minutes a 96-wide model takes ~3x the steps of a 192-wide one and ends higher; the memory
-    # positions let spatial questions be answered at all (docs/shapes-10min.md, sections 4-5)
-    "tiny": dict(
-        vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
-        vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True, vit_memory_pos=True,
-        dec_width=96, dec_depth=3, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
+# ------------------------------------------------------------------------------------------------- presets
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named starting point: the model's fields and the training defaults that suit it. `lr` and
+    `optimizer` have no default on purpose: every preset says what it was tuned with."""
+
+    model: dict
+    lr: float
+    optimizer: str
+    train: dict = field(default_factory=dict)  # any other TrainConfig field, e.g. vit_lr_scale
+    about: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        about="trains on 2 CPU cores in minutes (docs/shapes-10min.md): a narrow 3-layer ViT on 64 px images "
+              "with a conv stem down to 8 px patches, a 3-layer decoder, QK-norm everywhere, fixed 2-D "
+              "positions on the memory",
+        model=dict(
+            vit_name="vit_tiny_patch16_224", vit_image_size=64, vit_patch_size=8,
+            vit_width=96, vit_depth=3, vit_heads=2, vit_conv_stem=True, vit_qk_norm=True, vit_memory_pos=True,
+            dec_width=96, dec_depth=3, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
+        ),
+        # a from-scratch encoder that moves more slowly than the decoder lets the cross-attention settle
+        # sooner; Muon learns the from-scratch model in far fewer steps (docs/shapes-10min.md, sections 4-5)
+        lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3),
     ),
-    # ViT-S/16 at 224 px + a 6-layer decoder
-    "small": dict(
-        vit_name="vit_small_patch16_224", vit_image_size=224, vit_patch_size=16,
-        vit_mean=(0.485, 0.456, 0.406), vit_std=(0.229, 0.224, 0.225),
-        dec_width=384, dec_depth=6, dec_heads=6, dec_max_len=64,
+    "small": Preset(
+        about="ViT-S/16 at 224 px + a 6-layer decoder (GPU); timm's layout, so pretrained weights load",
+        model=dict(vit_name="vit_small_patch16_224", vit_patch_size=16, dec_width=384, dec_depth=6, dec_heads=6,
+                   dec_max_len=64),
+        lr=3e-4, optimizer="adamw",
     ),
-    # ViT-B/16 at 224 px + an 8-layer decoder
-    "base": dict(
-        vit_name="vit_base_patch16_224", vit_image_size=224, vit_patch_size=16,
-        vit_mean=(0.5, 0.5, 0.5), vit_std=(0.5, 0.5, 0.5),
-        dec_width=768, dec_depth=8, dec_heads=12, dec_max_len=64,
+    "base": Preset(
+        about="ViT-B/16 at 224 px + an 8-layer decoder (GPU); timm's layout, so pretrained weights load",
+        model=dict(vit_name="vit_base_patch16_224", vit_patch_size=16, dec_width=768, dec_depth=8, dec_heads=12,
+                   dec_max_len=64),
+        lr=1e-4, optimizer="adamw",
     ),
 }
 
+# naming another timm model brings its own architecture: these preset fields then give way to timm's
+VIT_ARCHITECTURE = ("vit_width", "vit_depth", "vit_heads")
 
-def preset(name: str, **overrides) -> ModelConfig:
-    """The named preset's config, with any field overridden by keyword."""
+
+def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return ModelConfig(**{**PRESETS[name], **overrides})
+    return PRESETS[name]
 
 
-__all__ = ["ModelConfig", "PRESETS", "preset", "field"]
+def preset(name: str, **overrides) -> ModelConfig:
+    """The named preset's ModelConfig with fields overridden by keyword. Overriding `vit_name` with another
+    model drops the preset's ViT width, depth and heads (unless they are overridden too), so
+    `vit_name=vit_small_patch16_224` gives a real ViT-S; image size, patch size and the preset's other
+    choices (conv stem, QK-norm) stay unless overridden."""
+    check_fields(ModelConfig, overrides, "model config")
+    fields = dict(get_preset(name).model)
+    if "vit_name" in overrides and overrides["vit_name"] != fields.get("vit_name"):
+        for key in VIT_ARCHITECTURE:
+            fields.pop(key, None)
+    return ModelConfig(**{**fields, **overrides})
+
+
+# ------------------------------------------------------------------------------------------------- training
+
+
+def _tasks(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tasks = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
+    bad = [t for t in tasks if t not in ("vqa", "caption")]
+    if bad or not tasks:
+        raise ConfigError(f"tasks {value!r}: choose vqa, caption or vqa,caption")
+    return tasks
+
+
+def parse_tasks(value: Any) -> tuple[str, ...]:
+    """'vqa, caption' / ['vqa'] -> a tuple of known task names (ConfigError otherwise)."""
+    return _tasks(value)
+
+
+LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
+
+
+def _opt(help: str, **extra) -> Any:
+    return dict(help=help, **extra)
+
+
+@dataclass
+class TrainConfig(_Config):
+    """Everything `vqa train` takes. `vqa train --help` is generated from these fields and their help."""
+
+    data: str = field(default="", metadata=_opt("data folder (VQA v2 / COCO / JSONL files; see data/README.md)"))
+    out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png"))
+    preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
+    model: dict = field(default_factory=dict, metadata=_opt(
+        "override a model config field (repeatable)", flag="--set", metavar="FIELD=VALUE"))
+    tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
+    epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
+    max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))
+    time_limit: str | None = field(default=None, metadata=_opt(
+        "train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it"))
+    batch_size: int = field(default=32, metadata=_opt("images per device per micro-batch"))
+    accum: int = field(default=1, metadata=_opt("micro-batches per optimizer step (gradient accumulation)"))
+    questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
+    captions_per_image: int = field(default=1, metadata=_opt("captions per image per step"))
+    caption_weight: float = field(default=0.5, metadata=_opt(
+        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
+        "see docs/shapes-10min.md for the values tried)"))
+    lr: float | None = field(default=None, metadata=_opt("peak learning rate (default: the preset's)"))
+    vit_lr: float | None = field(default=None, metadata=_opt(
+        "learning rate of the vision encoder (default: --lr x --vit-lr-scale; 0 freezes it)"))
+    vit_lr_scale: float = field(default=1.0, metadata=_opt("the encoder's lr as a fraction of --lr (tiny: 0.3)"))
+    optimizer: str | None = field(default=None, metadata=_opt(
+        "adamw, or muon: Muon for the weights of linear layers, AdamW for the rest (default: the preset's)",
+        choices=("adamw", "muon")))
+    weight_decay: float = field(default=0.05, metadata=_opt("decoupled weight decay of matrices (AdamW and Muon)"))
+    warmup: int = field(default=100, metadata=_opt("linear warmup steps"))
+    grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
+    eval_every: int = field(default=0, metadata=_opt("steps between evaluations (0: four per run)"))
+    eval_images: int = field(default=300, metadata=_opt(
+        "val images scored by the evaluations during training (vqa eval scores them all)"))
+    log_every: int = field(default=10, metadata=_opt("steps between log lines in metrics.jsonl"))
+    train_split: str = field(default="train", metadata=_opt("the split to train on"))
+    val_split: str = field(default="val", metadata=_opt("the split evaluated during training"))
+    tokenizer: str | None = field(default=None, metadata=_opt(
+        "use this tokenizer.json instead of training one on the training text"))
+    vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
+    init_from: str | None = field(default=None, metadata=_opt(
+        "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies"))
+    resume: bool = field(default=False, metadata=_opt(
+        "continue the run in --out where it stopped; options given now win over the saved ones"))
+    seed: int = field(default=0, metadata=_opt("seed of the weights, data order and augmentation"))
+    workers: int = field(default=-1, metadata=_opt("data loader workers (-1: 0 on CPU, 4 on GPU)"))
+    device: str = field(default="auto", metadata=_opt("cpu, cuda, cuda:1, mps (auto: CUDA, else MPS, else CPU)"))
+    precision: str = field(default="auto", metadata=_opt(
+        "auto: bf16 autocast on CUDA, fp32 elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
+    compile: bool = field(default=False, metadata=_opt("torch.compile the model"))
+    cache_images: bool = field(default=True, metadata=_opt("keep decoded images in RAM between epochs"))
+    hflip: bool = field(default=False, metadata=_opt(
+        "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
+
+    def __post_init__(self) -> None:
+        self.tasks = _tasks(self.tasks)
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
+        check_fields(ModelConfig, self.model, "model config")
+        given = [f for f in LENGTH_FIELDS if getattr(self, f) is not None]
+        if len(given) > 1:
+            raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
+        for name in ("batch_size", "accum", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.epochs is not None and not self.epochs > 0:
+            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
+        if self.time_limit is not None:
+            parse_duration(self.time_limit)
+
+    def with_preset_defaults(self) -> TrainConfig:
+        """lr and optimizer (when not given) and the preset's other training defaults filled in."""
+        p = get_preset(self.preset)
+        return dataclasses.replace(self, lr=self.lr if self.lr is not None else p.lr,
+                                   optimizer=self.optimizer or p.optimizer)
+
+    @property
+    def encoder_lr(self) -> float:
+        return self.lr * self.vit_lr_scale if self.vit_lr is None else self.vit_lr
+
+
+def train_defaults(preset_name: str) -> dict:
+    """TrainConfig defaults that a preset changes (beyond lr and optimizer)."""
+    extra = get_preset(preset_name).train
+    check_fields(TrainConfig, extra, f"preset {preset_name!r} train")
+    return dict(extra)
+
+
+def parse_duration(text: str) -> float:
+    """'10m' -> 600.0 seconds ('90s', '1.5h', or a bare number of seconds)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text or ""))
+    if not m:
+        raise ConfigError(f"--time-limit {text!r}: use a number with s, m or h (e.g. 10m)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+# ------------------------------------------------------------------------------------------------- decoding
+
+def _methods() -> tuple[str, ...]:
+    from .generate import METHODS  # the methods live with their code
+
+    return tuple(METHODS)
+
+
+ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
+
+
+@dataclass
+class GenerationConfig(_Config):
+    """How to decode. `method` is one of `vqa.generate.METHODS` (greedy, beam, sample); each other field
+    names the methods it applies to. Validated on creation, so a bad value fails before any work. The CLI
+    options come from these fields, and the app shows a control for every field with `ui` metadata (a
+    slider's (min, max, step), or "number")."""
+
+    method: str = field(default="greedy", metadata=_opt("decoding method", choices=lambda: _methods()))
+    max_new_tokens: int | None = field(default=None, metadata=_opt(
+        "longest output in tokens (default: 10 for answers, the model's context for captions)"))
+    min_new_tokens: int = field(default=0, metadata=_opt("<eos> is not allowed before this many tokens"))
+    num_beams: int = field(default=3, metadata=_opt("beam: hypotheses kept per prompt", ui=(1, 5, 1)))
+    length_penalty: float = field(default=1.0, metadata=_opt(
+        "beam: hypotheses rank by log-probability / length ** this (0: total log-probability)", ui=(0.0, 2.0, 0.1)))
+    early_stopping: bool = field(default=False, metadata=_opt(
+        "beam: stop a prompt as soon as it has num_beams ended hypotheses (Hugging Face's early_stopping=True); "
+        "by default it stops only when no live beam can still beat them, so the result is that of running "
+        "every beam to the end (their early_stopping='never')"))
+    temperature: float = field(default=1.0, metadata=_opt("sample: divide the logits by this", ui=(0.1, 2.0, 0.1)))
+    top_k: int = field(default=0, metadata=_opt("sample: keep the k likeliest tokens (0: all)", ui=(0, 50, 1)))
+    top_p: float = field(default=1.0, metadata=_opt("sample: keep the smallest set of this probability",
+                                                    ui=(0.05, 1.0, 0.05)))
+    seed: int | None = field(default=None, metadata=_opt("sample: a seed for a reproducible output", ui="number"))
+
+    def __post_init__(self) -> None:
+        if self.method not in _methods():
+            raise ConfigError(f"unknown decoding method {self.method!r}; choose one of: {', '.join(_methods())}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.min_new_tokens < 0:
+            raise ConfigError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if self.num_beams < 1:
+            raise ConfigError(f"num_beams must be >= 1, got {self.num_beams}")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0: no limit), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def for_task(cls, task: str, **changes) -> GenerationConfig:
+        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`."""
+        base = dict(max_new_tokens=ANSWER_TOKENS) if task == "vqa" else {}
+        return cls.from_dict({**base, **changes})
+
+    def budget(self, limit: int) -> int:
+        """New tokens allowed for a prompt that leaves `limit` positions of the context."""
+        return limit if self.max_new_tokens is None else min(self.max_new_tokens, limit)
+
+
+__all__ = [
+    "ModelConfig", "TrainConfig", "GenerationConfig", "Preset", "PRESETS", "preset", "get_preset",
+    "train_defaults", "parse_duration", "parse_tasks", "timm_data_config", "ANSWER_TOKENS", "check_fields",
+]

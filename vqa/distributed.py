@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .device import pick_device
+
 
 @dataclass
 class Dist:
@@ -31,16 +33,6 @@ class Dist:
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def setup(device: str = "auto") -> Dist:

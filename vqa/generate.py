@@ -1,9 +1,14 @@
-"""Generation: greedy, beam search, top-k / top-p sampling, and candidate ranking.
+"""Generation: greedy, beam search and top-k / top-p sampling (the `METHODS`), candidate ranking and the
+cross-attention maps behind generated words.
 
 The image is encoded once and each layer's cross-attention keys/values are computed once per image; the
 self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
 Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
-masked, so a padded batch gives the same result as the prompts one by one.
+masked, and each prompt has its own length budget (the context left after *its* prompt), so a padded batch
+gives exactly what the prompts give one by one.
+
+A decoding method is a function `(model, kv, prompts, config) -> Generation` in `METHODS`; its settings
+are fields of `GenerationConfig` (vqa.config), which validates them. Adding one touches these two places.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .errors import InputError
+from .config import GenerationConfig
+from .errors import ConfigError, InputError
 from .model import VQAModel
 
 
@@ -21,12 +27,10 @@ from .model import VQAModel
 class Generation:
     sequences: list[list[int]]  # per prompt: the generated ids, without the prompt and the final <eos>
     scores: list[float]  # per prompt: total log-probability of the sequence (incl. <eos>) under the model
-    beams: list[list[tuple[list[int], float]]] = field(default_factory=list)  # beam search: all kept hypotheses
+    beams: list[list[tuple[list[int], float]]] = field(default_factory=list)  # per prompt: every kept hypothesis
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise InputError("every prompt needs at least one token (<bos>)")
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     valid = torch.zeros(len(prompts), width, dtype=torch.bool)
@@ -37,17 +41,21 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
 
 
 class _Decoder:
-    """The state of one batched decoding: caches, key validity and positions, for B rows."""
+    """The state of one batched decoding: caches, key validity and positions, for B rows. `budget[b]` is
+    how many tokens row b may generate: the config's max_new_tokens, capped by the context left after row
+    b's own prompt."""
 
-    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], max_new_tokens: int):
+    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig):
         self.model, self.kv = model, kv
         device = kv[0][0].device
+        limit = model.cfg.dec_max_len
+        longest = max(len(q) for q in prompts)
+        if longest >= limit:
+            raise InputError(f"prompt of {longest} tokens leaves no room to generate (dec_max_len={limit})")
+        self.budget = [config.budget(limit - len(q)) for q in prompts]
+        self.max_new = max(self.budget)
         ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
         b, p = ids.shape
-        limit = model.cfg.dec_max_len
-        if p >= limit:
-            raise InputError(f"prompt of {p} tokens leaves no room to generate (dec_max_len={limit})")
-        self.max_new = min(max_new_tokens, limit - p)
         self.prompt_len = p
         self.caches = model.decoder.new_caches(b, p + self.max_new, kv[0][0].dtype, device)
         # Prompts of one length need no padding: a causal prefill at positions 0..P-1 and no key mask at any
@@ -73,7 +81,8 @@ class _Decoder:
         if self.padded:
             self.key_valid[:, self.prompt_len + self.t] = True
             self.t += 1
-            self.pos = self.pos + 1
+            # a row past its own budget is done (its outputs are ignored) but still fed: keep it in the table
+            self.pos = (self.pos + 1).clamp(max=self.model.cfg.dec_max_len - 1)
             mask = self.key_valid[:, None, None, : self.prompt_len + self.t]  # [B, 1, 1, S]
             pos = self.pos[:, None]
         else:
@@ -113,24 +122,28 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-@torch.inference_mode()  # returns lists only; no autograd bookkeeping at all: ~10% faster than no_grad at batch 1
+def _config(config: GenerationConfig | None, changes: dict) -> GenerationConfig:
+    try:
+        return (config or GenerationConfig()).replace(**changes) if changes else (config or GenerationConfig())
+    except ConfigError as e:
+        raise InputError(str(e)) from None
+
+
+@torch.inference_mode()  # returns lists only: no autograd bookkeeping at all (docs/performance.md: faster than no_grad)
 def generate(
     model: VQAModel,
     prompts: list[list[int]],
     images: torch.Tensor | None = None,  # [M, 3, S, S]
+    *,
     memory: torch.Tensor | None = None,  # or the encoded images [M, N, D], to reuse an encoding
     image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
-    max_new_tokens: int = 20,
-    min_new_tokens: int = 0,  # <eos> is not allowed before this many tokens (benchmarks: a fixed length)
-    num_beams: int = 1,
-    length_penalty: float = 1.0,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
+    config: GenerationConfig | None = None,
+    **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
-    """Decode a continuation of every prompt until <eos> or `max_new_tokens`."""
+    """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`."""
+    config = _config(config, changes)
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InputError("every prompt needs at least one token (<bos>)")
     if memory is None:
         if images is None:
             raise InputError("generate needs images or memory")
@@ -141,65 +154,75 @@ def generate(
     else:
         if not torch.is_tensor(image_index):
             image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
-        if image_index.shape != (len(prompts),) or (len(prompts) and not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]):
+        image_index = image_index.to(memory.device)
+        if image_index.shape != (len(prompts),) or not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]:
             raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
     _check_ids(model, prompts)
-    if do_sample and not 0 < top_p <= 1:
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
-    if temperature <= 0:
-        raise InputError(f"temperature must be > 0, got {temperature}")
-    if max_new_tokens < 1 or num_beams < 1:
-        raise InputError(f"max_new_tokens and num_beams must be >= 1, got {max_new_tokens} and {num_beams}")
     kv = model.memory_kv(memory, image_index)
-    if num_beams > 1:
-        if do_sample:
-            raise InputError("beam search and sampling do not combine: choose one")
-        return _beam_search(model, kv, prompts, max_new_tokens, num_beams, length_penalty, min_new_tokens)
-    return _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator,
-                             min_new_tokens)
+    return METHODS[config.method](model, kv, prompts, config)
 
 
-def _greedy_or_sample(model, kv, prompts, max_new_tokens, do_sample, temperature, top_k, top_p, generator,
-                      min_new_tokens=0):
-    cfg = model.cfg
-    dec = _Decoder(model, kv, prompts, max_new_tokens)
+def _greedy(model, kv, prompts, config: GenerationConfig) -> Generation:
+    return _greedy_or_sample(model, kv, prompts, config, sample=False)
+
+
+def _sample(model, kv, prompts, config: GenerationConfig) -> Generation:
+    return _greedy_or_sample(model, kv, prompts, config, sample=True)
+
+
+def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool) -> Generation:
+    eos = model.cfg.eos_id
+    dec = _Decoder(model, kv, prompts, config)
     b = len(prompts)
-    out = torch.full((b, dec.max_new), cfg.eos_id, dtype=torch.long, device=dec.logits.device)
-    done = torch.zeros(b, dtype=torch.bool, device=out.device)
-    score = torch.zeros(b, device=out.device)
+    device = dec.logits.device
+    generator = None
+    if sample and config.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(int(config.seed))
+    out = torch.full((b, dec.max_new), eos, dtype=torch.long, device=device)
+    budget = torch.as_tensor(dec.budget, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    score = torch.zeros(b, device=device)
     logits = dec.logits
     for t in range(dec.max_new):
-        if t < min_new_tokens:
-            logits[:, cfg.eos_id] = float("-inf")
+        if t < config.min_new_tokens:
+            logits[:, eos] = float("-inf")
         logp = logits.log_softmax(-1)  # [B, V]
-        if do_sample:
-            probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+        if sample:
+            probs = filter_logits(logits / config.temperature, config.top_k, config.top_p).softmax(-1)
             tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
         else:
             tok = logp.argmax(-1)
-        tok = tok.masked_fill(done, cfg.eos_id)
+        tok = tok.masked_fill(done, eos)
         score += logp.gather(1, tok[:, None])[:, 0].masked_fill(done, 0.0)
         out[:, t] = tok
-        done |= tok == cfg.eos_id
+        done |= (tok == eos) | (budget <= t + 1)  # a row out of budget ends here (its last token kept)
         if bool(done.all()) or t == dec.max_new - 1:
             break
         logits = dec.step(tok)
-    return Generation(sequences=[_until_eos(row, cfg.eos_id) for row in out.tolist()], scores=score.tolist())
+    rows = out.tolist()
+    return Generation(sequences=[_until_eos(r[: dec.budget[i]], eos) for i, r in enumerate(rows)],
+                      scores=score.tolist())
 
 
 def _until_eos(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_tokens=0):
-    """Beam search with `k` beams per prompt. A hypothesis ends at <eos> (only <eos> among the top k
-    candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability divided
-    by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended hypotheses
-    and the best live beam's score so far, length-normalized, cannot beat the worst of them (Hugging Face's
-    default, early_stopping=False); beams still alive at max_new_tokens are ended there."""
-    eos = model.cfg.eos_id
+def _beam_search(model, kv, prompts, config: GenerationConfig) -> Generation:
+    """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
+    k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability
+    divided by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended
+    hypotheses and no live beam can still beat the worst of them: log-probabilities only fall as tokens are
+    added, so a live beam's best final score is its score so far divided by its longest possible length **
+    length_penalty when length_penalty > 0, by its shortest (one more token) otherwise -- a true bound, so
+    the search returns what running every beam to its budget would (Hugging Face's early_stopping="never").
+    With `early_stopping` a prompt is done as soon as it has k ended hypotheses. Beams still alive at the
+    prompt's budget are ended there. One beam is greedy decoding at length_penalty 0 (exact bound) or with
+    early_stopping; at length_penalty > 0 the exact search may find a longer hypothesis that greedy's
+    first <eos> cut off, scoring higher per token."""
+    eos, k, lp = model.cfg.eos_id, config.num_beams, config.length_penalty
     b = len(prompts)
-    dec = _Decoder(model, kv, prompts, max_new_tokens)  # the prompt is run once per prompt, not per beam
+    dec = _Decoder(model, kv, prompts, config)  # the prompt is run once per prompt, not per beam
     device = dec.logits.device
     dec.reorder(torch.arange(b, device=device).repeat_interleave(k))  # [B*K] rows, beams share the image
     beam_score = torch.full((b, k), float("-inf"), device=device)
@@ -209,7 +232,7 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_
     done = [False] * b
     logits = dec.logits
     for t in range(dec.max_new):
-        if t < min_new_tokens:
+        if t < config.min_new_tokens:
             logits[:, eos] = float("-inf")
         vocab = logits.shape[-1]
         cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
@@ -220,6 +243,7 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_
         new_tok = torch.full((b, k), eos, dtype=torch.long, device=device)
         ts, tsrc, ttok = top_score.tolist(), src.tolist(), tok.tolist()
         seq_list = seqs.tolist()
+        out_of_room = []
         for i in range(b):
             if done[i]:
                 continue
@@ -228,24 +252,29 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_
                 s, parent, w = ts[i][rank], tsrc[i][rank], ttok[i][rank]
                 if w == eos:
                     if rank < k:
-                        ended[i].append((s / (t + 1) ** length_penalty, seq_list[i * k + parent], s))
+                        ended[i].append((s / (t + 1) ** lp, seq_list[i * k + parent], s))
                 else:
                     new_score[i, j], new_src[i, j], new_tok[i, j] = s, parent, w
                     j += 1
                 if j == k:
                     break
-            if len(ended[i]) >= k:  # done once no live beam can beat the worst of the k best ended ones
+            if t + 1 >= dec.budget[i]:  # out of room: the live beams end here
+                out_of_room.append(i)
+                done[i] = True
+            elif len(ended[i]) >= k:
                 ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
-                done[i] = j == 0 or ended[i][-1][0] >= float(new_score[i, 0]) / (t + 1) ** length_penalty
-        if all(done) or t == dec.max_new - 1:
-            if not all(done):  # out of room: the live beams end here
-                flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)
-                last = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1).tolist()
-                for i in range(b):
-                    if not done[i]:
-                        for j in range(k):
-                            s = float(new_score[i, j])
-                            ended[i].append((s / (t + 1) ** length_penalty, last[i * k + j], s))
+                best_live = float(new_score[i, 0])
+                length = dec.budget[i] if lp > 0 else t + 2  # the length that flatters a live beam most
+                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= best_live / length**lp
+        if out_of_room:
+            flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)
+            last = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1).tolist()
+            for i in out_of_room:
+                for j in range(k):
+                    s = float(new_score[i, j])
+                    if s > float("-inf"):
+                        ended[i].append((s / (t + 1) ** lp, last[i * k + j], s))
+        if all(done):
             break
         flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)  # [B*K] parent rows
         seqs = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1)
@@ -254,6 +283,9 @@ def _beam_search(model, kv, prompts, max_new_tokens, k, length_penalty, min_new_
         logits = dec.step(new_tok.view(-1))
     beams = [[(seq, raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
     return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
+
+
+METHODS = {"greedy": _greedy, "beam": _beam_search, "sample": _sample}
 
 
 @torch.no_grad()
@@ -302,3 +334,6 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     stacked = torch.stack([m[0] for m in maps], 0)  # [L, H, T, N]
     start = len(prompt) - 1
     return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]
+
+
+__all__ = ["Generation", "METHODS", "generate", "filter_logits", "score_candidates", "cross_attention_maps"]

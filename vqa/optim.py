@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 OPTIMIZERS = ("adamw", "muon")
-MUON_LR_SCALE = 10.0  # Muon's lr = this x the AdamW lr (its update RMS is matched to AdamW's; 3x and 20x did worse or no better)
+MUON_LR_SCALE = 10.0  # Muon's lr = this x the AdamW lr, its update RMS matched to AdamW's (values tried: docs/shapes-10min.md, section 5)
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
 
 

@@ -1,9 +1,22 @@
-"""The loss and accuracy curves of a run, drawn from its metrics.jsonl."""
+"""A run's metrics.jsonl: read it (robust to a torn last line) and draw its loss and accuracy curves."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl; a torn line (a kill in mid-write) or other junk is skipped."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def plot_curves(metrics: str | Path, out: str | Path) -> None:
@@ -13,8 +26,7 @@ def plot_curves(metrics: str | Path, out: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     train, val = [], []
-    for line in Path(metrics).read_text().splitlines():
-        rec = json.loads(line)
+    for rec in read_metrics(Path(metrics)):
         (train if "loss" in rec else val).append(rec)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax1.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1)

@@ -4,21 +4,25 @@ where the model looked (the decoder's cross-attention over the image patches).
     from vqa import Predictor
     p = Predictor.from_pretrained("runs/tiny")          # CUDA, else MPS, else CPU
     p.answer("cat.png", "what color is the cat?", top_k=3).top_k    # [("black", 0.81), ("gray", 0.07), ...]
-    p.caption(img, num_beams=3).caption
+    p.caption(img, method="beam", num_beams=3).caption
     p.rank(img, "is there a dog?", ["yes", "no"])       # [("no", 0.93), ("yes", 0.07)]
 
 Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array.
 
-Probabilities. `answer(top_k=k)` decodes greedily and with beam search of max(k, 3) beams (length
-penalty 0, so hypotheses rank by total log-probability) and reports for each distinct answer text found
-exp(total log-probability of its tokens and <eos>): the probability the model gives that exact answer (summed
-over token sequences that spell the same text). They are *not* renormalized over the k answers, so they sum to
-at most 1 and the gap is the mass of the answers not returned; `answer` is the most probable one.
-`rank()` scores a closed list instead: a softmax over the candidates' total log-probabilities, summing to 1.
+Decoding. Every method takes a `GenerationConfig` (`generation=`) and/or its fields as keywords
+(`method="sample", top_p=0.9, seed=3`), validated in one place. Captions decode greedily by default.
+
+Probabilities. `answer(top_k=k)` decodes with beam search of max(k, 3) beams and length penalty 0 unless a
+config says otherwise, so hypotheses rank by total log-probability, and reports for each distinct answer
+text found exp(total log-probability of its tokens and <eos>): the probability the model gives that exact
+answer (summed over token sequences that spell the same text). They are *not* renormalized over the k
+answers, so they sum to at most 1 and the gap is the mass of the answers not returned; `answer` is the most
+probable one. `rank()` scores a closed list instead: a softmax over the candidates' total log-probabilities,
+summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
-end (`tokenizer.vqa_prompt(max_len=cfg.dec_max_len)`) and the result's `truncated` says so. Characters the
-tokenizer does not know (emoji, scripts absent from training) become <unk>: the model still answers.
+end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
+not know (emoji, scripts absent from training) become <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
 the SHA-1 of the letterboxed uint8 model input, so a second question about the same picture (from a path, a
@@ -26,8 +30,8 @@ PIL image or an array alike) only runs the decoder. Batched calls encode each di
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
-(prefix tokens such as CLS are dropped, so a map sums to at most 1). `attention_heatmap()` draws one over
-the original image, undoing the letterbox.
+(prefix tokens such as CLS are dropped, so a map sums to at most 1). `vqa.heatmaps.attention_heatmap()` draws
+one over the original image, undoing the letterbox.
 """
 
 from __future__ import annotations
@@ -42,28 +46,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from einops import rearrange
 from PIL import Image
 
 from .checkpoint import load as load_checkpoint
+from .config import GenerationConfig
 from .data.images import load_image
 from .data.transforms import build_transform
-from .errors import InputError
+from .device import pick_device
+from .errors import ConfigError, InputError
 from .generate import cross_attention_maps, generate, score_candidates
-
-MAX_ANSWER_TOKENS = 10  # VQA answers are a few words
-
-
-def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """`device` if given, else CUDA, else Apple's MPS, else the CPU."""
-    if device is not None:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
 
 # ----------------------------------------------------------------------------------------------- results
 
@@ -117,6 +109,14 @@ class Caption(_Generated):
         )
 
 
+def _settings(generation: GenerationConfig | None, changes: dict, default: GenerationConfig) -> GenerationConfig:
+    """`generation` (or `default`) with the keyword `changes`; a bad value is an InputError."""
+    try:
+        return (generation or default).replace(**changes)
+    except ConfigError as e:
+        raise InputError(str(e)) from None
+
+
 # ----------------------------------------------------------------------------------------------- predictor
 
 
@@ -131,7 +131,7 @@ class Predictor:
         self.card = dict(card or {})
         self.cfg = model.cfg
         self.transform = build_transform(self.cfg, train=False)
-        self.grid = self.cfg.vit_image_size // self.cfg.vit_patch_size
+        self.grid = self.cfg.grid
         self.cache_size = int(cache_size)
         self.max_pixels = max_pixels  # None: load_image's own limit
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
@@ -201,11 +201,7 @@ class Predictor:
         return prompt, len(prompt) - 3 < full
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        out = []
-        for i in ids:
-            tok = self.tokenizer.id_to_token(i) or ""
-            out.append(tok.replace("▁", " "))
-        return out
+        return [(self.tokenizer.id_to_token(i) or "").replace("▁", " ") for i in ids]
 
     def _maps(self, memory: torch.Tensor, prompt: list[int], generated: list[int]) -> torch.Tensor:
         """[G, L, H, grid, grid] patch attention (prefix tokens dropped) on the CPU."""
@@ -213,19 +209,29 @@ class Predictor:
         if not generated:
             return torch.zeros(0, self.cfg.dec_depth, self.cfg.dec_heads, g, g)
         maps = cross_attention_maps(self.model, memory[None], prompt, generated)  # [G, L, H, N]
-        maps = maps[..., maps.shape[-1] - g * g :]
-        return maps.reshape(*maps.shape[:3], g, g).float().cpu()
+        patches = maps[..., maps.shape[-1] - g * g :]  # drop the prefix (CLS) tokens
+        return rearrange(patches, "g l h (y x) -> g l h y x", y=g).float().cpu()
 
     # ---- VQA ----
-    def answer(self, image: Any, question: str, top_k: int = 1, num_beams: int | None = None,
-               max_new_tokens: int = MAX_ANSWER_TOKENS, return_attention: bool = False) -> Answer:
+    def answer(self, image: Any, question: str, top_k: int = 1, generation: GenerationConfig | None = None,
+               return_attention: bool = False, **changes) -> Answer:
         """The answer to `question` about `image`, with the `top_k` most likely answers and their
-        probabilities (see the module docstring)."""
-        return self.answer_batch([image], [question], top_k, num_beams, max_new_tokens, return_attention)[0]
+        probabilities (see the module docstring). `changes`: GenerationConfig fields."""
+        return self.answer_batch([image], [question], top_k, generation, return_attention, **changes)[0]
+
+    def answer_settings(self, top_k: int = 1, generation: GenerationConfig | None = None,
+                        changes: dict | None = None) -> GenerationConfig:
+        """The decoding `answer` uses: `generation` (default: beam search over max(top_k, 3) beams at
+        length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`."""
+        default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
+        settings = _settings(generation, changes or {}, default)
+        if settings.method == "beam" and settings.num_beams < top_k:
+            raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
+        return settings
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
-                     num_beams: int | None = None, max_new_tokens: int = MAX_ANSWER_TOKENS,
-                     return_attention: bool = False) -> list[Answer]:
+                     generation: GenerationConfig | None = None, return_attention: bool = False,
+                     **changes) -> list[Answer]:
         """`answer` for each (image, question) pair in one batched decoding; a single image (not in a list)
         is asked every question. Each distinct image is encoded once."""
         if _is_single_image(images):
@@ -238,25 +244,16 @@ class Predictor:
         top_k = int(top_k)
         if top_k < 1:
             raise InputError(f"top_k must be at least 1, got {top_k}")
-        beams = int(num_beams) if num_beams else max(top_k, 3)
-        if beams < top_k:
-            raise InputError(f"num_beams={beams} cannot return top_k={top_k} answers")
+        settings = self.answer_settings(top_k, generation, changes)
         prompts, truncated = zip(*(self._question_prompt(q) for q in questions), strict=True)
         with self._lock:
             memory, index = self._encode(images)
-            kw = dict(memory=memory, image_index=index, max_new_tokens=max_new_tokens)
-            greedy = generate(self.model, list(prompts), **kw)
-            gen = generate(self.model, list(prompts), num_beams=beams, length_penalty=0.0, **kw) if beams > 1 else greedy
+            gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings)
             results = []
             for b, question in enumerate(questions):
-                # the greedy answer joins the beams: beam search that stops early can miss it
-                hyps = [(greedy.sequences[b], greedy.scores[b])]
-                hyps += gen.beams[b] if gen.beams else []
-                seen, merged, best_seq = set(), {}, {}
+                hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
+                merged, best_seq = {}, {}
                 for seq, logp in hyps:
-                    if tuple(seq) in seen:
-                        continue
-                    seen.add(tuple(seq))
                     text = self.tokenizer.decode(seq)  # distinct token sequences may spell the same text
                     merged[text] = merged.get(text, 0.0) + float(np.exp(logp))
                     if text not in best_seq or logp > best_seq[text][1]:
@@ -287,47 +284,25 @@ class Predictor:
         return sorted(zip(candidates, probs, strict=True), key=lambda cp: -cp[1])
 
     # ---- captions ----
-    def caption(self, image: Any, num_beams: int = 1, do_sample: bool = False, top_p: float = 1.0,
-                top_k: int = 0, temperature: float = 1.0, max_new_tokens: int | None = None,
-                length_penalty: float = 1.0, seed: int | None = None, return_attention: bool = False) -> Caption:
-        """A caption of `image`: greedy by default, beam search with `num_beams` > 1, or top-k / top-p
-        sampling with `do_sample` (reproducible with `seed`)."""
-        return self.caption_batch([image], num_beams, do_sample, top_p, top_k, temperature, max_new_tokens,
-                                  length_penalty, seed, return_attention)[0]
+    def caption(self, image: Any, generation: GenerationConfig | None = None, return_attention: bool = False,
+                **changes) -> Caption:
+        """A caption of `image`: greedy by default; `method="beam"` / `"sample"` and their settings as keywords
+        or in `generation`."""
+        return self.caption_batch([image], generation, return_attention, **changes)[0]
 
-    def caption_batch(self, images: Sequence[Any], num_beams: int = 1, do_sample: bool = False,
-                      top_p: float = 1.0, top_k: int = 0, temperature: float = 1.0,
-                      max_new_tokens: int | None = None, length_penalty: float = 1.0, seed: int | None = None,
-                      return_attention: bool = False) -> list[Caption]:
+    def caption_batch(self, images: Sequence[Any], generation: GenerationConfig | None = None,
+                      return_attention: bool = False, **changes) -> list[Caption]:
         """`caption` for each image in one batched decoding."""
         if _is_single_image(images):
             images = [images]
         images = list(images)
         if not images:
             return []
-        num_beams = int(num_beams)
-        if num_beams < 1:
-            raise InputError(f"num_beams must be at least 1, got {num_beams}")
-        if do_sample and num_beams > 1:
-            raise InputError("choose beam search or sampling, not both")
-        if not 0.0 < float(top_p) <= 1.0:
-            raise InputError(f"top_p must be in (0, 1], got {top_p}")
-        if int(top_k) < 0:
-            raise InputError(f"top_k must be >= 0 (0: no limit), got {top_k}")
-        if float(temperature) <= 0:
-            raise InputError(f"temperature must be > 0, got {temperature}")
+        settings = _settings(generation, changes, GenerationConfig.for_task("caption"))
         prompt = self.tokenizer.caption_prompt()
-        limit = self.cfg.dec_max_len - len(prompt)
-        max_new = limit if max_new_tokens is None else max(1, min(int(max_new_tokens), limit))
         with self._lock:
             memory, index = self._encode(images)
-            g = None
-            if do_sample and seed is not None:
-                g = torch.Generator(device=self.device).manual_seed(int(seed))
-            gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index,
-                           max_new_tokens=max_new, num_beams=num_beams, length_penalty=length_penalty,
-                           do_sample=do_sample, temperature=float(temperature), top_k=int(top_k),
-                           top_p=float(top_p), generator=g)
+            gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings)
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
@@ -344,69 +319,4 @@ def _is_single_image(x: Any) -> bool:
     return isinstance(x, (str, Path, Image.Image, np.ndarray)) or torch.is_tensor(x)
 
 
-# ----------------------------------------------------------------------------------------------- heatmaps
-
-
-def letterbox_box(width: int, height: int, size: int) -> tuple[float, float, float, float]:
-    """Where a width x height image lies inside the size x size letterboxed model input
-    (left, top, right, bottom in model-input pixels), as `ImageTransform.prepare` places it."""
-    scale = size / max(width, height)
-    nw, nh = max(1, round(width * scale)), max(1, round(height * scale))
-    left, top = (size - nw) // 2, (size - nh) // 2
-    return float(left), float(top), float(left + nw), float(top + nh)
-
-
-def select_map(maps: torch.Tensor | np.ndarray, layer: int | None = None, head: int | None = None) -> np.ndarray:
-    """One [grid, grid] map from [L, H, grid, grid] (or [grid, grid]): the given layer / head (0-based),
-    averaged over the others."""
-    m = torch.as_tensor(np.asarray(maps) if not torch.is_tensor(maps) else maps).float()
-    if m.ndim == 2:
-        return m.numpy()
-    if m.ndim != 4:
-        raise InputError(f"attention maps must be [layers, heads, grid, grid] or [grid, grid], got {tuple(m.shape)}")
-    for name, i, n in (("layer", layer, m.shape[0]), ("head", head, m.shape[1])):
-        if i is not None and not 0 <= int(i) < n:
-            raise InputError(f"{name} {i} does not exist: the model has {n} (0-based)")
-    m = m[int(layer)][None] if layer is not None else m
-    m = m[:, int(head)][:, None] if head is not None else m
-    return m.mean((0, 1)).numpy()
-
-
-def upsample_map(m: np.ndarray, width: int, height: int, image_size: int) -> np.ndarray:
-    """A [grid, grid] map over the letterboxed `image_size` square, cropped to the picture's region and
-    stretched (bilinear) onto a width x height picture: float32 [height, width]."""
-    m = np.asarray(m, dtype=np.float32)
-    cell = image_size / m.shape[-1]
-    left, top, right, bottom = letterbox_box(width, height, image_size)
-    box = (left / cell, top / cell, right / cell, bottom / cell)  # the picture's region in grid units
-    up = Image.fromarray(m, mode="F").resize((width, height), Image.Resampling.BILINEAR, box=box)
-    return np.asarray(up, dtype=np.float32)
-
-
-def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | None = None,
-                      image_size: int | None = None, alpha: float = 0.6, colormap: str = "turbo") -> Image.Image:
-    """`image` (as the user gave it) with an attention map laid over it, same size as the image.
-
-    `maps` is [L, H, grid, grid] (averaged over layers and heads unless `layer` / `head` picks one, 0-based)
-    or a single [grid, grid] map. The map covers the letterboxed square the model saw (`image_size` px, by
-    default grid * 8 — pass the model's `vit_image_size` for exact placement); only the part over the picture
-    is kept, stretched back onto it with bilinear interpolation. Values are scaled to 0..1 (min to max over
-    the picture) before the colormap (turbo: dark red = most), so the picture shows where attention is
-    relatively high; the overlay's opacity is `alpha` there and fades to a quarter of it where attention is
-    lowest, so the picture stays visible."""
-    import matplotlib
-
-    img = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image)
-    m = select_map(maps, layer, head)
-    up = upsample_map(m, img.width, img.height, image_size or m.shape[-1] * 8)
-    lo, hi = float(up.min()), float(up.max())
-    up = (up - lo) / (hi - lo) if hi > lo else np.zeros_like(up)
-    levels = np.clip(up * 255 + 0.5, 0, 255).astype(np.uint8)
-    lut = (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
-    opacity = float(alpha) * (0.25 + 0.75 * up)[..., None]  # low attention lets the picture show through
-    mixed = np.asarray(img, dtype=np.float32) * (1 - opacity) + lut[levels] * opacity
-    return Image.fromarray(np.clip(mixed + 0.5, 0, 255).astype(np.uint8), "RGB")
-
-
-__all__ = ["Predictor", "Answer", "Caption", "pick_device", "attention_heatmap", "select_map", "letterbox_box",
-           "upsample_map"]
+__all__ = ["Predictor", "Answer", "Caption"]

@@ -1,7 +1,10 @@
 """`vqa ask` and `vqa caption`: one image, one question or caption, printed as text or JSON.
 
     vqa ask --checkpoint runs/tiny image.png "what color is the circle?" [--top-k 3] [--json]
-    vqa caption --checkpoint runs/tiny image.png [--beams 3 | --sample --top-p 0.9] [--json]
+    vqa caption --checkpoint runs/tiny image.png [--method beam --num-beams 3 | --method sample --top-p 0.9]
+
+The decoding options are GenerationConfig's fields (`vqa caption --help` lists them). On `vqa ask`,
+`--top-k` is the number of answers to list, so sampling's top-k is `--sample-top-k` there.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ import argparse
 import json
 from pathlib import Path
 
+from .config import GenerationConfig
 from .errors import CheckpointError
+from .options import add_dataclass_arguments, given
 
 DEFAULT_CHECKPOINT = "runs/tiny"
+ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
@@ -21,20 +27,13 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: CUDA, else MPS, else CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("image", metavar="IMAGE", help="an image file")
+    rename = None
     if name == "ask":
         p.add_argument("question", metavar="QUESTION", help="the question, quoted")
         p.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely answers")
-        p.add_argument("--beams", type=int, default=None, metavar="N",
-                       help="beam width for the answers (default: max(K, 3))")
-    else:
-        mode = p.add_mutually_exclusive_group()
-        mode.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams (default: greedy)")
-        mode.add_argument("--sample", action="store_true", help="sample instead of searching")
-        p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="sampling: nucleus probability (default 1)")
-        p.add_argument("--top-k", type=int, default=0, metavar="K", help="sampling: keep the K likeliest tokens (0: all)")
-        p.add_argument("--temperature", type=float, default=1.0, metavar="T", help="sampling temperature (default 1)")
-        p.add_argument("--seed", type=int, default=None, help="sampling: a seed for a reproducible caption")
-        p.add_argument("--max-new-tokens", type=int, default=None, metavar="N", help="longest caption, in tokens")
+        rename = ASK_RENAME
+    add_dataclass_arguments(p, GenerationConfig, rename=rename,
+                            title="decoding (answers: beam search over max(K, 3) beams by default; captions: greedy)")
 
 
 def _load(args):
@@ -52,7 +51,8 @@ def _load(args):
 def run(args) -> int:
     pred = _load(args)
     if args.command == "ask":
-        res = pred.answer(args.image, args.question, top_k=args.top_k, num_beams=args.beams)
+        settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
+        res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
         if args.json:
             print(json.dumps(dict(image=str(args.image), **res.to_dict()), ensure_ascii=False))
             return 0
@@ -62,10 +62,10 @@ def run(args) -> int:
             for i, (a, p) in enumerate(res.top_k, 1):
                 print(f"  {i}. {a:<{width}}  {100 * p:5.1f}%")
         if res.truncated:
-            print(f"(the question was cut to {pred.cfg.dec_max_len - 5} tokens to fit the model)")
+            print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
+                  "to fit the model)")
         return 0
-    res = pred.caption(args.image, num_beams=args.beams, do_sample=args.sample, top_p=args.top_p, top_k=args.top_k,
-                       temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_new_tokens)
+    res = pred.caption(args.image, **given(args, GenerationConfig))
     if args.json:
         print(json.dumps(dict(image=str(args.image), **res.to_dict()), ensure_ascii=False))
     else:

@@ -6,7 +6,10 @@ It owns the special tokens and the two prompt formats (one model, two tasks):
     vqa:      <bos> <question> q1 ... qn <answer> -> answer tokens ... <eos>
 
 Text is NFKC-normalized and lower-cased; words are split on whitespace (kept as the `▁` marker, so decoding
-restores the spaces) and punctuation, then BPE-merged.
+restores the spaces) and punctuation, then BPE-merged. Text is always encoded as text: "<eos>" or "<answer>"
+typed in a question or written in a caption are characters, never control tokens (`encode_special_tokens`),
+so a user cannot rewrite the prompt and a caption cannot train an early stop. Special tokens enter a
+sequence only by id, from the prompt builders below.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Tokenizer:
 
     def __init__(self, hf: HFTokenizer):
         self.hf = hf
+        hf.encode_special_tokens = True  # user text is text: "<eos>" in it is never the <eos> token
         ids = {t: hf.token_to_id(t) for t in SPECIAL_TOKENS}
         missing = [t for t, i in ids.items() if i is None]
         if missing:
@@ -91,21 +95,31 @@ class Tokenizer:
     def id_to_token(self, i: int) -> str:
         return self.hf.id_to_token(int(i))
 
+    def model_ids(self) -> dict:
+        """The ModelConfig fields a model built for this tokenizer must have."""
+        return dict(vocab_size=self.vocab_size, pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
+
     # ---- prompts ----
     def caption_prompt(self) -> list[int]:
         return [self.bos_id, self.caption_id]
 
+    @staticmethod
+    def max_question_tokens(max_len: int) -> int:
+        """The longest question (in tokens) a context of `max_len` takes: three prompt specials, and room
+        for at least one answer token and <eos>."""
+        room = max_len - 3 - 2
+        if room < 1:
+            raise ConfigError(f"max_len={max_len} leaves no room for a question")
+        return room
+
     def vqa_prompt(self, question: str, max_len: int | None = None) -> list[int]:
         """`<bos> <question> q... <answer>`; with `max_len`, a question too long to fit is cut from the end
-        (documented truncation) so that the prompt takes at most `max_len - 2` tokens, leaving room to answer."""
+        (documented truncation) to `max_question_tokens(max_len)` tokens, leaving room to answer."""
         if not isinstance(question, str) or not question.strip():
             raise InputError("the question is empty")
         q = self.encode(question)
         if max_len is not None:
-            room = max_len - 3 - 2  # three prompt specials, at least one answer token and <eos>
-            if room < 1:
-                raise ConfigError(f"max_len={max_len} leaves no room for a question")
-            q = q[:room]
+            q = q[: self.max_question_tokens(max_len)]
         return [self.bos_id, self.question_id, *q, self.answer_id]
 
     def target(self, text: str) -> list[int]:

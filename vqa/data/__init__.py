@@ -11,7 +11,8 @@ from .formats import CaptionRecord, SplitData, VQARecord, corpus_texts, find_spl
 _LAZY = {
     "load_image": "images", "MAX_PIXELS": "images",
     "build_transform": "transforms", "ImageTransform": "transforms",
-    "ImageTextDataset": "dataset", "collate": "dataset", "make_collate": "dataset",
+    "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "Batch": "collate",
+    "TaskGroup": "collate",
     "generate_shapes": "shapes",
 }
 

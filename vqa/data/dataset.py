@@ -1,4 +1,4 @@
-"""Torch dataset and collate for VQA and captioning together, indexed by image.
+"""The torch dataset for VQA and captioning together, indexed by image (batches: `vqa.data.collate`).
 
 Why by image: the encoder is the costly part, so one item is one image plus several text rows about it (up to
 `questions_per_image` questions and `captions_per_image` captions); the model encodes each image once and the
@@ -12,7 +12,6 @@ whatever the worker layout. Call `set_epoch(e)` at the start of each epoch.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
+from ..config import TrainConfig
 from ..errors import ConfigError
 from ..tokenizer import Tokenizer
 from .formats import CaptionRecord, SplitData, VQARecord
@@ -39,11 +38,11 @@ class ImageTextDataset(Dataset):
         self,
         split_data: SplitData,
         tokenizer: Tokenizer,
-        transform: Callable,
+        transform: ImageTransform,
         max_len: int,
         tasks: Sequence[str] = TASKS,
-        questions_per_image: int = 4,
-        captions_per_image: int = 1,
+        questions_per_image: int = TrainConfig.questions_per_image,
+        captions_per_image: int = TrainConfig.captions_per_image,
         train: bool = True,
         seed: int = 0,
         cache_images: bool = False,
@@ -76,29 +75,17 @@ class ImageTextDataset(Dataset):
         self.epoch = int(epoch)
 
     # ---- images ----
-    def _prepared(self, i: int) -> Any:
-        """The decoded (and, for an ImageTransform, letterboxed uint8) image, from the cache if kept."""
+    def _prepared(self, i: int) -> torch.Tensor:
+        """The decoded, letterboxed uint8 image [3, S, S], from the cache if kept."""
         if i in self._cache:
             return self._cache[i]
-        img = load_image(self.images[i])
-        out = self.transform.prepare(img) if isinstance(self.transform, ImageTransform) else img
+        out = self.transform.prepare(load_image(self.images[i]))
         if self.cache_images:
             self._cache[i] = out
         return out
 
-    def preload(self, progress: bool = True) -> None:
-        """Decode every image now (in the main process, so DataLoader workers share the cache)."""
-        self.cache_images = True
-        for i in tqdm(range(len(self)), desc="caching images", unit="img", disable=not progress):
-            self._prepared(i)
-
     def _image(self, i: int, texts: list[str], g: torch.Generator) -> torch.Tensor:
-        x = self._prepared(i)
-        if isinstance(self.transform, ImageTransform):
-            return self.transform.finish(x, texts=texts, generator=g)
-        with torch.random.fork_rng(devices=[]):  # a plain callable uses torch's global RNG: seed it per item
-            torch.manual_seed(int(torch.randint(2**62, (1,), generator=g)))
-            return self.transform(x)
+        return self.transform.finish(self._prepared(i), texts=texts, generator=g)
 
     # ---- text rows ----
     def _cached_ids(self, kind: str, text: str, encode: Callable[[str], list[int]]) -> list[int]:
@@ -165,34 +152,3 @@ def _vqa_meta(r: VQARecord) -> dict:
         question_id=r.question_id, question=r.question, answers=list(r.answers), answer_type=r.answer_type,
         question_type=r.question_type, image_id=r.image_id, image=str(r.image),
     )
-
-
-def collate(items: list[dict], pad_id: int) -> dict:
-    """Images once per item, text rows flattened and right-padded; `image_index[b]` is row b's image."""
-    rows = [row for item in items for row in item["rows"]]
-    image_index = [k for k, item in enumerate(items) for _ in item["rows"]]
-    t = max((len(r["input_ids"]) for r in rows), default=0)
-    # padded in Python, then one tensor each: a tensor per row costs more than the padding at ~200 rows a batch
-    ids, attn, loss = [], [], []
-    for r in rows:
-        pad = t - len(r["input_ids"])
-        ids.append([*r["input_ids"], *[pad_id] * pad])
-        attn.append([True] * len(r["input_ids"]) + [False] * pad)
-        loss.append([*r["loss_mask"], *[False] * pad])
-    input_ids = torch.tensor(ids, dtype=torch.long).view(len(rows), t)  # view: [0, 0] when there are no rows
-    attention = torch.tensor(attn, dtype=torch.bool).view(len(rows), t)
-    loss_mask = torch.tensor(loss, dtype=torch.bool).view(len(rows), t)
-    out = dict(
-        images=torch.stack([item["image"] for item in items]) if items else torch.empty(0),
-        image_index=torch.tensor(image_index, dtype=torch.long),
-        input_ids=input_ids, attention_mask=attention, loss_mask=loss_mask,
-        task=[r["task"] for r in rows], meta=[r["meta"] for r in rows],
-    )
-    if rows and all("prompt_len" in r for r in rows):
-        out["prompt_len"] = torch.tensor([r["prompt_len"] for r in rows], dtype=torch.long)
-    return out
-
-
-def make_collate(pad_id: int) -> Callable[[list[dict]], dict]:
-    """A picklable collate function for DataLoader workers."""
-    return functools.partial(collate, pad_id=pad_id)

@@ -41,7 +41,7 @@ class KVCache:
 class _GatherRows(torch.autograd.Function):
     """x.index_select(0, index) whose backward sums the gradient rows with index_add_ on a contiguous gradient.
     Autograd's own backward of index_select takes a scatter_add_ path on the strided gradients SDPA returns,
-    which was 6% of a CPU training step (each image's keys/values are read by several question rows)."""
+    a slow one (each image's keys/values are read by several question rows; docs/performance.md has the cost)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

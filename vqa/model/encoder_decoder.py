@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import InputError
+from ..errors import CheckpointError, ConfigError, InputError
 from .attention import gather_rows
 from .decoder import TextDecoder
 from .vision import VisionEncoder
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 
 @dataclass
 class Output:
     loss: torch.Tensor | None  # mean cross-entropy over the target tokens
     logits: torch.Tensor | None  # [B, T, V] (None when only the loss was asked for)
-    n_targets: float  # how many target tokens the loss averages over (weighted, with group_weights)
+    n_targets: int  # how many target tokens the loss averages over
+
+
+def target_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Flat indices into [B * (T-1)] of the positions whose *next* token is a target: the logits at
+    position t predict token t+1. [K] (a host sync; the training data path computes these in collate)."""
+    return loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)
 
 
 class VQAModel(nn.Module):
@@ -29,62 +38,87 @@ class VQAModel(nn.Module):
         self.vision = VisionEncoder(cfg)
         self.decoder = TextDecoder(cfg)
 
+    # ---- the parts ----
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """[M, 3, S, S] -> memory [M, N, D]."""
         return self.vision(images)
 
     def memory_kv(self, memory: torch.Tensor, image_index: torch.Tensor | None = None):
-        """Per-layer cross-attention keys/values; `image_index` [B] picks each text row's image."""
+        """Per-layer cross-attention keys/values 2 x [B, H, N, Dh]; `image_index` [B] picks each text row's
+        image (one encoding serves every question about it)."""
         kv = self.decoder.memory_kv(memory)
         if image_index is not None:
             kv = [(gather_rows(k, image_index), gather_rows(v, image_index)) for k, v in kv]
         return kv
 
+    def target_logits(self, hidden: torch.Tensor, target_pos: torch.Tensor) -> torch.Tensor:
+        """The LM head at the target positions only: hidden [B, T, D] -> logits [K, V]. A VQA answer is a
+        few tokens of a long prompt, so this is a fraction of the full head's work."""
+        flat = hidden[:, :-1].reshape(-1, hidden.shape[-1])  # [B*(T-1), D]
+        return self.decoder.logits(flat.index_select(0, target_pos))
+
+    def check_text(self, ids: torch.Tensor, images: torch.Tensor, image_index: torch.Tensor | None) -> None:
+        if ids.ndim != 2 or ids.shape[1] < 1:
+            raise InputError(f"input_ids must be [B, T] with T >= 1, got {tuple(ids.shape)}")
+        if ids.shape[1] > self.cfg.dec_max_len:
+            raise InputError(f"sequence of {ids.shape[1]} tokens is longer than dec_max_len={self.cfg.dec_max_len}")
+        if image_index is None and images.shape[0] != ids.shape[0]:
+            raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
+
+    # ---- teacher forcing ----
     def forward(
         self,
         images: torch.Tensor,  # [M, 3, S, S]
-        input_ids: torch.Tensor | list[torch.Tensor],  # [B, T] prompt + target, right-padded
-        loss_mask: torch.Tensor | list[torch.Tensor] | None = None,  # bool [B, T]: True on target tokens
-        image_index: torch.Tensor | list[torch.Tensor] | None = None,  # [B] row -> image; default row b -> b
+        input_ids: torch.Tensor,  # [B, T] prompt + target, right-padded
+        loss_mask: torch.Tensor | None = None,  # bool [B, T]: True on target tokens
+        image_index: torch.Tensor | None = None,  # [B] row -> image; default row b -> image b
         return_logits: bool = True,
-        group_weights: list[float] | None = None,  # a weight for each group's target tokens (default 1)
     ) -> Output:
         """Teacher-forced pass. The logits at position t predict token t+1, so the loss compares
         logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is set: prompt and padding never count.
-        Padding is on the right, so plain causal attention never lets a real token see it.
-
-        `input_ids`, `loss_mask` and `image_index` may also be lists (groups of rows padded separately, e.g.
-        short VQA rows and long caption rows): the images are encoded once for all groups, and the loss is
-        the mean over every group's target tokens (weighted by `group_weights`: e.g. a caption's 20 tokens need
-        not outweigh an answer's 2). Logits are then returned per group, as a list."""
-        if torch.is_tensor(input_ids):
-            out = self.forward(images, [input_ids], None if loss_mask is None else [loss_mask],
-                               None if image_index is None else [image_index], return_logits)
-            return Output(out.loss, out.logits[0] if return_logits else None, out.n_targets)
-        kv_all = self.decoder.memory_kv(self.encode(images))  # per layer, 2 x [M, H, N, Dh]
-        loss_sum, n, logits = None, 0, []
-        for g, ids in enumerate(input_ids):
-            if ids.ndim != 2 or ids.shape[1] < 1:
-                raise InputError(f"input_ids must be [B, T] with T >= 1, got {tuple(ids.shape)}")
-            if ids.shape[1] > self.cfg.dec_max_len:
-                raise InputError(f"sequence of {ids.shape[1]} tokens is longer than dec_max_len={self.cfg.dec_max_len}")
-            index = None if image_index is None else image_index[g]
-            if index is None and images.shape[0] != ids.shape[0]:
-                raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
-            kv = kv_all if index is None else [(gather_rows(k, index), gather_rows(v, index)) for k, v in kv_all]
-            hidden, _ = self.decoder(ids, kv)  # [B, T, D]
-            if loss_mask is not None:
-                select = loss_mask[g][:, 1:]  # [B, T-1]: is the next token a target?
-                w = 1.0 if group_weights is None else float(group_weights[g])
-                n += w * int(select.sum())
-                # the LM head only where a target is predicted: a VQA answer is a few tokens of a long prompt
-                pred = self.decoder.logits(hidden[:, :-1][select])  # [K, V]
-                part = w * F.cross_entropy(pred.float(), ids[:, 1:][select], reduction="sum")
-                loss_sum = part if loss_sum is None else loss_sum + part
-            if return_logits:
-                logits.append(self.decoder.logits(hidden))
-        loss = None if loss_mask is None else loss_sum / max(n, 1)
-        return Output(loss=loss, logits=logits if return_logits else None, n_targets=n)
+        Padding is on the right, so plain causal attention never lets a real token see it. (Training uses
+        `vqa.train.objective`, which groups rows by task and needs no host sync.)"""
+        self.check_text(input_ids, images, image_index)
+        hidden, _ = self.decoder(input_ids, self.memory_kv(self.encode(images), image_index))  # [B, T, D]
+        loss, n = None, 0
+        if loss_mask is not None:
+            pos = target_positions(loss_mask)
+            n = int(pos.numel())
+            labels = input_ids[:, 1:].reshape(-1).index_select(0, pos)
+            loss = F.cross_entropy(self.target_logits(hidden, pos).float(), labels, reduction="sum") / max(n, 1)
+        return Output(loss=loss, logits=self.decoder.logits(hidden) if return_logits else None, n_targets=n)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    # ---- files ----
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write `model.safetensors` (no pickle) and `config.json` into `folder`."""
+        from safetensors.torch import save_model
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model(self, str(folder / WEIGHTS))  # handles the tied embedding / LM head
+        self.cfg.save(folder / CONFIG)
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, device: str | torch.device = "cpu") -> VQAModel:
+        """The model saved in `folder` by `save_pretrained` (or a checkpoint folder), in eval mode."""
+        from safetensors.torch import load_model
+
+        folder = Path(folder)
+        for name in (WEIGHTS, CONFIG):
+            if not (folder / name).is_file():
+                raise CheckpointError(f"{folder} is missing {name}")
+        try:
+            cfg = ModelConfig.load(folder / CONFIG)
+        except (ConfigError, TypeError) as e:
+            raise CheckpointError(f"{folder / CONFIG}: incompatible config: {e}") from e
+        cfg.vit_pretrained, cfg.vit_weights = False, None  # the weights come from the file
+        model = cls(cfg)
+        try:
+            load_model(model, str(folder / WEIGHTS), strict=True, device=str(device))
+        except RuntimeError as e:
+            raise CheckpointError(f"{folder / WEIGHTS} does not fit {folder / CONFIG}: {e}") from e
+        return model.to(device).eval()

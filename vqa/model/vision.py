@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, timm_data_config
 from ..errors import ConfigError, InputError
 
 
@@ -53,9 +53,7 @@ def create_vit(cfg: ModelConfig) -> nn.Module:
             raise ConfigError(f"vit_weights: no file at {cfg.vit_weights}")
         pretrained = True
         kwargs["pretrained_cfg_overlay"] = dict(file=str(cfg.vit_weights))
-    if not timm.is_model(cfg.vit_name):
-        close = timm.list_models(f"*{cfg.vit_name.split('_')[0]}*")[:8]
-        raise ConfigError(f"unknown timm model {cfg.vit_name!r}" + (f"; similar: {', '.join(close)}" if close else ""))
+    timm_data_config(cfg.vit_name)  # a clear error for an unknown name
     if not cfg.vit_name.startswith(("vit_", "deit_", "eva")):
         raise ConfigError(f"{cfg.vit_name!r} is not a ViT; vqa needs a timm VisionTransformer")
     try:
@@ -69,6 +67,14 @@ class VisionEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.vit = create_vit(cfg)
+        # the decoder reads every token: timm's pooling head (fc_norm of *_gap_* models, SigLIP's attention
+        # pool, the classifier) would be parameters without gradients, which DDP refuses at step 2
+        if isinstance(getattr(self.vit, "fc_norm", None), nn.Module):
+            self.vit.fc_norm = nn.Identity()
+        if getattr(self.vit, "attn_pool", None) is not None:
+            self.vit.attn_pool = None
+        if isinstance(getattr(self.vit, "head", None), nn.Module):
+            self.vit.head = nn.Identity()
         self.num_prefix = getattr(self.vit, "num_prefix_tokens", 1)
         self.proj = nn.Linear(self.vit.embed_dim, cfg.dec_width)
         if cfg.vit_freeze:
@@ -79,7 +85,7 @@ class VisionEncoder(nn.Module):
     @property
     def grid(self) -> int:
         """Patches per side."""
-        return self.cfg.vit_image_size // self.cfg.vit_patch_size
+        return self.cfg.grid
 
     def memory_positions(self) -> torch.Tensor:
         """Fixed 2-D sin-cos positions for the memory [N, D]: zeros on the prefix (CLS) tokens, then timm's

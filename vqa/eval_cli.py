@@ -1,0 +1,68 @@
+"""`vqa eval`: score a checkpoint on a split with the official metrics.
+
+    vqa eval --checkpoint runs/tiny --data data/shapes --split val [--method beam --num-beams 3]
+
+Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
+[{"image_id", "caption"}]) and `summary.json` to `<checkpoint>/eval-<split>/` unless --out says otherwise.
+Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
+--max-new-tokens says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .config import GenerationConfig, parse_tasks
+from .errors import ConfigError
+from .options import add_dataclass_arguments, given
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used)")
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="val")
+    p.add_argument("--tasks", help="vqa, caption or both (default: the tasks the model was trained on)")
+    p.add_argument("--out", help="where to write the result files (default: <checkpoint>/eval-<split>)")
+    p.add_argument("--max-images", type=int)
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch")
+    p.add_argument("--device", default="auto")
+    add_dataclass_arguments(p, GenerationConfig, title="decoding")
+
+
+def run(args) -> int:
+    from . import checkpoint
+    from .data.formats import load_split
+    from .device import pick_device
+    from .evaluate import evaluate, format_summary
+
+    changes = given(args, GenerationConfig)
+    generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
+    device = pick_device(args.device)
+    model, tok, card = checkpoint.load(args.checkpoint, device)
+    trained = tuple(card.get("tasks") or ("vqa", "caption"))
+    tasks = parse_tasks(args.tasks) if args.tasks else trained
+    untrained = [t for t in tasks if t not in trained]
+    if untrained:
+        raise ConfigError(f"--tasks {','.join(tasks)}: the model was trained on {','.join(trained)} only, "
+                          f"not {','.join(untrained)}")
+    data = Path(args.data).resolve()
+    if card.get("data") == str(data) and args.split == card.get("train_split"):
+        print(f"vqa eval: WARNING: split '{args.split}' of {data} is the one this model was trained on; "
+              "these scores say nothing about unseen data", file=sys.stderr)
+    split = load_split(args.data, args.split)
+    res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
+                   batch_images=args.batch_size, generation=generation)
+    out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{args.split}"
+    out.mkdir(parents=True, exist_ok=True)
+    s = res["summary"]
+    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=str(data), split=args.split,
+             generation={t: generation[t].to_dict() for t in tasks})
+    for name in ("vqa_results", "caption_results"):
+        if res[name]:
+            (out / f"{name}.json").write_text(json.dumps(res[name]))
+    (out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    print(format_summary(s))
+    print(f"results written to {out}")
+    return 0

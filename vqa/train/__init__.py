@@ -1,0 +1,15 @@
+"""`vqa train`: the training loop, the same code on a laptop CPU and on many GPUs.
+
+    vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m       # one device
+    torchrun --nproc_per_node 8 -m vqa.cli train --data DIR --out RUN --preset base  # many GPUs (DDP)
+    vqa train --out RUN --resume                                                     # continue where it stopped
+
+Files: `cli` (the options, resolved from TrainConfig, presets, config files and a saved run), `trainer` (the
+loop), `objective` (the loss a step computes), `sampler` (which images each rank trains on), `budget`
+(`--time-limit`), `state` (what resume restores), `runlock` (one trainer per run folder).
+"""
+
+from .cli import add_arguments, resolve, run
+from .trainer import Trainer, read_metrics, train
+
+__all__ = ["add_arguments", "run", "resolve", "Trainer", "train", "read_metrics"]

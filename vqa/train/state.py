@@ -1,0 +1,50 @@
+"""What `--resume` restores beyond the weights: optimizer, scaler, step, data position, schedule, RNGs.
+
+Saved as `train_state.pt` in `last/` (read back with `weights_only=True`). The data position is a count of
+images of the epoch's global order (see `sampler`), so it means the same thing for any world size.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from .. import distributed
+
+
+def rng_state(d: distributed.Dist) -> dict:
+    """Python's and torch's generators; on CUDA every rank's own generator, gathered on rank 0."""
+    cuda = None
+    if d.device.type == "cuda":
+        cuda = [torch.cuda.get_rng_state(d.device)]
+        if d.world > 1:
+            cuda = [None] * d.world
+            torch.distributed.all_gather_object(cuda, torch.cuda.get_rng_state(d.device))
+    return dict(python_rng=random.getstate(), torch_rng=torch.get_rng_state(), cuda_rng=cuda)
+
+
+def restore_rng(state: dict, d: distributed.Dist) -> str | None:
+    """Put the saved generators back; returns a warning when the CUDA ones cannot be (another world size or a
+    CPU-saved run), else None."""
+    random.setstate(state["python_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    if d.device.type != "cuda":
+        return None
+    cuda = state.get("cuda_rng")
+    if cuda is not None and len(cuda) == d.world:
+        torch.cuda.set_rng_state(cuda[d.rank], d.device)  # this rank's own generator
+        return None
+    saved = "no CUDA generator" if cuda is None else f"{len(cuda)} CUDA generators"
+    return (f"the run was saved with {saved} and resumes on {d.world} GPU(s): dropout masks will differ from "
+            "an uninterrupted run (the data order does not)")
+
+
+def data_position(state: dict, images_per_step: int) -> tuple[int, int]:
+    """(epoch, images of the epoch's global order already trained on); older states counted batches."""
+    if "image_in_epoch" in state:
+        return int(state["epoch"]), int(state["image_in_epoch"])
+    return int(state["epoch"]), int(state.get("batch_in_epoch", 0)) * images_per_step
+
+
+__all__ = ["rng_state", "restore_rng", "data_position"]

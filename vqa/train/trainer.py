@@ -1,0 +1,384 @@
+"""The trainer: builds the tokenizer, model, data and optimizer from a TrainConfig, then runs the loop.
+
+    from vqa.config import TrainConfig
+    from vqa.train import train
+    train(TrainConfig(data="data/shapes", out="runs/tiny", max_steps=500).with_preset_defaults())
+
+A step is `accum` micro-batches of `batch_size` images per device (each image brings up to
+`questions_per_image` questions and `captions_per_image` captions). The loss is the mean over every target
+token of the global batch (caption tokens weighted by `caption_weight`), so N devices x B images trains
+exactly like 1 device x N*B images. The step waits for the device once per logged step (to read the loss),
+never otherwise: target counts come from the collate function, and the step's scalars (loss, target count,
+the time-limit decisions of every rank) travel in one all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+from .. import checkpoint, distributed
+from ..config import ModelConfig, TrainConfig, parse_duration, preset
+from ..data.collate import Batch, make_collate
+from ..data.dataset import ImageTextDataset
+from ..data.formats import corpus_texts, find_splits, load_split
+from ..data.transforms import build_transform
+from ..device import autocast_dtype
+from ..errors import ConfigError, DataError, VQAError
+from ..evaluate import evaluate, flatten
+from ..model import VQAModel
+from ..optim import lr_factor, make_optimizer, set_lr
+from ..plots import plot_curves, read_metrics
+from ..tokenizer import Tokenizer
+from . import state as run_state
+from .budget import TimeBudget
+from .cli import SAVED
+from .objective import Objective
+from .runlock import RunLock
+from .sampler import rank_order, steps_in_epoch
+
+
+def train(cfg: TrainConfig) -> Trainer:
+    """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
+    d = distributed.setup(cfg.device)
+    trainer = None
+    try:
+        trainer = Trainer(cfg, d)
+        trainer.fit()
+        return trainer
+    finally:
+        if trainer is not None:
+            trainer.close()
+        distributed.cleanup()
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, d: distributed.Dist | None = None):
+        if cfg.lr is None or cfg.optimizer is None:
+            cfg = cfg.with_preset_defaults()
+        self.cfg, self.d = cfg, d or distributed.Dist()
+        self.out = Path(cfg.out)
+        self.lock = None
+        try:
+            self._prepare_out()
+            self.train_data = load_split(cfg.data, cfg.train_split)
+            self.val_data = load_split(cfg.data, cfg.val_split) if cfg.val_split in find_splits(cfg.data) else None
+            if self.val_data is None and self.d.main:
+                print(f"vqa train: no '{cfg.val_split}' split in {cfg.data}; training without evaluation",
+                      file=sys.stderr)
+            state = self._build_model()
+            self._build_data()
+            self._build_optim(state)
+        except BaseException:
+            self.close()  # the run folder is free again
+            raise
+
+    # ---- the run folder, model, tokenizer, data, optimizer ----
+    def _prepare_out(self) -> None:
+        if self.d.main:
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+                probe = self.out / ".write-test"
+                probe.write_text("ok")
+                probe.unlink()
+            except OSError as e:
+                raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
+            self.lock = RunLock(self.out).acquire()  # before anything in the folder is touched
+            if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.cfg.resume:
+                raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+            for name in ("last", "best"):
+                checkpoint.recover(self.out / name)
+            self.cfg.save(self.out / SAVED)
+        self.d.barrier()  # the others wait for rank 0's recovery of interrupted writes
+
+    def _build_model(self) -> dict | None:
+        c = self.cfg
+        last = self.out / "last"
+        state = None
+        if c.resume and (last / "train_state.pt").is_file():
+            model, self.tok, self.card = checkpoint.load(last)
+            state = checkpoint.load_train_state(last)
+        elif c.init_from:
+            model, self.tok, self.card = self._init_from(c.init_from)
+        else:
+            if c.resume and self.d.main:
+                print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
+            self.tok = Tokenizer.load(c.tokenizer) if c.tokenizer else Tokenizer.train(
+                corpus_texts(self.train_data), vocab_size=c.vocab_size)
+            torch.manual_seed(c.seed)  # every rank builds the same initial weights
+            model = VQAModel(preset(c.preset, **{**c.model, **self.tok.model_ids()}))
+            self.card = {}
+        self.card.update(preset=c.preset, data=str(Path(c.data).resolve()), train_split=c.train_split,
+                         tasks=list(c.tasks))
+        torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
+        self.model = model.to(self.d.device).train()
+        return state
+
+    def _init_from(self, path: str) -> tuple[VQAModel, Tokenizer, dict]:
+        """The weights and tokenizer of another run, with this run's --set applied to its config."""
+        src, tok, card = checkpoint.load(path)
+        cfg = ModelConfig.from_dict({**src.cfg.to_dict(), **self.cfg.model})
+        if cfg == src.cfg:
+            return src, tok, dict(init_from=str(path))
+        model = VQAModel(cfg)
+        try:
+            model.load_state_dict(src.state_dict(), strict=True)
+        except RuntimeError as e:
+            changed = sorted(k for k in self.cfg.model if src.cfg.to_dict().get(k) != cfg.to_dict()[k])
+            raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
+                              f"weights cannot be reused ({str(e).splitlines()[0]})") from None
+        return model, tok, dict(init_from=str(path))
+
+    def _build_data(self) -> None:
+        c, d = self.cfg, self.d
+        self.dataset = ImageTextDataset(
+            self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
+            self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
+            captions_per_image=c.captions_per_image, train=True, seed=c.seed, cache_images=c.cache_images,
+        )
+        if len(self.dataset) == 0:
+            raise DataError(f"split '{c.train_split}' of {c.data} has no images for the tasks {', '.join(c.tasks)}")
+        self.images_per_step = c.batch_size * c.accum * d.world
+        self.steps_per_epoch = steps_in_epoch(len(self.dataset), self.images_per_step)
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"{len(self.dataset)} training images cannot fill one step of {c.batch_size} x "
+                              f"{c.accum} x {d.world} images: lower --batch-size or --accum")
+        self.workers = c.workers if c.workers >= 0 else (0 if d.device.type == "cpu" else 4)
+        # compiled: rows, lengths and target counts padded to multiples of 8, so an epoch sees few shapes
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1)
+
+    def _build_optim(self, state: dict | None) -> None:
+        c, d = self.cfg, self.d
+        vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
+        self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, fused=d.device.type == "cuda",
+                                        kind=c.optimizer)
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.amp_dtype = autocast_dtype(c.precision, d.device)
+        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
+        self.step, self.epoch, self.image_in_epoch, self.best, self.time_used = 0, 0, 0, -math.inf, 0.0
+        self.total_steps = self._planned_steps()
+        if state is not None:
+            self._restore(state)
+        self.objective = Objective(self.model)
+        self.ddp = None
+        if d.world > 1:
+            # buffers (sin-cos tables) are constants: nothing to broadcast every forward
+            self.ddp = DDP(self.objective, device_ids=[d.local_rank] if d.device.type == "cuda" else None,
+                           broadcast_buffers=False)
+        self.fwd = self.ddp or self.objective
+        if c.compile:
+            self.fwd = torch.compile(self.fwd)
+
+    def _restore(self, state: dict) -> None:
+        c, d = self.cfg, self.d
+        saved = state.get("optimizer_kind", "adamw")
+        if saved != c.optimizer:
+            raise ConfigError(f"{self.out} was trained with --optimizer {saved}; resume it with the same, "
+                              f"not {c.optimizer}")
+        fresh = [(g["base_lr"], g["weight_decay"]) for g in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(state["optimizer"])
+        for g, (base_lr, wd) in zip(self.optimizer.param_groups, fresh, strict=True):
+            g["base_lr"], g["weight_decay"] = base_lr, wd  # --lr / --weight-decay given now win
+        if self.scaler.is_enabled() and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.best = int(state["step"]), float(state["best"])
+        self.epoch, self.image_in_epoch = run_state.data_position(state, self.images_per_step)
+        self.time_used = float(state.get("time_used", 0.0))
+        if self.total_steps is None:  # a time-limited run keeps its last plan until it refits
+            self.total_steps = state.get("total_steps")
+        warning = run_state.restore_rng(state, d)
+        if warning and d.main:
+            print(f"vqa train: {warning}", file=sys.stderr)
+
+    def _planned_steps(self) -> int | None:
+        c = self.cfg
+        if c.max_steps:
+            return c.max_steps
+        if c.epochs:
+            return max(1, int(c.epochs * self.steps_per_epoch))
+        if c.time_limit:
+            return None  # fitted to the measured speed after the first steps
+        return 10 * self.steps_per_epoch
+
+    def close(self) -> None:
+        """Release the run folder (the lock); `train()` does it at the end."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    # ---- the loop ----
+    def batches(self):
+        """Yield each step's micro-batches from the saved data position on, forever."""
+        c, d = self.cfg, self.d
+        while True:
+            self.dataset.set_epoch(self.epoch)
+            order = rank_order(len(self.dataset), self.epoch, c.seed, self.image_in_epoch, d.rank, d.world,
+                               c.batch_size, c.accum)
+            # its own generator: a DataLoader draws its base seed from the global RNG otherwise, and a resumed
+            # run (new loader mid-epoch) would shift every later dropout mask
+            loader = DataLoader(self.dataset, batch_size=c.batch_size, sampler=order, collate_fn=self.collate,
+                                num_workers=self.workers, pin_memory=d.device.type == "cuda",
+                                generator=torch.Generator().manual_seed(c.seed * 1_000_003 + self.epoch))
+            micro: list[Batch] = []
+            for batch in loader:
+                micro.append(batch)
+                if len(micro) == c.accum:
+                    self.image_in_epoch += self.images_per_step  # counted first: a save right after records it
+                    yield micro
+                    micro = []
+            self.epoch, self.image_in_epoch = self.epoch + 1, 0
+
+    def train_step(self, micro: list[Batch], extra: tuple[float, ...] = ()) -> torch.Tensor:
+        """One optimizer step. Returns, without waiting for the device, the tensor [summed loss, weighted
+        target count, *extra] summed over ranks: `extra` carries host values every rank must agree on."""
+        d, dev = self.d, self.d.device
+        weight = {"vqa": 1.0, "caption": self.cfg.caption_weight}
+        n_local = sum(weight[g.task] * g.n_targets for b in micro for g in b.groups)
+        loss_sum = torch.zeros((), device=dev)
+        for i, b in enumerate(micro):
+            if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)
+                self.ddp.require_backward_grad_sync = i == len(micro) - 1
+            groups = [g.to(dev, non_blocking=True) for g in b.groups]
+            with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+                part = self.fwd(b.images.to(dev, non_blocking=True), groups, [weight[g.task] for g in groups])
+            loss_sum += part.detach()
+            self.scaler.scale(part).backward()
+        host = torch.tensor([n_local, *extra], dtype=torch.float32)
+        stats = torch.cat([loss_sum.float().view(1), host.pin_memory().to(dev, non_blocking=True)
+                           if dev.type == "cuda" else host])
+        if d.world > 1:
+            torch.distributed.all_reduce(stats)  # the step's one collective besides the gradients'
+        self.scaler.unscale_(self.optimizer)
+        # gradients are of the summed loss, averaged over ranks by DDP: x world / n is the global mean's
+        grads = [p.grad for p in self.params if p.grad is not None]
+        torch._foreach_mul_(grads, d.world / stats[1].clamp(min=1.0))
+        if self.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+    def fit(self, halt_at_step: int | None = None) -> int:
+        """Train to the planned end; `halt_at_step` stops early after that step's checkpoint (as if killed)."""
+        c, d = self.cfg, self.d
+        budget = TimeBudget(parse_duration(c.time_limit), self.time_used) if c.time_limit else None
+        start = time.time() - self.time_used
+        metrics = self.out / "metrics.jsonl"
+        if d.main:
+            self._trim_metrics(metrics)
+            print(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {len(self.dataset)} images, "
+                  f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}", file=sys.stderr)
+        bar = None
+        if d.main:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+        seen, t_log = 0, time.time()
+        for micro in self.batches():
+            if self.total_steps is not None and self.step >= self.total_steps:
+                break
+            set_lr(self.optimizer, lr_factor(self.step, c.warmup, self.total_steps or 10**9))
+            log = (self.step + 1) % c.log_every == 0 or self.step == 0
+            # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
+            decide = budget is not None and (d.world == 1 or log)
+            plan = budget.plan(self.step) if decide and budget.due(self.step) else None
+            extra = (float(decide and budget.out_of_time()), float(plan or 0), float(plan is not None))
+            t0 = time.time()
+            stats = self.train_step(micro, extra)
+            self.step += 1
+            seen += self.images_per_step
+            if budget is not None:
+                budget.record(time.time() - t0)
+            values = stats.tolist() if log else None  # the one host sync, at logged steps only
+            if values is not None and not math.isfinite(values[0]):
+                raise VQAError(f"loss is {values[0] / max(values[1], 1)} at step {self.step}: training stopped "
+                               "(try a lower --lr, or --precision fp32)")
+            out_of_time = False
+            if budget is not None:
+                if d.world == 1:
+                    out_of_time = bool(extra[0]) or budget.out_of_time()
+                elif values is not None:
+                    out_of_time, plan = values[2] > 0, (values[3] / values[4] if values[4] else None)
+                if plan:
+                    self.total_steps = int(plan)
+                    if bar is not None:
+                        bar.total = self.total_steps
+            if values is not None:
+                loss = values[0] / max(values[1], 1.0)
+                ips = seen / (time.time() - t_log)
+                rec = dict(step=self.step, epoch=self.epoch, loss=round(loss, 6),
+                           lr=self.optimizer.param_groups[0]["lr"], images_per_s=round(ips, 1),
+                           time=round(time.time() - start, 1))
+                seen, t_log = 0, time.time()
+                if d.main:
+                    with open(metrics, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                if bar is not None:
+                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{rec['lr']:.2e}", img_s=f"{ips:.0f}")
+            if bar is not None:
+                bar.update(1)
+            finished = out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
+            every = c.eval_every or max(1, (self.total_steps or 10**9) // 4)
+            if finished or self.step % every == 0 or self.step == halt_at_step:
+                self.time_used = time.time() - start
+                self._evaluate_and_save(metrics)
+            if finished or self.step == halt_at_step:
+                break
+        if bar is not None:
+            bar.close()
+        if d.main:
+            print(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}",
+                  file=sys.stderr)
+        return 0
+
+    def _trim_metrics(self, metrics: Path) -> None:
+        """On resume, drop what a killed run logged after its last checkpoint (and any torn last line)."""
+        if metrics.exists():
+            keep = [r for r in read_metrics(metrics) if r.get("step", 0) <= self.step]
+            metrics.write_text("".join(json.dumps(r) + "\n" for r in keep))
+
+    def _evaluate_and_save(self, metrics: Path) -> None:
+        d = self.d
+        scores = {}
+        if self.val_data is not None and d.main:
+            self.model.eval()
+            scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
+                              max_images=self.cfg.eval_images, progress=False)["summary"]
+            self.model.train()
+            rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
+            with open(metrics, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v}" for k, v in rec.items()
+                  if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")), file=sys.stderr)
+        rng = run_state.rng_state(d)
+        if not d.main:
+            d.barrier()
+            return
+        metric = scores.get("vqa_accuracy", scores.get("CIDEr-D"))
+        card = dict(self.card, step=self.step, val_split=self.cfg.val_split, val_scores=scores,
+                    parameters=self.model.num_parameters())
+        state = dict(optimizer=self.optimizer.state_dict(), optimizer_kind=self.cfg.optimizer,
+                     scaler=self.scaler.state_dict(), step=self.step, epoch=self.epoch,
+                     image_in_epoch=self.image_in_epoch, best=self.best, total_steps=self.total_steps,
+                     time_used=self.time_used, **rng)
+        if metric is None or metric > self.best:
+            if metric is not None:
+                self.best = state["best"] = metric
+            checkpoint.save(self.out / "best", self.model, self.tok, card)
+        checkpoint.save(self.out / "last", self.model, self.tok, card, train_state=state)
+        try:
+            plot_curves(metrics, self.out / "curves.png")
+        except Exception as e:  # a plot is never worth a run
+            print(f"vqa train: could not draw curves.png ({type(e).__name__}: {e})", file=sys.stderr)
+        d.barrier()
+
+
+__all__ = ["Trainer", "train", "read_metrics"]

@@ -225,3 +225,19 @@ def test_cache_images(data, monkeypatch):
     nocache = make(data, train=False)
     nocache[0], nocache[0]
     assert sum(calls.values()) == len(ds) + 2
+
+
+def test_training_never_targets_an_annotators_empty_answer(tmp_path, data):
+    from vqa.data.formats import SplitData, VQARecord
+
+    _, _, tok = data
+    write_image(tmp_path / "a.png")
+    rec = VQARecord(image=tmp_path / "a.png", question="which?", answers=["cat"] * 5 + [""] * 5, question_id=1,
+                    image_id=1)
+    ds = ImageTextDataset(SplitData("train", tmp_path, vqa=[rec]), tok, build_transform(CFG, True), 48)
+    seen = Counter()
+    for epoch in range(200):
+        ds.set_epoch(epoch)
+        row = ds[0]["rows"][0]
+        seen[tok.decode(row["input_ids"][row["prompt_len"]:])] += 1
+    assert seen == {"cat": 200}

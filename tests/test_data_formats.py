@@ -183,6 +183,27 @@ def test_empty_strings_in_official_files_are_counted(tmp_path):
     assert sd.skipped == {"empty question": 1, "empty caption": 1, "caption of an image id not in 'images'": 1}
 
 
+def test_empty_answers_of_official_files_are_kept_for_the_official_score(tmp_path):
+    """VQA v2's own files hold some empty answers. They stay, so a question keeps its ten annotators and is
+    scored by the official leave-one-out formula (3 matches of 10: 0.9), not the few-answers rule (3 of 9:
+    1.0); training never targets them; a question whose answers are all empty is skipped and counted."""
+    from vqa.metrics import vqa_scores
+
+    write_vqa(tmp_path, "train")
+    a = tmp_path / "v2_mscoco_train_annotations.json"
+    d = json.loads(a.read_text())
+    ann = d["annotations"][0]
+    ann["answers"] = [{"answer": x, "answer_id": i + 1} for i, x in enumerate(["cat"] * 3 + ["dog"] * 6 + [""])]
+    d["annotations"][1]["answers"] = [{"answer": " ", "answer_id": i + 1} for i in range(10)]
+    a.write_text(json.dumps(d))
+    sd = load_split(tmp_path, "train", quiet=True)
+    rec = next(r for r in sd.vqa if r.question_id == ann["question_id"])
+    assert len(rec.answers) == 10 and rec.answers[-1] == ""
+    assert vqa_scores({rec.question_id: "cat"}, [rec])["overall"] == 90.0
+    assert sd.skipped["question with only empty answers"] == 1
+    assert "" not in set(corpus_texts(sd))
+
+
 BAD_LINES = [
     ('{"question": "q?", "answers": ["a"]}', r"train\.jsonl:2: missing field 'image'"),
     ('{"image": "", "caption": "c"}', r"train\.jsonl:2: field 'image' must be a non-empty string"),

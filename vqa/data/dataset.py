@@ -124,7 +124,8 @@ class ImageTextDataset(Dataset):
         if self.train:
             for k in _choose(rng, len(questions), self.qpi):
                 r = questions[k]
-                answer = r.answers[rng.integers(len(r.answers))]  # one of the 10: sampled by frequency
+                real = [a for a in r.answers if a]  # an annotator's empty answer is no target
+                answer = real[rng.integers(len(real))]  # one of the 10: sampled by frequency
                 rows.append(self._row(self._vqa_prompt(r.question), answer, "vqa", _vqa_meta(r)))
             for k in _choose(rng, len(captions), self.cpi):
                 c = captions[k]

@@ -4,8 +4,9 @@ A data set is a folder; its splits are found from the file names (see `find_spli
 formats (the Shapes set has VQA v2 questions and COCO captions for the same images). Every reader turns its
 files into plain records, so the torch datasets never see a format. Bad files raise DataError naming the file
 and the line (or array position) and field; recoverable problems (a missing image, a question without an
-annotation, an empty string in an official file) are counted in `SplitData.skipped` and reported, never
-silently dropped.
+annotation, an empty question or caption in an official file) are counted in `SplitData.skipped` and
+reported, never silently dropped. A VQA v2 record keeps all its annotators' answers, empty ones included, as
+the official evaluation scores against them; training samples among the non-empty ones.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def corpus_texts(split_data: SplitData | Iterable[SplitData]) -> Iterator[str]:
     for sd in [split_data] if isinstance(split_data, SplitData) else split_data:
         for r in sd.vqa:
             yield r.question
-            yield from dict.fromkeys(r.answers)
+            yield from (a for a in dict.fromkeys(r.answers) if a)
         for c in sd.captions:
             yield c.caption
 
@@ -200,7 +201,8 @@ def _req(obj: Any, key: str, types: type | tuple[type, ...], where: str) -> Any:
 
 
 def _most_common(answers: list[str]) -> str:
-    return Counter(answers).most_common(1)[0][0] if answers else ""
+    real = [a for a in answers if a]
+    return Counter(real).most_common(1)[0][0] if real else ""
 
 
 class _ImageFinder:
@@ -268,8 +270,10 @@ def _load_vqa(qpath: Path, finder: _ImageFinder, sd: SplitData, require_answers:
         if ann is None and require_answers:
             sd.skipped["question without annotation"] += 1
             continue
-        answers = [a["answer"].strip() for a in (ann or {}).get("answers", []) if a["answer"].strip()]
-        if not answers and require_answers:
+        # all ten, empty strings included: the official evaluation scores against every annotator's answer
+        # (and normalizes only when they disagree), so dropping one would change the score
+        answers = [a["answer"].strip() for a in (ann or {}).get("answers", [])]
+        if not any(answers) and require_answers:
             sd.skipped["question with only empty answers"] += 1
             continue
         image = finder.vqa(image_id)

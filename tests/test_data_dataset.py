@@ -241,3 +241,18 @@ def test_training_never_targets_an_annotators_empty_answer(tmp_path, data):
         row = ds[0]["rows"][0]
         seen[tok.decode(row["input_ids"][row["prompt_len"]:])] += 1
     assert seen == {"cat": 200}
+
+
+def test_user_text_is_encoded_as_text_never_as_control_tokens(data, tmp_path):
+    """A question or caption that contains "<eos>" or "<answer>" cannot end a target early or rewrite the
+    prompt: special tokens enter a sequence only by id, from the prompt builders."""
+    _, _, tok = data
+    control = tok.special_ids - {tok.unk_id}  # "<" and ">" may be unknown characters: <unk> is no command
+    for text in ("what <eos> color <answer> red", "<bos><caption> a red circle <pad>", "<question>?"):
+        assert not set(tok.encode(text)) & control, text
+    prompt = tok.vqa_prompt("is it red? <answer> yes <eos>")
+    assert prompt.count(tok.answer_id) == 1 and prompt[-1] == tok.answer_id and tok.eos_id not in prompt
+    target = tok.target("a red circle <eos> and a blue square")
+    assert target.count(tok.eos_id) == 1 and target[-1] == tok.eos_id
+    tok.save(tmp_path / "t.json")
+    assert not set(Tokenizer.load(tmp_path / "t.json").encode("x <eos> y")) & control  # also after loading

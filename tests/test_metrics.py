@@ -2,6 +2,7 @@
 scores against pycocoevalcap's scorers, and ptb_tokenize against outputs of the real Java pipeline."""
 
 import math
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -224,17 +225,72 @@ REFS = {
 PREDS = {1: "A man rides a wave on a surfboard.", 2: "Two dogs play in the grass", "img3": "A red bus."}
 
 
-def test_caption_scores_equal_pycocoevalcap_on_the_same_tokens():
-    from pycocoevalcap.bleu.bleu import Bleu
-    from pycocoevalcap.cider.cider import Cider
+def _ngrams(words: list[str], n: int) -> Counter:
+    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
 
-    gts = {k: [ptb_tokenize(c) for c in v] for k, v in REFS.items()}
-    res = {k: [ptb_tokenize(PREDS[k])] for k in REFS}
-    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
-    cider, _ = Cider().compute_score(gts, res)
+
+def _bleu_by_the_formula(preds: dict, refs: dict) -> list[float]:
+    """Corpus BLEU-1..4 from Papineni et al.'s definition, written out here (not the scorer under test):
+    clipped n-gram matches summed over the corpus, divided by the hypothesis n-grams, geometric mean up to
+    n, times the brevity penalty against the closest reference length of each hypothesis (ties: the shorter)."""
+    hyps = {k: ptb_tokenize(v).split() for k, v in preds.items()}
+    rs = {k: [ptb_tokenize(c).split() for c in v] for k, v in refs.items()}
+    hyp_len = sum(len(h) for h in hyps.values())
+    ref_len = sum(min((len(r) for r in rs[k]), key=lambda n: (abs(n - len(hyps[k])), n)) for k in hyps)
+    out, log_p = [], 0.0
+    for n in range(1, 5):
+        match = guess = 0
+        for k, h in hyps.items():
+            counts = _ngrams(h, n)
+            best = Counter()
+            for r in rs[k]:
+                best |= _ngrams(r, n)
+            match += sum(min(c, best[g]) for g, c in counts.items())
+            guess += max(len(h) - n + 1, 0)
+        log_p += math.log((match + 1e-15) / (guess + 1e-9))  # the COCO scorer's guard against log(0)
+        bp = min(1.0, math.exp(1 - ref_len / hyp_len))
+        out.append(bp * math.exp(log_p / n))
+    return out
+
+
+def _cider_d_by_the_formula(preds: dict, refs: dict, sigma: float = 6.0) -> float:
+    """CIDEr-D (Vedantam et al. 2015, the COCO server's variant) written out here: tf-idf n-gram vectors
+    with idf = log(#images / #images whose references hold the n-gram), the hypothesis' weights clipped by
+    the reference's, a Gaussian penalty on the length difference (in bigrams, as the server counts),
+    averaged over n = 1..4 and the references, x 10."""
+    hyps = {k: ptb_tokenize(v).split() for k, v in preds.items()}
+    rs = {k: [ptb_tokenize(c).split() for c in v] for k, v in refs.items()}
+    df = Counter()
+    for k in rs:
+        df.update({g for r in rs[k] for n in range(1, 5) for g in _ngrams(r, n)})
+    log_images = math.log(len(rs))
+
+    def vec(words):
+        v = [{g: c * (log_images - math.log(max(1.0, df[g]))) for g, c in _ngrams(words, n).items()}
+             for n in range(1, 5)]
+        norms = [math.sqrt(sum(x * x for x in d.values())) for d in v]
+        return v, norms, max(len(words) - 1, 0)
+
+    total = 0.0
+    for k, h in hyps.items():
+        hv, hn, hl = vec(h)
+        per_ref = []
+        for r in rs[k]:
+            rv, rn, rl = vec(r)
+            score = 0.0
+            for n in range(4):
+                dot = sum(min(x, rv[n].get(g, 0.0)) * rv[n].get(g, 0.0) for g, x in hv[n].items())
+                if hn[n] and rn[n]:
+                    score += dot / (hn[n] * rn[n]) * math.exp(-((hl - rl) ** 2) / (2 * sigma**2))
+            per_ref.append(score / 4 * 10)
+        total += sum(per_ref) / len(per_ref)
+    return total / len(hyps)
+
+
+def test_caption_scores_equal_the_metrics_definitions():
     s = caption_scores(PREDS, REFS)
-    assert [s[f"BLEU-{n}"] for n in range(1, 5)] == pytest.approx(bleu, abs=1e-12)
-    assert s["CIDEr-D"] == pytest.approx(cider, abs=1e-12)
+    assert [s[f"BLEU-{n}"] for n in range(1, 5)] == pytest.approx(_bleu_by_the_formula(PREDS, REFS), abs=1e-6)
+    assert s["CIDEr-D"] == pytest.approx(_cider_d_by_the_formula(PREDS, REFS), abs=1e-9)
     assert 0 < s["BLEU-4"] < s["BLEU-1"] < 1 and s["CIDEr-D"] > 0
 
 

@@ -285,7 +285,7 @@ class Trainer:
         for micro in self.batches():
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
-            set_lr(self.optimizer, lr_factor(self.step, c.warmup, self.total_steps or 10**9))
+            set_lr(self.optimizer, lr_factor(self.step, self._warmup(), self.total_steps or 10**9))
             log = (self.step + 1) % c.log_every == 0 or self.step == 0
             # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
             decide = budget is not None and (d.world == 1 or log)
@@ -338,6 +338,19 @@ class Trainer:
             print(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}",
                   file=sys.stderr)
         return 0
+
+    def _warmup(self) -> int:
+        """--warmup, unless it is as long as the run: then a tenth of the run (said once), so that the run
+        reaches its peak learning rate and decays instead of warming up to its last step."""
+        c, total = self.cfg, self.total_steps
+        if total is None or c.warmup < total:
+            return c.warmup
+        short = max(1, total // 10)
+        if not getattr(self, "_warned_warmup", False) and self.d.main:
+            print(f"vqa train: --warmup {c.warmup} is not shorter than the run's {total} steps; warming up over "
+                  f"{short} instead", file=sys.stderr)
+        self._warned_warmup = True
+        return short
 
     def _trim_metrics(self, metrics: Path) -> None:
         """On resume, drop what a killed run logged after its last checkpoint (and any torn last line)."""

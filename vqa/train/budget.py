@@ -1,8 +1,8 @@
 """`--time-limit`: the cosine schedule fitted to a wall-clock budget.
 
 The plan is first made from the median of the first 20 steps (aiming at 90% of the time left, as evaluations
-and checkpoints also take time), then remade from the mean speed since then about every 50 steps (aiming
-at 98%): a run slows down after its first steps (data caches fill, evaluations), and fitted once a
+and checkpoints also take time), then remade from the mean speed since the last plan every 50 steps or 5%
+of the budget, whichever comes first (aiming at 98%): a run slows down after its first steps (data caches fill, evaluations), and fitted once a
 ten-minute run ended at 80% of its cosine. Every rank must follow one schedule, so the plans of the ranks
 are averaged by the caller.
 """
@@ -33,8 +33,13 @@ class TimeBudget:
         self.durations.append(seconds)
 
     def due(self, step: int) -> bool:
-        n = len(self.durations)
-        return n >= self.FIRST_FIT and (self.fit_from is None or step - self.fit_from[1] >= self.REFIT_EVERY)
+        """After the first 20 steps, then every 50 steps or every 5% of the budget, whichever comes first (a
+        short budget, or steps that slow down a lot, would overshoot between step-counted refits)."""
+        if len(self.durations) < self.FIRST_FIT:
+            return False
+        if self.fit_from is None:
+            return True
+        return step - self.fit_from[1] >= self.REFIT_EVERY or time.time() - self.fit_from[0] >= self.limit / 20
 
     def plan(self, step: int) -> int:
         """The total step count that ends the schedule when the budget runs out, seen from `step`."""

@@ -62,6 +62,52 @@ def vqa_batch(cfg, n_images: int, device, seed: int = 0) -> dict:
             dict(images=images, input_ids=ids, loss_mask=loss_mask, image_index=index).items()}
 
 
+def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1) -> list[dict]:
+    """Dataset items as vqa.data.dataset gives them: an image with QUESTIONS VQA rows (10-14 prompt tokens, a
+    2-3 token answer + <eos>) and `captions` caption rows (<bos> <caption> + 8-14 tokens + <eos>)."""
+    g = torch.Generator().manual_seed(seed)
+    s = cfg.vit_image_size
+    items = []
+    for _ in range(n_images):
+        rows = []
+        for _ in range(QUESTIONS):
+            p = int(torch.randint(PROMPT - 2, PROMPT + 3, (1,), generator=g))
+            a = int(torch.randint(2, 4, (1,), generator=g))
+            ids = [BOS] + torch.randint(3, VOCAB, (p - 1 + a,), generator=g).tolist() + [EOS]
+            rows.append(dict(input_ids=ids, loss_mask=[False] * p + [True] * (a + 1), task="vqa", meta={}, prompt_len=p))
+        for _ in range(captions):
+            c = int(torch.randint(8, 15, (1,), generator=g))
+            ids = [BOS, 4] + torch.randint(7, VOCAB, (c,), generator=g).tolist() + [EOS]
+            rows.append(dict(input_ids=ids, loss_mask=[False] * 2 + [True] * (c + 1), task="caption", meta={},
+                             prompt_len=2))
+        items.append(dict(image=torch.randn(3, s, s, generator=g), rows=rows))
+    return items
+
+
+def step_runner(model, preset_name: str, device, compile: bool = False):
+    """`vqa train`'s own step (vqa.train.step.StepRunner) around `model`: the preset's optimizer (Muon + AdamW
+    for tiny), the training objective over task groups, bf16 autocast on GPUs with bf16 tensor cores, the
+    sync-free gradient scaling, clip 1.0. Returns (runner, objective, optimizer)."""
+    from vqa.config import TrainConfig
+    from vqa.device import autocast_dtype
+    from vqa.optim import make_optimizer as make
+    from vqa.train.objective import Objective
+    from vqa.train.step import StepRunner
+
+    cfg = TrainConfig(data="-", out="-", preset=preset_name).with_preset_defaults()
+    model.train()
+    opt = make(model, cfg.lr, cfg.encoder_lr, cfg.weight_decay, fused=device.type == "cuda", kind=cfg.optimizer,
+               muon_scale=cfg.muon_lr_scale)
+    objective = Objective(model)
+    fwd = torch.compile(objective) if compile else objective
+    amp = autocast_dtype("auto", device)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    runner = StepRunner(fwd, opt, scaler, params, device, {"vqa": 1.0, "caption": cfg.caption_weight},
+                        cfg.grad_clip, amp)
+    return runner, objective, opt
+
+
 def prompts(batch: int, seed: int = 1) -> list[list[int]]:
     """`batch` generation prompts of PROMPT tokens (<bos> + question), all the same length (no padding)."""
     g = torch.Generator().manual_seed(seed)

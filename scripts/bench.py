@@ -5,9 +5,15 @@
     .venv/bin/python scripts/bench.py --device cuda --mem-table --compile
 
 Measures (medians over --repeats after warm-up):
-  train images/s    a VQA-shaped batch: images x 4 questions of 10-14 prompt tokens + a 2-3 token answer +
-                    <eos> (vocabulary 1000); forward with loss_mask and image_index, backward, clip, AdamW, as
-                    vqa.train does (bf16 autocast on CUDA)
+  train images/s    vqa train's own step (vqa.train.step.StepRunner) with the preset's optimizer (tiny: Muon +
+                    AdamW) on a synthetic batch shaped like VQA + captions: images x (4 questions of 10-14
+                    prompt tokens + a 2-3 token answer + <eos>, and 1 caption of 8-14 tokens), vocabulary
+                    1000, grouped by task as the collate function does; bf16 autocast on CUDA. Data loading
+                    is not included (scripts/bench_data.py measures it)
+  step GFLOP        forward + backward FLOPs of that step (torch.utils.flop_counter), the MFU numerator
+  host syncs        operations in one step that would make the host wait for a CUDA device (counted on any
+                    device with vqa.train.step.count_syncs); vqa train reads the loss once per logged step
+  compiled graphs   with --compile: graphs torch.compile built over 8 batches of different shapes
   generate          greedy, exactly 16 new tokens (min_new_tokens=16), 12-token prompts; batch 1 and 32, one
                     image per prompt; the latency includes encoding the images
   decode step       one cached decode step at batch 1 at position 1 and at position 64 (the model is built with
@@ -16,8 +22,8 @@ Measures (medians over --repeats after warm-up):
   peak memory       tensor memory allocated above what was live before: CUDA max_memory_allocated, CPU the
                     allocation records of torch.profiler(profile_memory=True) (one extra, untimed run);
                     --mem-table on CUDA reports all allocated memory (weights, gradients, AdamW state too)
-  CUDA only         training tokens/s and MFU (see flops_per_step), and with --mem-table the peak memory of a
-                    training step per batch size
+  CUDA only         training tokens/s and MFU (step GFLOP / time / the GPU's dense bf16 peak), and with
+                    --mem-table the peak memory of a training step per batch size
 """
 
 from __future__ import annotations
@@ -45,23 +51,17 @@ def peak_flops(device) -> float | None:
     return next((f for key, f in PEAK_BF16 if key in name), None)
 
 
-def flops_per_step(model, batch) -> float:
-    """Matmul FLOPs of one training step, 3 x forward (backward = 2 x forward); norms, softmax and elementwise
-    ops are left out. Forward, with N image tokens, M images, B rows of T tokens, K target tokens:
-      ViT     M * [Lv * (2 N (4 + 2 r) dv^2  +  4 N^2 dv)  +  2 N 3 p^2 dv]   (QKV+proj, MLP, QK^T and AV, patch)
-      bridge  2 M N dv D  +  Ld * 2 M N 2 D^2                                  (projection, cross K/V once per image)
-      decoder B * Ld * [2 T (4 + 2 + 2 r) D^2  +  4 T^2 D  +  4 T N D]         (self QKV+proj, cross Q+proj, MLP,
-                                                                               self and cross attention)
-      head    2 K D V                                                         (LM head on the targets only)"""
-    c, vit = model.cfg, model.vision.vit
-    dv, lv, r = vit.embed_dim, len(vit.blocks), c.dec_mlp_ratio
-    n = model.vision.grid ** 2 + (model.vision.num_prefix if c.vit_keep_prefix else 0)
-    m, (b, t) = batch["images"].shape[0], batch["input_ids"].shape
-    d, ld, k = c.dec_width, c.dec_depth, int(batch["loss_mask"][:, 1:].sum())
-    vit_f = m * (lv * (2 * n * (4 + 2 * r) * dv**2 + 4 * n * n * dv) + 2 * n * 3 * c.vit_patch_size**2 * dv)
-    bridge = 2 * m * n * dv * d + ld * 2 * m * n * 2 * d * d
-    dec = b * ld * (2 * t * (6 + 2 * r) * d * d + 4 * t * t * d + 4 * t * n * d)
-    return 3 * (vit_f + bridge + dec + 2 * k * d * c.vocab_size)
+def step_flops(objective, batch) -> float:
+    """FLOPs of one training step's forward and backward, counted by torch.utils.flop_counter (matmuls,
+    convolutions including tiny's conv stem, attention); the optimizer's own arithmetic is left out, as MFU
+    conventionally does."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    weights = [1.0] * len(batch.groups)
+    with FlopCounterMode(display=False) as fc:
+        objective(batch.images, batch.groups, weights).backward()
+    objective.zero_grad(set_to_none=True)
+    return float(fc.get_total_flops())
 
 
 def train_images(name: str, device) -> int:
@@ -70,20 +70,36 @@ def train_images(name: str, device) -> int:
 
 
 def bench_train(name, device, n_img, repeats, compile):
+    """vqa train's step (StepRunner: the preset's optimizer, task groups, sync-free scaling) on synthetic
+    batches of n_img images x 4 questions + 1 caption; also its host syncs and, compiled, its graph count over
+    8 differently shaped batches."""
+    from torch._dynamo.utils import counters
+
+    from vqa.data.collate import collate
+    from vqa.train.step import count_syncs, host_tensors
+
     model = C.build_ours(name, device)
-    batch = C.vqa_batch(model.cfg, n_img, device)
-    step = C.ours_trainer(model, device, compile=compile)
-    for _ in range(2 if not compile else 3):
-        step(batch)
-    times = [C.timed(lambda: step(batch), device) for _ in range(repeats)]
-    mem = C.tensor_peak(lambda: step(batch), device)
+    runner, objective, opt = C.step_runner(model, name, device, compile=compile)
+    batches = [collate(C.train_items(model.cfg, n_img, seed=k), C.PAD, pad_multiple=8 if compile else 1)
+               for k in range(8)]
+    counters.clear()
+    for b in batches if compile else batches[:2]:  # warm-up (and, compiled, every shape once)
+        runner([b])
+    graphs = counters["stats"]["unique_graphs"] if compile else None
+    batch = batches[0]
+    times = [C.timed(lambda: runner([batch]), device) for _ in range(repeats)]
+    with count_syncs(ignore=host_tensors(opt)) as syncs:
+        runner([batch])
+    mem = C.tensor_peak(lambda: runner([batch]), device)
     t = C.median(times)
-    row = dict(train_images_per_s=n_img / t, train_step_ms=t * 1e3, train_batch=f"{n_img} img x {C.QUESTIONS} q",
-               train_peak_mib=mem / 2**20, params_m=model.num_parameters() / 1e6)
+    fl = step_flops(objective, batch)
+    row = dict(train_images_per_s=n_img / t, train_step_ms=t * 1e3,
+               train_batch=f"{n_img} img x {C.QUESTIONS} q + 1 cap", train_peak_mib=mem / 2**20,
+               params_m=model.num_parameters() / 1e6, train_gflop=fl / 1e9, train_syncs=syncs.count,
+               train_graphs=graphs, optimizer=type(opt).__name__)
     if device.type == "cuda":
-        row["train_tokens_per_s"] = int((batch["input_ids"] != C.PAD).sum()) / t  # text tokens, padding excluded
+        row["train_tokens_per_s"] = sum(int(g.attention_mask.sum()) for g in batch.groups) / t  # no padding
         peak = peak_flops(device)
-        fl = flops_per_step(model, batch)
         row["train_tflops"] = fl / t / 1e12
         row["mfu_percent"] = 100 * fl / t / peak if peak else None
     return model, row
@@ -148,16 +164,18 @@ def mem_table(name, device, sizes):
 
 
 def _train_peak(name, device, n) -> int:
+    from vqa.data.collate import collate
+
     model = C.build_ours(name, device)
-    batch = C.vqa_batch(model.cfg, n, device)
-    step = C.ours_trainer(model, device)
-    step(batch)  # the optimizer state exists after the first step
+    runner, _, _ = C.step_runner(model, name, device)
+    batch = collate(C.train_items(model.cfg, n), C.PAD)
+    runner([batch])  # the optimizer state exists after the first step
     if device.type != "cuda":
-        return C.tensor_peak(lambda: step(batch), device)  # above the start of the step: activations + grads
+        return C.tensor_peak(lambda: runner([batch]), device)  # above the start of the step: activations + grads
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    step(batch)
-    return torch.cuda.max_memory_allocated()  # everything: weights, grads, AdamW state, activations
+    runner([batch])
+    return torch.cuda.max_memory_allocated()  # everything: weights, grads, optimizer state, activations
 
 
 def main(argv=None) -> int:
@@ -194,6 +212,10 @@ def main(argv=None) -> int:
              f"{f(r['gen_b1_peak_mib'])} / {f(r['gen_b32_peak_mib'])}", f"{f(r['step_pos1_ms'], 2)} / {f(r['step_pos64_ms'], 2)} ({f(r['uncached_pos64_ms'], 2)})"]
             for r in results]
     print(C.table(cols, rows))
+    print("\n" + C.table(["preset", "optimizer", "step GFLOP (fwd + bwd)", "host syncs in a step",
+                          "compiled graphs (8 batch shapes)"],
+                         [[r["preset"], r["optimizer"], f(r["train_gflop"], 2), r["train_syncs"],
+                           "-" if r["train_graphs"] is None else r["train_graphs"]] for r in results]))
     if device.type == "cuda":
         print("\n" + C.table(["preset", "train tokens/s", "train TFLOP/s", "MFU % (bf16 peak)"],
                              [[r["preset"], f(r["train_tokens_per_s"], 0), f(r["train_tflops"]), f(r["mfu_percent"])]

@@ -96,3 +96,27 @@ def test_muon_adamw_state_dict_round_trip_continues_exactly():
 def test_unknown_optimizer_is_refused():
     with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
         make_optimizer(nn.Linear(2, 2), 1e-3, 1e-3, 0.0, kind="sgd")
+
+
+def test_muon_lr_scale_sets_the_step_and_the_decay_of_muons_matrices():
+    """--muon-lr-scale s: Muon's matrices get lr s x --lr; an update's RMS is 0.2 x that lr (RMS-matched to
+    AdamW's typical update), and the weight decay multiplies them by 1 - s x lr x wd per step."""
+    torch.manual_seed(0)
+    model = VQAModel(preset("tiny", vocab_size=40))
+    lr, wd = 1e-3, 0.1
+    for scale in (1.0, 4.0):
+        opt = make_optimizer(model, lr, lr, wd, kind="muon", muon_scale=scale)
+        assert [g["base_lr"] for g in opt.param_groups if g["muon"]] == pytest.approx([scale * lr] * 2)  # dec, vit
+        assert [g["base_lr"] for g in opt.param_groups if not g["muon"]] == pytest.approx([lr] * 4)
+    w = nn.Parameter(torch.randn(64, 96))
+    before = w.detach().clone()
+    muon = Muon([w], lr=4e-3, weight_decay=0.0, nesterov=False, momentum=0.0)
+    w.grad = torch.randn(64, 96, generator=torch.Generator().manual_seed(3))
+    muon.step()
+    rms = (w.detach() - before).pow(2).mean().sqrt().item()
+    assert rms == pytest.approx(0.2 * 4e-3, rel=0.3)  # Newton-Schulz gives singular values near, not at, 1
+    w.grad = torch.zeros_like(w)
+    decayed = Muon([w], lr=4e-3, weight_decay=0.5)
+    start = w.detach().clone()
+    decayed.step()
+    torch.testing.assert_close(w.detach(), start * (1 - 4e-3 * 0.5))

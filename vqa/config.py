@@ -261,7 +261,12 @@ class TrainConfig(_Config):
     optimizer: str | None = field(default=None, metadata=_opt(
         "adamw, or muon: Muon for the weights of linear layers, AdamW for the rest (default: the preset's)",
         choices=("adamw", "muon")))
-    weight_decay: float = field(default=0.05, metadata=_opt("decoupled weight decay of matrices (AdamW and Muon)"))
+    muon_lr_scale: float = field(default=10.0, metadata=_opt(
+        "with --optimizer muon: Muon's lr = this x --lr. Its updates are RMS-matched to AdamW's, so the matrices "
+        "it trains move ~this x as far per step as AdamW would move them, and their weight decay (lr x "
+        "--weight-decay) is this x stronger"))
+    weight_decay: float = field(default=0.05, metadata=_opt(
+        "decoupled weight decay of matrices: each step multiplies them by 1 - lr x this (Muon's at its own lr)"))
     warmup: int = field(default=100, metadata=_opt("linear warmup steps"))
     grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
     eval_every: int = field(default=0, metadata=_opt("steps between evaluations (0: four per run)"))
@@ -282,7 +287,10 @@ class TrainConfig(_Config):
     device: str = field(default="auto", metadata=_opt("cpu, cuda, cuda:1, mps (auto: CUDA, else MPS, else CPU)"))
     precision: str = field(default="auto", metadata=_opt(
         "auto: bf16 autocast on CUDA, fp32 elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
-    compile: bool = field(default=False, metadata=_opt("torch.compile the model"))
+    compile: bool = field(default=False, metadata=_opt(
+        "torch.compile the training step (batches padded to multiples of 8 so that few shapes compile)"))
+    dist_timeout: float = field(default=30.0, metadata=_opt(
+        "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     cache_images: bool = field(default=True, metadata=_opt("keep decoded images in RAM between epochs"))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))

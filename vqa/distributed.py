@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -23,19 +24,15 @@ class Dist:
     def main(self) -> bool:
         return self.rank == 0
 
-    def all_sum(self, value: float | int) -> float:
-        if self.world == 1:
-            return float(value)
-        t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return float(t.item())
-
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
 
 
-def setup(device: str = "auto") -> Dist:
+def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:
+    """This process's rank and device; joins the process group under torchrun. `timeout_minutes`: how long a
+    collective may wait for the slowest rank (NCCL's default is 10 minutes, shorter than a long evaluation
+    or a slow disk's first epoch)."""
     if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
         return Dist(device=pick_device(device))
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
@@ -44,7 +41,8 @@ def setup(device: str = "auto") -> Dist:
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(rank=rank, world=world, local_rank=local, device=dev)
 
 

@@ -34,15 +34,20 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 
 @torch.no_grad()
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
-             batch_images=64, generation=None, progress=True) -> dict:
+             batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
-    result lists. `generation`: one GenerationConfig for every task, or {task: config}."""
+    result lists. `generation`: one GenerationConfig for every task, or {task: config}.
+
+    Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of the images
+    (image i goes to rank i % world) and rank 0 gathers the results and scores them; the other ranks return
+    an empty summary. The model is called directly (not through DDP), so decoding holds no collective."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     ds = ImageTextDataset(split_data, tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, tasks=tasks,
                           train=False)
-    if max_images is not None and max_images < len(ds):
-        ds = Subset(ds, range(max_images))
+    n_images = min(len(ds), max_images) if max_images is not None else len(ds)
+    if world > 1 or n_images < len(ds):
+        ds = Subset(ds, range(rank, n_images, world))
     # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
                         generator=torch.Generator().manual_seed(0))
@@ -69,7 +74,18 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                     cap_pred[meta["image_id"]] = text
                     cap_refs[meta["image_id"]] = meta["captions"]
     model.train(was_training)
-    summary = {"images": len(ds), "seconds": round(time.time() - t0, 1)}
+    if world > 1:  # rank 0 gathers every rank's results
+        shards = [None] * world
+        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs))
+        if rank != 0:
+            return dict(summary={}, vqa_results=[], caption_results=[])
+        vqa_pred, vqa_recs, cap_pred, cap_refs = {}, [], {}, {}
+        for vp, vr, cp, cr in shards:
+            vqa_pred.update(vp)
+            vqa_recs += vr
+            cap_pred.update(cp)
+            cap_refs.update(cr)
+    summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
     if vqa_pred:
         scores = vqa_scores(vqa_pred, vqa_recs)
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],

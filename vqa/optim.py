@@ -10,14 +10,18 @@ import torch
 from torch import nn
 
 OPTIMIZERS = ("adamw", "muon")
-MUON_LR_SCALE = 10.0  # Muon's lr = this x the AdamW lr, its update RMS matched to AdamW's (values tried: docs/shapes-10min.md, section 5)
+# Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a
+# Muon step moves a matrix ~this x as far as AdamW would at --lr, and the decoupled weight decay (lr x wd) of
+# those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; values tried: docs/shapes-10min.md
+MUON_LR_SCALE = 10.0
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
 
 
-def param_groups(model: nn.Module, lr: float, vit_lr: float, weight_decay: float, muon: bool = False) -> list[dict]:
+def param_groups(model: nn.Module, lr: float, vit_lr: float, weight_decay: float, muon: bool = False,
+                 muon_scale: float = MUON_LR_SCALE) -> list[dict]:
     """Groups {decoder, vision} x {decay (2-D and up), no decay (biases, norms, 1-D)}, plus, with `muon`,
     {decoder, vision} x the weights of every nn.Linear (attention and MLP matrices; marked "muon": True, at
-    MUON_LR_SCALE x the lr). Embeddings, the conv stem and the tied LM head stay with AdamW. Position
+    `muon_scale` x the lr). Embeddings, the conv stem and the tied LM head stay with AdamW. Position
     embeddings and the CLS token of the ViT are not decayed. vit_lr = 0 freezes the encoder."""
     linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} if muon else set()
     groups: dict[tuple[bool, str], list] = {(v, k): [] for v in (False, True) for k in ("muon", "decay", "no_decay")}
@@ -33,7 +37,7 @@ def param_groups(model: nn.Module, lr: float, vit_lr: float, weight_decay: float
     out = []
     for (is_vit, kind), params in groups.items():
         if params:
-            base = (vit_lr if is_vit else lr) * (MUON_LR_SCALE if kind == "muon" else 1.0)
+            base = (vit_lr if is_vit else lr) * (muon_scale if kind == "muon" else 1.0)
             out.append(dict(params=params, lr=base, base_lr=base, muon=kind == "muon",
                             weight_decay=0.0 if kind == "no_decay" else weight_decay))
     return out
@@ -134,11 +138,12 @@ class MuonAdamW:
                 o.load_state_dict(s)
 
 
-def make_optimizer(model, lr, vit_lr, weight_decay, fused: bool = False, kind: str = "adamw"):
+def make_optimizer(model, lr, vit_lr, weight_decay, fused: bool = False, kind: str = "adamw",
+                   muon_scale: float = MUON_LR_SCALE):
     """`kind` "adamw": torch's AdamW over all groups; "muon": MuonAdamW (Muon for nn.Linear weights)."""
     if kind not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {kind!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    groups = param_groups(model, lr, vit_lr, weight_decay, muon=kind == "muon")
+    groups = param_groups(model, lr, vit_lr, weight_decay, muon=kind == "muon", muon_scale=muon_scale)
     if kind == "muon":
         return MuonAdamW(groups, fused=fused or None)
     return torch.optim.AdamW(groups, betas=(0.9, 0.98), eps=1e-8, fused=fused or None)

@@ -30,7 +30,7 @@ from ..data.collate import Batch, make_collate
 from ..data.dataset import ImageTextDataset
 from ..data.formats import corpus_texts, find_splits, load_split
 from ..data.transforms import build_transform
-from ..device import autocast_dtype
+from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluate import evaluate, flatten
 from ..model import VQAModel
@@ -43,11 +43,12 @@ from .cli import SAVED
 from .objective import Objective
 from .runlock import RunLock
 from .sampler import rank_order, steps_in_epoch
+from .step import StepRunner
 
 
 def train(cfg: TrainConfig) -> Trainer:
     """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
-    d = distributed.setup(cfg.device)
+    d = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
     trainer = None
     try:
         trainer = Trainer(cfg, d)
@@ -158,9 +159,10 @@ class Trainer:
         c, d = self.cfg, self.d
         vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
         self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, fused=d.device.type == "cuda",
-                                        kind=c.optimizer)
+                                        kind=c.optimizer, muon_scale=c.muon_lr_scale)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.amp_dtype = autocast_dtype(c.precision, d.device)
+        use_tensor_cores(d.device)
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.step, self.epoch, self.image_in_epoch, self.best, self.time_used = 0, 0, 0, -math.inf, 0.0
         self.total_steps = self._planned_steps()
@@ -175,6 +177,9 @@ class Trainer:
         self.fwd = self.ddp or self.objective
         if c.compile:
             self.fwd = torch.compile(self.fwd)
+        self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device,
+                                 {"vqa": 1.0, "caption": c.caption_weight}, c.grad_clip, self.amp_dtype, d.world,
+                                 self.ddp)
 
     def _restore(self, state: dict) -> None:
         c, d = self.cfg, self.d
@@ -236,35 +241,9 @@ class Trainer:
             self.epoch, self.image_in_epoch = self.epoch + 1, 0
 
     def train_step(self, micro: list[Batch], extra: tuple[float, ...] = ()) -> torch.Tensor:
-        """One optimizer step. Returns, without waiting for the device, the tensor [summed loss, weighted
-        target count, *extra] summed over ranks: `extra` carries host values every rank must agree on."""
-        d, dev = self.d, self.d.device
-        weight = {"vqa": 1.0, "caption": self.cfg.caption_weight}
-        n_local = sum(weight[g.task] * g.n_targets for b in micro for g in b.groups)
-        loss_sum = torch.zeros((), device=dev)
-        for i, b in enumerate(micro):
-            if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)
-                self.ddp.require_backward_grad_sync = i == len(micro) - 1
-            groups = [g.to(dev, non_blocking=True) for g in b.groups]
-            with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                part = self.fwd(b.images.to(dev, non_blocking=True), groups, [weight[g.task] for g in groups])
-            loss_sum += part.detach()
-            self.scaler.scale(part).backward()
-        host = torch.tensor([n_local, *extra], dtype=torch.float32)
-        stats = torch.cat([loss_sum.float().view(1), host.pin_memory().to(dev, non_blocking=True)
-                           if dev.type == "cuda" else host])
-        if d.world > 1:
-            torch.distributed.all_reduce(stats)  # the step's one collective besides the gradients'
-        self.scaler.unscale_(self.optimizer)
-        # gradients are of the summed loss, averaged over ranks by DDP: x world / n is the global mean's
-        grads = [p.grad for p in self.params if p.grad is not None]
-        torch._foreach_mul_(grads, d.world / stats[1].clamp(min=1.0))
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        return stats
+        """One optimizer step (`vqa.train.step.StepRunner`): returns, without waiting for the device, the
+        tensor [summed loss, weighted target count, *extra] summed over ranks."""
+        return self.runner(micro, extra)
 
     def fit(self, halt_at_step: int | None = None) -> int:
         """Train to the planned end; `halt_at_step` stops early after that step's checkpoint (as if killed)."""
@@ -361,11 +340,12 @@ class Trainer:
     def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d
         scores = {}
-        if self.val_data is not None and d.main:
+        if self.val_data is not None:  # every rank decodes its share; rank 0 scores
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
-                              max_images=self.cfg.eval_images, progress=False)["summary"]
+                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world)["summary"]
             self.model.train()
+        if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
             with open(metrics, "a") as f:
                 f.write(json.dumps(rec) + "\n")

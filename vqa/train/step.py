@@ -1,0 +1,96 @@
+"""One optimizer step, as `vqa train` runs it (and `scripts/bench.py` times it): forward and backward over the
+micro-batches, the step's scalars in one all-reduce, gradients scaled to the global mean, clip, step.
+
+The step never makes the host wait for the device: target counts come from the collate function (CPU),
+the loss stays on the device, and the gradient scale is a device tensor. The caller reads the returned
+scalars only when it logs. `count_syncs` checks it: it counts the operations that would block the host on
+CUDA (`.item()`, `nonzero`, boolean-mask indexing, ...).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..data.collate import Batch
+
+# aten ops that copy a value to the host or size an output by data: each makes the host wait on CUDA
+SYNCING_OPS = frozenset({
+    "_local_scalar_dense", "nonzero", "masked_select", "masked_scatter", "equal", "is_nonzero", "unique",
+    "_unique", "_unique2", "unique_consecutive", "unique_dim", "repeat_interleave", "bincount", "histc",
+    "_assert_async",
+})
+
+
+class StepRunner:
+    def __init__(self, fwd: Callable, optimizer, scaler: torch.amp.GradScaler, params: list[torch.Tensor],
+                 device: torch.device, task_weights: dict[str, float], grad_clip: float = 1.0,
+                 amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None):
+        self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
+        self.device, self.weights, self.grad_clip = device, dict(task_weights), float(grad_clip)
+        self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
+
+    def __call__(self, micro: list[Batch], extra: Iterable[float] = ()) -> torch.Tensor:
+        """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
+        ranks: `extra` carries host values every rank must agree on (the time-limit decisions)."""
+        dev = self.device
+        n_local = sum(self.weights[g.task] * g.n_targets for b in micro for g in b.groups)
+        loss_sum = torch.zeros((), device=dev)
+        for i, b in enumerate(micro):
+            if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)
+                self.ddp.require_backward_grad_sync = i == len(micro) - 1
+            groups = [g.to(dev, non_blocking=True) for g in b.groups]
+            with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+                part = self.fwd(b.images.to(dev, non_blocking=True), groups, [self.weights[g.task] for g in groups])
+            loss_sum += part.detach()
+            self.scaler.scale(part).backward()
+        host = torch.tensor([n_local, *extra], dtype=torch.float32)
+        stats = torch.cat([loss_sum.float().view(1),
+                           host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host])
+        if self.world > 1:
+            torch.distributed.all_reduce(stats)  # the step's one collective besides the gradients'
+        self.scaler.unscale_(self.optimizer)
+        # gradients are of the summed loss, averaged over ranks by DDP: x world / n is the global mean's
+        grads = [p.grad for p in self.params if p.grad is not None]
+        torch._foreach_mul_(grads, self.world / stats[1].clamp(min=1.0))
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+
+def host_tensors(optimizer) -> list[torch.Tensor]:
+    """Optimizer state that lives on the host by design (AdamW's step counters, unless capturable): reading
+    it costs no device sync, so `count_syncs` may ignore it."""
+    parts = getattr(optimizer, "parts", [optimizer])
+    return [v for o in parts for st in o.state.values() for v in st.values()
+            if torch.is_tensor(v) and v.device.type == "cpu" and v.ndim == 0]
+
+
+class count_syncs(TorchDispatchMode):  # noqa: N801 (used as a context manager, like torch's own modes)
+    """`with count_syncs(ignore=host_tensors(opt)) as c: ...` then `c.count` / `c.ops`: the operations run
+    inside that would make the host wait for a CUDA device. Runs on any device (on CPU they cost nothing,
+    which is why they must be counted rather than timed)."""
+
+    def __init__(self, ignore: Iterable[torch.Tensor] = ()):
+        super().__init__()
+        self.ignore = {id(t) for t in ignore}
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name in SYNCING_OPS and not (args and torch.is_tensor(args[0]) and id(args[0]) in self.ignore):
+            self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self) -> int:
+        return sum(self.ops.values())
+
+
+__all__ = ["StepRunner", "count_syncs", "host_tensors", "SYNCING_OPS"]

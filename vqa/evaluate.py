@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from .config import GenerationConfig
 from .data.collate import make_collate
-from .data.dataset import ImageTextDataset
-from .data.transforms import build_transform
+from .data.dataset import ItemMaker
+from .data.sources import eval_dataset
+from .data.transforms import ImageNormalizer, build_transform
 from .generate import generate
 from .metrics import caption_scores, vqa_scores
 
@@ -36,13 +37,13 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
-    result lists. `generation`: one GenerationConfig for every task, or {task: config}."""
+    result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
+    `generation`: one GenerationConfig for every task, or {task: config}."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
-    ds = ImageTextDataset(split_data, tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, tasks=tasks,
-                          train=False)
-    if max_images is not None and max_images < len(ds):
-        ds = Subset(ds, range(max_images))
+    maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
+    ds = eval_dataset(split_data, maker, tasks, max_images)
+    normalize = ImageNormalizer(cfg.vit_mean, cfg.vit_std)
     # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
                         generator=torch.Generator().manual_seed(0))
@@ -55,8 +56,10 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     was_training = model.training
     model.eval()
     t0 = time.time()
+    n_images = 0
     for batch in it:
-        memory = model.encode(batch.images.to(device))  # each image once, for all its questions
+        n_images += batch.num_images
+        memory = model.encode(normalize(batch.images, None, device))  # each image once, for all its questions
         for group in batch.groups:
             out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
                            config=gen[group.task])
@@ -69,7 +72,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                     cap_pred[meta["image_id"]] = text
                     cap_refs[meta["image_id"]] = meta["captions"]
     model.train(was_training)
-    summary = {"images": len(ds), "seconds": round(time.time() - t0, 1)}
+    summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
     if vqa_pred:
         scores = vqa_scores(vqa_pred, vqa_recs)
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],

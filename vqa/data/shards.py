@@ -408,11 +408,13 @@ class ShardStream(IterableDataset):
         lay = self.layout
         info = get_worker_info()
         w = info.id if info is not None else 0
-        k = lay.rank * lay.per_rank + w
-        # micro-batches this rank consumed; batch i of a pass came from worker i % workers
+        # micro-batches this rank consumed; batch i of an epoch came from the stream of role i % workers. A pass
+        # always starts with worker 0, so after c batches worker w plays role (w + c) % workers: the next batch
+        # comes from the role whose turn it is, as in the uninterrupted epoch
         consumed = int(self._position[1]) // (lay.batch * lay.world)
-        done = (consumed - w + lay.per_rank - 1) // lay.per_rank if consumed > w else 0
-        return k, done * lay.batch
+        role = (w + consumed) % lay.per_rank
+        done = (consumed - role + lay.per_rank - 1) // lay.per_rank if consumed > role else 0
+        return lay.rank * lay.per_rank + role, done * lay.batch
 
     def _pieces(self, epoch: int, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
         """(shard number, first, stop) pieces covering positions [lo, hi) of the epoch's sequence."""

@@ -17,8 +17,8 @@ from vqa.data.cache import ImageCache, open_image_cache, parse_budget
 from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
 from vqa.data.formats import corpus_texts, load_split
-from vqa.data.shards import Layout
-from vqa.data.sources import TrainBatches
+from vqa.data.loader import TrainBatches
+from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.tokenizer import Tokenizer
 
@@ -36,9 +36,9 @@ def by_image(batches):
     out = {}
     for b in batches:
         for k in range(b.num_images):
-            rows = [(g.task, m.get("question_id")) for g in b.groups for m, i in zip(g.meta, g.image_index.tolist())
+            rows = [(g.task, m.get("question_id")) for g in b.groups for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True)
                     if i == k]
-            image = next(m["image"] for g in b.groups for m, i in zip(g.meta, g.image_index.tolist()) if i == k)
+            image = next(m["image"] for g in b.groups for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True) if i == k)
             out[image] = (rows, tuple(round(v, 6) for v in b.jitter[k].tolist()))
     return out
 

@@ -21,8 +21,10 @@ from vqa.config import ModelConfig
 from vqa.data.collate import make_collate
 from vqa.data.convert import convert
 from vqa.data.formats import corpus_texts, load_split
-from vqa.data.shards import Layout, ShardSplit
-from vqa.data.sources import TrainBatches, open_split
+from vqa.data.loader import TrainBatches
+from vqa.data.shards import ShardSplit
+from vqa.data.sources import open_split
+from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.errors import DataError
 from vqa.tokenizer import Tokenizer
@@ -137,8 +139,8 @@ import torch.distributed as dist
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_data_shards import batches_for, keys_of
 from vqa import distributed
-from vqa.data.shards import Layout
 from vqa.data.sources import open_split
+from vqa.data.stream import Layout
 d = distributed.setup("cpu")
 assert dist.get_backend() == "gloo"
 src = open_split({str(shards / 'parquet')!r}, "train")

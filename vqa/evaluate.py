@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from .config import GenerationConfig
 from .data.collate import make_collate
 from .data.dataset import ItemMaker
-from .data.sources import eval_dataset
+from .data.loader import eval_dataset
 from .data.transforms import ImageNormalizer, build_transform
 from .generate import generate
 from .metrics import caption_scores, vqa_scores

@@ -6,7 +6,7 @@ decoder reads it for every row (`image_index` maps rows to images). The task mix
 questions_per_image : captions_per_image (e.g. 4:1); images with only one kind of record give only that kind.
 
 `ItemMaker` turns one image and its records into an item; `ImageTextDataset` (a folder's split: random
-access) and `vqa.data.shards.ShardStream` (shards: streamed) both use it, so batches look the same whichever
+access) and `vqa.data.stream.ShardStream` (shards: streamed) both use it, so batches look the same whichever
 source fed them. Items carry the image as uint8 [3,S,S] (shifted / flipped in training) and, in training,
 its brightness / contrast factors: the float work happens on the device (`ImageNormalizer`).
 

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .. import checkpoint, distributed
 from ..config import ModelConfig, TrainConfig, parse_duration, preset
 from ..data.collate import Batch, make_collate
-from ..data.shards import Layout
-from ..data.sources import TrainBatches, open_split, resolve_splits, training_texts
+from ..data.loader import TrainBatches
+from ..data.sources import open_split, resolve_splits, training_texts
+from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype
 from ..errors import ConfigError, DataError, VQAError

@@ -11,7 +11,6 @@ import pytest
 import torch
 from data_fixtures import build_shapes, write_image, write_jsonl
 
-import vqa.data.dataset as dataset_mod
 from vqa.config import ModelConfig
 from vqa.data.collate import IGNORE, collate, make_collate
 from vqa.data.dataset import ImageTextDataset
@@ -55,7 +54,9 @@ def test_items_by_image_and_rows(data):
     ds = make(data, questions_per_image=4, captions_per_image=1)
     assert len(ds) == 12 and ds.n_questions == len(train.vqa)
     item = ds[0]
-    assert item["image"].shape == (3, 64, 64) and item["image"].dtype == torch.float32
+    # images cross process boundaries as uint8; training's brightness / contrast factors travel beside them
+    assert item["image"].shape == (3, 64, 64) and item["image"].dtype == torch.uint8
+    assert item["jitter"].shape == (2,) and "jitter" not in make(data, train=False)[0]
     tasks = Counter(r["task"] for r in item["rows"])
     assert tasks == {"vqa": 4, "caption": 1}
     for row in item["rows"]:
@@ -149,7 +150,7 @@ def test_answers_sampled_by_frequency(tmp_path, data):
     _, _, tok = data
     write_image(tmp_path / "a.png")
     write_jsonl(tmp_path / "train.jsonl", [{"image": "a.png", "question": "which?", "answers": ["cat"] * 7 + ["dog"] * 3}])
-    ds = ImageTextDataset(load_split(tmp_path, "train"), tok, build_transform(CFG, True), 48, seed=0, cache_images=True)
+    ds = ImageTextDataset(load_split(tmp_path, "train"), tok, build_transform(CFG, True), 48, seed=0)
     seen = Counter()
     for epoch in range(1000):
         ds.set_epoch(epoch)
@@ -205,26 +206,36 @@ def test_padded_collate_keeps_every_target_and_adds_none(data):
         assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
 
 
-def test_cache_images(data, monkeypatch):
-    calls = Counter()
-    real = dataset_mod.load_image
+def test_epoch_travels_with_the_index(data):
+    """A persistent worker's copy of the dataset never sees set_epoch: (epoch, i) keys give that epoch's
+    draws whatever epoch the copy was left at."""
+    ds = make(data, seed=3)
+    ds.set_epoch(4)
+    at4 = ds[2]
+    ds.set_epoch(0)
+    keyed = ds[(4, 2)]
+    assert torch.equal(keyed["image"], at4["image"]) and torch.equal(keyed["jitter"], at4["jitter"])
+    assert [r["input_ids"] for r in keyed["rows"]] == [r["input_ids"] for r in at4["rows"]]
 
-    def counting(path):
-        calls[path] += 1
-        return real(path)
 
-    monkeypatch.setattr(dataset_mod, "load_image", counting)
-    ds = make(data, cache_images=True, train=False)
-    first = ds[0]["image"]
-    assert torch.equal(ds[0]["image"], first) and sum(calls.values()) == 1
-    for i in range(len(ds)):
-        ds[i]
-    assert sum(calls.values()) == len(ds)
-    ds[5]
-    assert sum(calls.values()) == len(ds)  # every image decoded once
-    nocache = make(data, train=False)
-    nocache[0], nocache[0]
-    assert sum(calls.values()) == len(ds) + 2
+def test_dataset_reads_jpegs_at_reduced_size(data, monkeypatch, tmp_path):
+    """A 640x480 JPEG for a 64 px model is decoded at 1/8 scale (PIL's draft), not at full size."""
+    from PIL import Image
+
+    _, _, tok = data
+    Image.effect_noise((640, 480), 50).convert("RGB").save(tmp_path / "big.jpg", quality=90)
+    write_jsonl(tmp_path / "train.jsonl", [{"image": "big.jpg", "caption": "noise"}])
+    sizes = []
+    real = Image.Image.resize
+
+    def spy(self, size, *a, **k):
+        sizes.append(self.size)
+        return real(self, size, *a, **k)
+
+    monkeypatch.setattr(Image.Image, "resize", spy)
+    ds = ImageTextDataset(load_split(tmp_path, "train"), tok, build_transform(CFG, False), 48, train=False)
+    assert ds[0]["image"].shape == (3, 64, 64)
+    assert sizes == [(80, 60)]  # 640x480 / 8, then resized to 64x48 and letterboxed
 
 
 def test_training_never_targets_an_annotators_empty_answer(tmp_path, data):

@@ -76,28 +76,37 @@ def test_hflip_only_when_allowed_and_text_is_not_left_right():
 
 
 def test_fused_arithmetic_equals_torchvision_functionals():
-    """`finish` is hand-fused for speed; it must equal torchvision's to_dtype / adjust_brightness /
-    adjust_contrast / normalize (and the shift and flip) drawn from the same generator."""
+    """The shift and flip happen on uint8 in the loader worker, brightness / contrast / normalization on the
+    device (`normalize_images`, one batch at a time); together they must equal torchvision's to_dtype /
+    adjust_brightness / adjust_contrast / normalize drawn from the same generator, and `finish` (the CPU path
+    for one image) must be the same arithmetic."""
     from torchvision.transforms.v2 import functional as F
 
-    from vqa.data.transforms import _shift
+    from vqa.data.transforms import ImageNormalizer, _shift
 
     u8 = ImageTransform(64, (0.5,) * 3, (0.5,) * 3).prepare(Image.effect_noise((64, 64), 60).convert("RGB"))
     u8[0, 10:30, 10:30] = 250  # a saturated patch: the clamps matter
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     t = ImageTransform(64, mean, std, train=True, allow_hflip=True, brightness=0.3, contrast=0.3)
+    shifted, jitters, wants = [], [], []
     for seed in range(12):
         r = torch.rand(5, generator=torch.Generator().manual_seed(seed)).tolist()
-        x = F.to_dtype(u8, torch.float32, scale=True)
-        x = F.adjust_contrast(F.adjust_brightness(x, 1 + 0.3 * (2 * r[0] - 1)), 1 + 0.3 * (2 * r[1] - 1))
         dx, dy = (int(round((2 * v - 1) * t.max_shift_px)) for v in r[2:4])
-        if dx or dy:
-            x = _shift(x, dx, dy, [f / 255 for f in t.fill])
+        x = _shift(u8, dx, dy, t.fill) if dx or dy else u8
         if r[4] < 0.5:
             x = F.horizontal_flip(x)
+        x = F.to_dtype(x, torch.float32, scale=True)
+        x = F.adjust_contrast(F.adjust_brightness(x, 1 + 0.3 * (2 * r[0] - 1)), 1 + 0.3 * (2 * r[1] - 1))
         want = F.normalize(x.clamp(0, 1), list(mean), list(std))
         got = t.finish(u8, generator=torch.Generator().manual_seed(seed))
         assert torch.allclose(got, want, atol=1e-5), seed
+        x8, jitter = t.augment(u8, generator=torch.Generator().manual_seed(seed))
+        assert x8.dtype == torch.uint8
+        shifted.append(x8)
+        jitters.append(jitter)
+        wants.append(want)
+    batch = ImageNormalizer(mean, std)(torch.stack(shifted), torch.stack(jitters), "cpu")  # the device path
+    assert torch.allclose(batch, torch.stack(wants), atol=1e-5)
     ev = ImageTransform(64, mean, std)
     assert torch.allclose(ev.finish(u8), F.normalize(F.to_dtype(u8, torch.float32, scale=True), list(mean), list(std)), atol=1e-6)
     f = u8.float() / 255

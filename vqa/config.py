@@ -237,7 +237,9 @@ def _opt(help: str, **extra) -> Any:
 class TrainConfig(_Config):
     """Everything `vqa train` takes. `vqa train --help` is generated from these fields and their help."""
 
-    data: str = field(default="", metadata=_opt("data folder (VQA v2 / COCO / JSONL files; see data/README.md)"))
+    data: str = field(default="", metadata=_opt(
+        "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md"))
     out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png"))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
@@ -273,8 +275,11 @@ class TrainConfig(_Config):
     eval_images: int = field(default=300, metadata=_opt(
         "val images scored by the evaluations during training (vqa eval scores them all)"))
     log_every: int = field(default=10, metadata=_opt("steps between log lines in metrics.jsonl"))
-    train_split: str = field(default="train", metadata=_opt("the split to train on"))
-    val_split: str = field(default="val", metadata=_opt("the split evaluated during training"))
+    train_split: str | None = field(default=None, metadata=_opt(
+        "the split to train on (default: 'train', else the one split named train..., e.g. train2014)"))
+    val_split: str | None = field(default=None, metadata=_opt(
+        "the split evaluated during training (default: 'val', else the one named val..., e.g. val2014); "
+        "with a shard pattern as --data, a shard pattern"))
     tokenizer: str | None = field(default=None, metadata=_opt(
         "use this tokenizer.json instead of training one on the training text"))
     vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
@@ -291,7 +296,11 @@ class TrainConfig(_Config):
         "torch.compile the training step (batches padded to multiples of 8 so that few shapes compile)"))
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
-    cache_images: bool = field(default=True, metadata=_opt("keep decoded images in RAM between epochs"))
+    image_cache: str = field(default="auto", metadata=_opt(
+        "decoded images in one memory-mapped file shared by all workers and ranks of a node: auto (in the temp "
+        "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)"))
+    image_cache_budget: str = field(default="25%", metadata=_opt(
+        "largest image cache that auto makes: a share of RAM (25%) or a size (8G)"))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 
@@ -312,6 +321,13 @@ class TrainConfig(_Config):
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.time_limit is not None:
             parse_duration(self.time_limit)
+
+    @classmethod
+    def from_dict(cls, d: dict, what: str | None = None):
+        if isinstance(d, dict) and "cache_images" in d:  # runs saved before the shared image cache
+            d = {k: v for k, v in d.items() if k != "cache_images"} | (
+                {} if "image_cache" in d else {"image_cache": "auto" if d["cache_images"] else "off"})
+        return super().from_dict(d, what)
 
     def with_preset_defaults(self) -> TrainConfig:
         """lr and optimizer (when not given) and the preset's other training defaults filled in."""

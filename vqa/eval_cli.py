@@ -22,7 +22,8 @@ from .options import add_dataclass_arguments, given
 def add_arguments(p) -> None:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used)")
     p.add_argument("--data", required=True)
-    p.add_argument("--split", default="val")
+    p.add_argument("--split", help="the split to score (default: 'val', else the one split named val..., e.g. "
+                   "val2014), or a shard pattern")
     p.add_argument("--tasks", help="vqa, caption or both (default: the tasks the model was trained on)")
     p.add_argument("--out", help="where to write the result files (default: <checkpoint>/eval-<split>)")
     p.add_argument("--max-images", type=int)
@@ -33,7 +34,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from . import checkpoint
-    from .data.formats import load_split
+    from .data.formats import pick_split
+    from .data.sources import is_pattern, list_splits, open_split
     from .device import pick_device
     from .evaluate import evaluate, format_summary
 
@@ -47,17 +49,25 @@ def run(args) -> int:
     if untrained:
         raise ConfigError(f"--tasks {','.join(tasks)}: the model was trained on {','.join(trained)} only, "
                           f"not {','.join(untrained)}")
-    data = Path(args.data).resolve()
-    if card.get("data") == str(data) and args.split == card.get("train_split"):
-        print(f"vqa eval: WARNING: split '{args.split}' of {data} is the one this model was trained on; "
+    data = args.data if is_pattern(args.data) else str(Path(args.data).resolve())
+    name = args.split
+    if name is None:
+        splits = list_splits(args.data)
+        name = pick_split(splits, "val", args.data, "--split")
+        if name is None:
+            raise ConfigError(f"{args.data}: no split is called val or val...; choose one with --split "
+                              f"(the splits found are: {', '.join(splits)})")
+    if card.get("data") == data and name == card.get("train_split"):
+        print(f"vqa eval: WARNING: split '{name}' of {data} is the one this model was trained on; "
               "these scores say nothing about unseen data", file=sys.stderr)
-    split = load_split(args.data, args.split)
+    split = open_split(args.data, name)
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
                    batch_images=args.batch_size, generation=generation)
-    out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{args.split}"
+    label = name if not is_pattern(name) else "shards"
+    out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{label}"
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=str(data), split=args.split,
+    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=data, split=name,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:

@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from .config import GenerationConfig
 from .data.collate import make_collate
-from .data.dataset import ImageTextDataset
-from .data.transforms import build_transform
+from .data.dataset import ItemMaker
+from .data.loader import eval_dataset
+from .data.transforms import ImageNormalizer, build_transform
 from .generate import generate
 from .metrics import caption_scores, vqa_scores
 
@@ -36,18 +37,18 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
-    result lists. `generation`: one GenerationConfig for every task, or {task: config}.
+    result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
+    `generation`: one GenerationConfig for every task, or {task: config}.
 
-    Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of the images
-    (image i goes to rank i % world) and rank 0 gathers the results and scores them; the other ranks return
-    an empty summary. The model is called directly (not through DDP), so decoding holds no collective."""
+    Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of a folder
+    split's images (image i goes to rank i % world; a shard split is read by rank 0 alone) and rank 0 gathers
+    the results and scores them; the other ranks return an empty summary. The model is called directly (not
+    through DDP), so decoding holds no collective."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
-    ds = ImageTextDataset(split_data, tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, tasks=tasks,
-                          train=False)
-    n_images = min(len(ds), max_images) if max_images is not None else len(ds)
-    if world > 1 or n_images < len(ds):
-        ds = Subset(ds, range(rank, n_images, world))
+    maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
+    ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world)
+    normalize = ImageNormalizer(cfg.vit_mean, cfg.vit_std)
     # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
                         generator=torch.Generator().manual_seed(0))
@@ -60,8 +61,10 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     was_training = model.training
     model.eval()
     t0 = time.time()
+    n_images = 0
     for batch in it:
-        memory = model.encode(batch.images.to(device))  # each image once, for all its questions
+        n_images += batch.num_images
+        memory = model.encode(normalize(batch.images, None, device))  # each image once, for all its questions
         for group in batch.groups:
             out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
                            config=gen[group.task])
@@ -76,15 +79,16 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     model.train(was_training)
     if world > 1:  # rank 0 gathers every rank's results
         shards = [None] * world
-        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs))
+        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images))
         if rank != 0:
             return dict(summary={}, vqa_results=[], caption_results=[])
-        vqa_pred, vqa_recs, cap_pred, cap_refs = {}, [], {}, {}
-        for vp, vr, cp, cr in shards:
+        vqa_pred, vqa_recs, cap_pred, cap_refs, n_images = {}, [], {}, {}, 0
+        for vp, vr, cp, cr, n in shards:
             vqa_pred.update(vp)
             vqa_recs += vr
             cap_pred.update(cp)
             cap_refs.update(cr)
+            n_images += n
     summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
     if vqa_pred:
         scores = vqa_scores(vqa_pred, vqa_recs)

@@ -80,7 +80,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, exclude: tu
             shown = ",".join(default) if isinstance(default, tuple) else default
             help_ += f" (default: {shown})"
         dest = f.name if f.name not in rename else rename[f.name].lstrip("-").replace("-", "_")
-        kw: dict[str, Any] = dict(dest=dest, default=argparse.SUPPRESS, help=help_)
+        kw: dict[str, Any] = dict(dest=dest, default=argparse.SUPPRESS, help=help_.replace("%", "%%"))  # argparse formats help
         if meta.get("metavar"):
             kw["metavar"] = meta["metavar"]
         if f.name == "model" or meta.get("flag") == "--set":

@@ -1,4 +1,5 @@
-"""`vqa data`: build the built-in Shapes set (`vqa data shapes`) or inspect a data folder (`vqa data info`)."""
+"""`vqa data`: build the built-in Shapes set (`vqa data shapes`), inspect a data set (`vqa data info`), or write
+one as shards (`vqa data convert SRC --to webdataset|parquet OUT`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .formats import find_splits, load_split, skipped_summary
+import numpy as np
+
+from .formats import skipped_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,14 +26,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="questions per image per family (6 families; default 1)")
     p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p = sub.add_parser("info", help="list a data folder's splits with their record counts")
-    p.add_argument("dir", type=Path, help="data folder")
+    p = sub.add_parser("info", help="list a data set's splits with their record (or shard) counts")
+    p.add_argument("dir", help="data folder, or a shard pattern (shards/{00000..00009}.tar)")
     p.add_argument("--split", action="append", help="only this split (repeatable)")
-    p.add_argument("--check-images", action="store_true", help="also decode every image and report bad ones")
+    p.add_argument("--check-images", action="store_true",
+                   help="also decode every image and report bad ones (shards: read every sample)")
+    p = sub.add_parser("convert", help="write a data set's splits as webdataset (.tar) or parquet shards")
+    p.add_argument("src", help="data folder (VQA v2 / COCO / JSONL / Shapes, or shards), or a shard pattern")
+    p.add_argument("out", type=Path, help="output folder: one sub-folder of shards per split")
+    p.add_argument("--to", required=True, choices=("webdataset", "parquet"), help="shard format")
+    p.add_argument("--split", action="append", help="only this split (repeatable; default: all)")
+    p.add_argument("--shard-size", type=int, default=1000, help="images per shard (default 1000)")
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_shapes(args) if args.data_command == "shapes" else run_info(args)
+    return {"shapes": run_shapes, "info": run_info, "convert": run_convert}[args.data_command](args)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from .convert import convert
+    from .sources import list_splits, open_split
+
+    if args.shard_size < 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--shard-size must be >= 1, got {args.shard_size}")
+    for split in args.split or list_splits(args.src):
+        t0 = time.perf_counter()
+        src = open_split(args.src, split)
+        n, shards = convert(src, split, args.to, args.out / split, args.shard_size)
+        print(f"{split}: {n} images in {shards} {args.to} shards -> {args.out / split} "
+              f"({time.perf_counter() - t0:.1f} s)")
+    return 0
 
 
 def run_shapes(args: argparse.Namespace) -> int:
@@ -64,18 +91,30 @@ def run_shapes(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from .images import check_image
+    from .shards import ShardSplit, describe
+    from .sources import list_splits, open_split
 
-    splits = args.split or find_splits(args.dir)
-    print(f"{args.dir}: splits {', '.join(find_splits(args.dir)) or 'none'}")
+    found = list_splits(args.dir)
+    splits = args.split or found
+    print(f"{args.dir}: splits {', '.join(found) or 'none'}")
     bad_total = 0
     for split in splits:
-        sd = load_split(args.dir, split, quiet=True)
+        sd = open_split(args.dir, split, quiet=True)
+        if isinstance(sd, ShardSplit):
+            lines = describe(sd, scan=args.check_images, check_images=args.check_images)
+            print("\n".join(lines))
+            bad_total += sum(line.startswith("  bad sample") for line in lines)
+            continue
         print(sd.report())
-        if sd.vqa:
-            types = Counter(r.answer_type or "?" for r in sd.vqa)
-            top = Counter(r.multiple_choice_answer for r in sd.vqa).most_common(8)
-            print(f"  answer types: {dict(types)}")
-            print("  top answers: " + ", ".join(f"{a!r} {n}" for a, n in top))
+        t = sd.vqa
+        if len(t):
+            s = t.strings.items
+            ids, counts = np.unique(t.answer_type, return_counts=True)
+            types = {s[i] or "?": int(n) for i, n in zip(ids.tolist(), counts.tolist(), strict=True)}
+            mc = np.bincount(t.mc)
+            top = np.argsort(-mc, kind="stable")[:8]
+            print(f"  answer types: {types}")
+            print("  top answers: " + ", ".join(f"{s[i]!r} {int(mc[i])}" for i in top.tolist() if mc[i]))
         if args.check_images:
             bad = Counter()
             for path in sorted(sd.images()):

@@ -56,8 +56,9 @@ class TaskGroup:
 
 @dataclass
 class Batch:
-    images: torch.Tensor  # [M, 3, S, S]
+    images: torch.Tensor  # [M, 3, S, S] uint8: normalized on the device (`vqa.data.transforms.ImageNormalizer`)
     groups: list[TaskGroup]
+    jitter: torch.Tensor | None = None  # [M, 2] float: training's brightness and contrast factors per image
 
     @property
     def num_images(self) -> int:
@@ -67,7 +68,8 @@ class Batch:
         return next((g for g in self.groups if g.task == task), None)
 
     def pin_memory(self) -> Batch:  # DataLoader(pin_memory=True) calls this
-        return Batch(self.images.pin_memory(), [g.pin_memory() for g in self.groups])
+        return Batch(self.images.pin_memory(), [g.pin_memory() for g in self.groups],
+                     None if self.jitter is None else self.jitter.pin_memory())
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -109,8 +111,9 @@ def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int, mul
 
 
 def collate(items: list[dict], pad_id: int, pad_multiple: int = 1) -> Batch:
-    """Items (dict(image=[3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)])) -> a Batch:
-    the images stacked once, the rows grouped by task in order of first appearance."""
+    """Items (dict(image=uint8 [3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)], and in
+    training jitter=[2])) -> a Batch: the images stacked once, the rows grouped by task in order of first
+    appearance."""
     by_task: dict[str, tuple[list[dict], list[int]]] = {}
     for k, item in enumerate(items):
         for row in item["rows"]:
@@ -119,7 +122,8 @@ def collate(items: list[dict], pad_id: int, pad_multiple: int = 1) -> Batch:
             index.append(k)
     images = torch.stack([item["image"] for item in items]) if items else torch.empty(0)
     groups = [_group(task, rows, index, pad_id, pad_multiple) for task, (rows, index) in by_task.items()]
-    return Batch(images=images, groups=groups)
+    jitter = torch.stack([item["jitter"] for item in items]) if items and "jitter" in items[0] else None
+    return Batch(images=images, groups=groups, jitter=jitter)
 
 
 def make_collate(pad_id: int, pad_multiple: int = 1) -> Callable[[list[dict]], Batch]:

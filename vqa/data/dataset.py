@@ -5,17 +5,21 @@ Why by image: the encoder is the costly part, so one item is one image plus seve
 decoder reads it for every row (`image_index` maps rows to images). The task mix per image is therefore
 questions_per_image : captions_per_image (e.g. 4:1); images with only one kind of record give only that kind.
 
-Determinism: every random choice in `__getitem__` (which questions, which of the 10 answers, which caption,
-the augmentation) comes from generators seeded by (seed, epoch, index), so a resumed run draws the same data
-whatever the worker layout. Call `set_epoch(e)` at the start of each epoch.
+`ItemMaker` turns one image and its records into an item; `ImageTextDataset` (a folder's split: random
+access) and `vqa.data.stream.ShardStream` (shards: streamed) both use it, so batches look the same whichever
+source fed them. Items carry the image as uint8 [3,S,S] (shifted / flipped in training) and, in training,
+its brightness / contrast factors: the float work happens on the device (`ImageNormalizer`).
+
+Determinism: every random choice (which questions, which of the 10 answers, which caption, the augmentation)
+comes from generators seeded by (seed, epoch, index), so a resumed run draws the same data whatever the
+worker layout. The index may be given as (epoch, index): a persistent DataLoader worker keeps its copy of
+the dataset for the whole run, so the epoch travels with each index instead of through `set_epoch`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -24,70 +28,31 @@ from torch.utils.data import Dataset
 from ..config import TrainConfig
 from ..errors import ConfigError
 from ..tokenizer import Tokenizer
-from .formats import CaptionRecord, SplitData, VQARecord
+from .cache import ImageCache
+from .formats import SplitData
 from .images import load_image
+from .records import CaptionRecord, VQARecord
 from .transforms import ImageTransform
 
 TASKS = ("vqa", "caption")
 
 
-class ImageTextDataset(Dataset):
-    """Items: dict(image=FloatTensor[3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)])."""
+def check_tasks(tasks: Sequence[str]) -> None:
+    unknown = set(tasks) - set(TASKS)
+    if unknown:
+        raise ConfigError(f"unknown task(s) {sorted(unknown)}; choose from {TASKS}")
 
-    def __init__(
-        self,
-        split_data: SplitData,
-        tokenizer: Tokenizer,
-        transform: ImageTransform,
-        max_len: int,
-        tasks: Sequence[str] = TASKS,
-        questions_per_image: int = TrainConfig.questions_per_image,
-        captions_per_image: int = TrainConfig.captions_per_image,
-        train: bool = True,
-        seed: int = 0,
-        cache_images: bool = False,
-    ):
-        unknown = set(tasks) - set(TASKS)
-        if unknown:
-            raise ConfigError(f"unknown task(s) {sorted(unknown)}; choose from {TASKS}")
+
+class ItemMaker:
+    """One image and its records -> an item: dict(image=uint8 [3,S,S], jitter=[2] (training only),
+    rows=[dict(input_ids, loss_mask, task, meta, prompt_len)])."""
+
+    def __init__(self, tokenizer: Tokenizer, transform: ImageTransform, max_len: int,
+                 questions_per_image: int, captions_per_image: int, train: bool):
         self.tok, self.transform, self.max_len = tokenizer, transform, int(max_len)
-        self.qpi, self.cpi = int(questions_per_image), int(captions_per_image)
-        self.train, self.seed, self.epoch = bool(train), int(seed), 0
-        use_vqa = "vqa" in tasks and (self.qpi > 0 or not train)
-        use_cap = "caption" in tasks and (self.cpi > 0 or not train)
-        groups: dict[Path, tuple[list[VQARecord], list[CaptionRecord]]] = {}
-        for r in split_data.vqa if use_vqa else []:
-            groups.setdefault(r.image, ([], []))[0].append(r)
-        for c in split_data.captions if use_cap else []:
-            groups.setdefault(c.image, ([], []))[1].append(c)
-        self.images = list(groups)
-        self.groups = [groups[p] for p in self.images]
-        self.n_questions = sum(len(g[0]) for g in self.groups)
-        self.n_captions = sum(len(g[1]) for g in self.groups)
-        self.cache_images = bool(cache_images)
-        self._cache: dict[int, Any] = {}
+        self.qpi, self.cpi, self.train = int(questions_per_image), int(captions_per_image), bool(train)
         self._ids: dict[tuple[str, str], list[int]] = {}  # (kind, text) -> token ids: every epoch repeats them
 
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    # ---- images ----
-    def _prepared(self, i: int) -> torch.Tensor:
-        """The decoded, letterboxed uint8 image [3, S, S], from the cache if kept."""
-        if i in self._cache:
-            return self._cache[i]
-        out = self.transform.prepare(load_image(self.images[i]))
-        if self.cache_images:
-            self._cache[i] = out
-        return out
-
-    def _image(self, i: int, texts: list[str], g: torch.Generator) -> torch.Tensor:
-        return self.transform.finish(self._prepared(i), texts=texts, generator=g)
-
-    # ---- text rows ----
     def _cached_ids(self, kind: str, text: str, encode: Callable[[str], list[int]]) -> list[int]:
         ids = self._ids.get((kind, text))
         if ids is None:
@@ -96,11 +61,8 @@ class ImageTextDataset(Dataset):
                 self._ids[(kind, text)] = ids
         return ids
 
-    def _encode(self, text: str) -> list[int]:
-        return self._cached_ids("text", text, self.tok.encode)
-
     def _row(self, prompt: list[int], target_text: str, task: str, meta: dict) -> dict:
-        target = [*self._encode(target_text), self.tok.eos_id]
+        target = [*self._cached_ids("text", target_text, self.tok.encode), self.tok.eos_id]
         room = self.max_len - len(prompt)
         if room < 1:
             raise ConfigError(f"max_len={self.max_len} leaves no room for a target after a {len(prompt)}-token prompt")
@@ -114,33 +76,125 @@ class ImageTextDataset(Dataset):
     def _vqa_prompt(self, question: str) -> list[int]:
         return self._cached_ids("prompt", question, lambda q: self.tok.vqa_prompt(q, self.max_len))
 
-    def __getitem__(self, i: int) -> dict:
+    def rows(self, rng: np.random.Generator, n_questions: int, question: Callable[[int], VQARecord],
+             n_captions: int, caption: Callable[[int], CaptionRecord], all_captions: list[str] | None = None) -> list[dict]:
+        """Text rows of one image with `n_questions` questions and `n_captions` captions (`question(k)` /
+        `caption(k)` give the k-th): in training up to questions_per_image random questions, each with one of
+        its answers drawn by frequency, and captions_per_image random captions; in evaluation every question
+        (target: the most common answer) and one caption row holding all the references."""
+        out: list[dict] = []
+        for k in _choose(rng, n_questions, self.qpi) if self.train else range(n_questions):
+            r = question(k)
+            real = [a for a in r.answers if a]  # an annotator's empty answer is no target
+            if self.train:
+                if not real:
+                    continue
+                target = real[rng.integers(len(real))]  # one of the 10: sampled by frequency
+            else:
+                target = r.multiple_choice_answer or (Counter(real).most_common(1)[0][0] if real else "")
+            out.append(self._row(self._vqa_prompt(r.question), target, "vqa", vqa_meta(r)))
+        for k in _choose(rng, n_captions, self.cpi) if self.train else range(min(n_captions, 1)):
+            c = caption(k)
+            if self.train:
+                meta = dict(image_id=c.image_id, caption_id=c.caption_id, image=str(c.image))
+            else:
+                meta = dict(image_id=c.image_id, image=str(c.image), captions=list(all_captions or [c.caption]))
+            out.append(self._row(self.tok.caption_prompt(), c.caption, "caption", meta))
+        return out
+
+    def item(self, image: torch.Tensor, rows: list[dict], texts: list[str], g: torch.Generator) -> dict:
+        x, jitter = self.transform.augment(image, texts=texts, generator=g)
+        out = dict(image=x, rows=rows)
+        if jitter is not None:
+            out["jitter"] = jitter
+        return out
+
+
+def item_generators(seed: int, epoch: int, key: int | Sequence[int]) -> tuple[np.random.Generator, torch.Generator]:
+    """The item's two generators, from (seed, epoch, key) only."""
+    rng = np.random.default_rng([seed, epoch, *([key] if isinstance(key, int) else key)])
+    return rng, torch.Generator().manual_seed(int(rng.integers(2**62)))
+
+
+class ImageTextDataset(Dataset):
+    """A folder split's images, each with its questions and captions. Items as `ItemMaker.item`."""
+
+    def __init__(
+        self,
+        split_data: SplitData,
+        tokenizer: Tokenizer,
+        transform: ImageTransform,
+        max_len: int,
+        tasks: Sequence[str] = TASKS,
+        questions_per_image: int = TrainConfig.questions_per_image,
+        captions_per_image: int = TrainConfig.captions_per_image,
+        train: bool = True,
+        seed: int = 0,
+        image_cache: ImageCache | None = None,
+    ):
+        check_tasks(tasks)
+        self.maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train)
+        self.tok, self.transform, self.train = tokenizer, transform, bool(train)
+        self.seed, self.epoch = int(seed), 0
+        self.data = split_data
+        use_vqa = "vqa" in tasks and (self.maker.qpi > 0 or not train)
+        use_cap = "caption" in tasks and (self.maker.cpi > 0 or not train)
+        vqa, caps = split_data.vqa, split_data.captions
+        n_all = len(split_data.image_files)
+        q_img = vqa.image if use_vqa else np.zeros(0, np.int32)
+        c_img = caps.image if use_cap else np.zeros(0, np.int32)
+        # rows grouped by image (CSR): image j's questions are q_order[q_start[j]:q_start[j + 1]]
+        self.q_order = np.argsort(q_img, kind="stable")
+        self.q_start = np.concatenate([[0], np.cumsum(np.bincount(q_img, minlength=n_all))])
+        self.c_order = np.argsort(c_img, kind="stable")
+        self.c_start = np.concatenate([[0], np.cumsum(np.bincount(c_img, minlength=n_all))])
+        used = (self.q_start[1:] > self.q_start[:-1]) | (self.c_start[1:] > self.c_start[:-1])
+        self.image_ids = np.flatnonzero(used)  # item i -> index into split_data.image_files
+        self.n_questions = int(len(q_img))
+        self.n_captions = int(len(c_img))
+        self.image_cache = image_cache
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    @property
+    def images(self) -> list[str]:
+        """The image file of every item, in item order (what an image cache is built for)."""
+        paths = self.data.image_files.paths
+        return [paths[j] for j in self.image_ids.tolist()]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _prepared(self, i: int) -> torch.Tensor:
+        """The decoded, letterboxed uint8 image [3, S, S], from the image cache when there is one."""
+        cache = self.image_cache
+        if cache is not None:
+            x = cache.get(i)
+            if x is not None:
+                return x
+        x = self.transform.prepare(load_image(self.data.image_files.paths[self.image_ids[i]], draft=self.transform.size))
+        if cache is not None:
+            cache.put(i, x)
+        return x
+
+    def records(self, i: int) -> tuple[list[int], list[int]]:
+        """Row indices (into the split's vqa and caption tables) of item i's image."""
+        j = int(self.image_ids[i])
+        return (self.q_order[self.q_start[j] : self.q_start[j + 1]].tolist(),
+                self.c_order[self.c_start[j] : self.c_start[j + 1]].tolist())
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, i = key if isinstance(key, tuple) else (self.epoch, key)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        rng = np.random.default_rng([self.seed, self.epoch, i])
-        g = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        questions, captions = self.groups[i]
-        rows: list[dict] = []
-        if self.train:
-            for k in _choose(rng, len(questions), self.qpi):
-                r = questions[k]
-                real = [a for a in r.answers if a]  # an annotator's empty answer is no target
-                answer = real[rng.integers(len(real))]  # one of the 10: sampled by frequency
-                rows.append(self._row(self._vqa_prompt(r.question), answer, "vqa", _vqa_meta(r)))
-            for k in _choose(rng, len(captions), self.cpi):
-                c = captions[k]
-                meta = dict(image_id=c.image_id, caption_id=c.caption_id, image=str(c.image))
-                rows.append(self._row(self.tok.caption_prompt(), c.caption, "caption", meta))
-        else:
-            for r in questions:
-                target = r.multiple_choice_answer or Counter(r.answers).most_common(1)[0][0]
-                rows.append(self._row(self._vqa_prompt(r.question), target, "vqa", _vqa_meta(r)))
-            if captions:
-                meta = dict(image_id=captions[0].image_id, image=str(captions[0].image),
-                            captions=[c.caption for c in captions])
-                rows.append(self._row(self.tok.caption_prompt(), captions[0].caption, "caption", meta))
-        texts = [r.question for r in questions] + [c.caption for c in captions]
-        return dict(image=self._image(i, texts, g), rows=rows)
+        rng, g = item_generators(self.seed, epoch, i)
+        qs, cs = self.records(i)
+        vqa, caps = self.data.vqa, self.data.captions
+        all_caps = None if self.train else [caps.caption[k] for k in cs]
+        rows = self.maker.rows(rng, len(qs), lambda k: vqa[qs[k]], len(cs), lambda k: caps[cs[k]], all_caps)
+        texts = [vqa.strings[vqa.question[k]] for k in qs] + [caps.caption[k] for k in cs]
+        return self.maker.item(self._prepared(i), rows, texts, g)
 
 
 def _choose(rng: np.random.Generator, n: int, k: int) -> list[int]:
@@ -148,8 +202,12 @@ def _choose(rng: np.random.Generator, n: int, k: int) -> list[int]:
     return [int(j) for j in rng.permutation(n)[: min(n, k)]] if n and k > 0 else []
 
 
-def _vqa_meta(r: VQARecord) -> dict:
+def vqa_meta(r: VQARecord) -> dict:
     return dict(
         question_id=r.question_id, question=r.question, answers=list(r.answers), answer_type=r.answer_type,
         question_type=r.question_type, image_id=r.image_id, image=str(r.image),
     )
+
+
+__all__ = ["ImageTextDataset", "ItemMaker", "item_generators", "check_tasks", "vqa_meta", "TASKS"]
+

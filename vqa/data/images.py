@@ -7,6 +7,8 @@ decompression bombs, without ever surfacing a deep PIL traceback.
 
 from __future__ import annotations
 
+import io
+import math
 import struct
 import threading
 import warnings
@@ -25,17 +27,28 @@ _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _WHITE = (255, 255, 255)
 
 
-def load_image(src: Any, max_pixels: int | None = None) -> Image.Image:
-    """An RGB image from a path, a PIL image or a uint8 HWC numpy/torch array.
+def load_image(src: Any, max_pixels: int | None = None, draft: int | None = None, name: str | None = None) -> Image.Image:
+    """An RGB image from a path, encoded bytes (a shard's KEY.jpg), a PIL image or a uint8 HWC numpy/torch
+    array.
 
     EXIF orientation is applied; L/LA/P/RGBA (composited on white)/CMYK/16-bit images become 8-bit RGB.
-    Raises InputError (naming the file) for missing, truncated, unreadable or over-large images."""
+    draft=S: a JPEG is decoded at the smallest of 1/2, 1/4 or 1/8 scale whose longer side is still >= S
+    (libjpeg's DCT scaling, PIL's `draft`): what a model with S px input needs, several times faster.
+    Raises InputError (naming the file, or `name` for bytes) for missing, truncated, unreadable or
+    over-large images."""
     limit = MAX_PIXELS if max_pixels is None else max_pixels
     if isinstance(src, Image.Image):
         _check_pixels(src.size, limit, "the image")
         return to_rgb(ImageOps.exif_transpose(src) if src.getexif() else src)
     if isinstance(src, (str, Path)):
-        return _load_path(Path(src), limit)
+        path = Path(src)
+        if not path.exists():
+            raise InputError(f"{path}: image file not found")
+        if not path.is_file():
+            raise InputError(f"{path}: not a file")
+        return _decode_file(path, str(path), limit, draft)
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return _decode_file(io.BytesIO(src), name or "the image bytes", limit, draft)
     if _is_array(src):
         img = _from_array(src)
         _check_pixels(img.size, limit, "the image array")
@@ -52,33 +65,38 @@ def _check_pixels(size: tuple[int, int], limit: int, what: str) -> None:
         )
 
 
-def _load_path(path: Path, limit: int) -> Image.Image:
-    if not path.exists():
-        raise InputError(f"{path}: image file not found")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file")
+def _draft_size(size: tuple[int, int], longest: int) -> tuple[int, int]:
+    """The smallest decoded size that still letterboxes to `longest` px without upscaling."""
+    w, h = size
+    m = max(w, h)
+    return max(1, math.ceil(longest * w / m)), max(1, math.ceil(longest * h / m))
+
+
+def _decode_file(fp: Any, name: str, limit: int, draft: int | None) -> Image.Image:
     try:
-        with _open(path, limit) as im:
-            _check_pixels(im.size, limit, str(path))
+        with _open(fp, limit) as im:
+            _check_pixels(im.size, limit, name)
+            if draft and im.format == "JPEG":
+                im.draft(None, _draft_size(im.size, draft))
             im.load()
             img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise InputError(
-            f"{path}: over the limit of {limit:,} pixels, refused as a possible decompression bomb ({e})"
+            f"{name}: over the limit of {limit:,} pixels, refused as a possible decompression bomb ({e})"
         ) from None
     except UnidentifiedImageError:
-        raise InputError(f"{path}: not an image file (or a format PIL cannot read)") from None
+        raise InputError(f"{name}: not an image file (or a format PIL cannot read)") from None
     except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
         msg = str(e) or type(e).__name__
         if "truncated" in msg.lower():
-            raise InputError(f"{path}: truncated image file ({msg})") from None
-        raise InputError(f"{path}: unreadable image ({msg})") from None
+            raise InputError(f"{name}: truncated image file ({msg})") from None
+        raise InputError(f"{name}: unreadable image ({msg})") from None
     return to_rgb(img)
 
 
-def _open(path: Path, limit: int) -> Image.Image:
+def _open(path: Any, limit: int) -> Image.Image:
     """Image.open with PIL's own decompression-bomb guard set to `limit` for this call only (restored after,
     under a lock, so other code and threads keep PIL's default)."""
     with _OPEN_LOCK:

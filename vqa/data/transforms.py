@@ -9,9 +9,13 @@ contrast jitter (no hue or saturation change: colour questions), a translation o
 (the Shapes generator keeps objects farther than that from the border: counting), and no flip unless
 `allow_hflip` is set, and even then never when any text of the item mentions left or right.
 
-The work is split in two so datasets can cache the costly part: `prepare` (decode + letterbox -> uint8
-tensor [3,S,S], deterministic) and `finish` (augment + normalize -> float tensor). Randomness comes from the
-`generator` passed in (or torch's global RNG), so a seeded dataset draws the same augmentation on resume.
+The work is split in three so that images cross process boundaries as uint8 and the float work happens on
+the device: `prepare` (decode, at reduced size for JPEGs, + letterbox -> uint8 [3,S,S], deterministic, what
+the image cache holds), `augment` (in the loader worker: the shift and flip on uint8, and the brightness /
+contrast factors drawn for the device) and `ImageNormalizer` (on the device, for a whole batch: brightness,
+contrast, normalization). `finish` runs the last two on the CPU for one image (the predictor, tests).
+Randomness comes from the `generator` passed in (or torch's global RNG), so a seeded dataset draws the same
+augmentation on resume.
 """
 
 from __future__ import annotations
@@ -63,9 +67,11 @@ class ImageTransform:
             f"mean={self.mean}, std={self.std}, letterbox=True)"
         )
 
-    def prepare(self, img: Any) -> torch.Tensor:
-        """Letterboxed uint8 tensor [3, S, S] (deterministic; safe to cache)."""
-        img = load_image(img) if not (isinstance(img, Image.Image) and img.mode == "RGB") else img
+    def prepare(self, img: Any, name: str | None = None) -> torch.Tensor:
+        """Letterboxed uint8 tensor [3, S, S] (deterministic; safe to cache). A JPEG (path or bytes) is
+        decoded at the smallest DCT scale that still covers S (`load_image(draft=S)`)."""
+        if not (isinstance(img, Image.Image) and img.mode == "RGB"):
+            img = load_image(img, draft=self.size, name=name)
         w, h = img.size
         s = self.size
         if (w, h) != (s, s):
@@ -78,38 +84,75 @@ class ImageTransform:
                 img = canvas
         return F.pil_to_tensor(img)
 
-    def finish(
+    def augment(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Augment (train only) and normalize a uint8 [3,S,S] tensor into a float tensor.
-        Written as in-place tensor arithmetic with the semantics of torchvision's `to_dtype(scale=True)`,
-        `adjust_brightness`, `adjust_contrast` and `normalize` (tests/test_data_transforms.py compares them):
-        the functional calls cost ~0.4 ms an image in dispatch, a tenth of a CPU training step."""
-        x = x.to(torch.float32).div_(255) if x.dtype == torch.uint8 else x.to(torch.float32, copy=True)
-        if self.train:
-            x = self._augment(x, texts, generator)
-        return x.sub_(self._mean_t).div_(self._std_t)
-
-    def _augment(self, x: torch.Tensor, texts: Sequence[str], g: torch.Generator | None) -> torch.Tensor:
-        r = torch.rand(5, generator=g).tolist()
-        b = 1 + self.brightness * (2 * r[0] - 1)
-        c = 1 + self.contrast * (2 * r[1] - 1)
-        x.mul_(b).clamp_(0, 1)  # adjust_brightness: blend with black
-        gray = x[0].mul(0.2989).add_(x[1], alpha=0.587).add_(x[2], alpha=0.114)  # rgb_to_grayscale
-        x.mul_(c).add_((1 - c) * gray.mean()).clamp_(0, 1)  # adjust_contrast: blend with the grey mean
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(uint8 [3,S,S] shifted / flipped, [2] brightness and contrast factors) for training; (x, None) in
+        evaluation. The factors are applied with the normalization, on the device (`ImageNormalizer`)."""
+        if not self.train:
+            return x, None
+        r = torch.rand(5, generator=generator).tolist()
+        jitter = torch.tensor([1 + self.brightness * (2 * r[0] - 1), 1 + self.contrast * (2 * r[1] - 1)])
         k = self.max_shift_px
         dx = int(round((2 * r[2] - 1) * k))
         dy = int(round((2 * r[3] - 1) * k))
         if dx or dy:
-            x = _shift(x, dx, dy, [f / 255 for f in self.fill])
+            fill = self.fill if x.dtype == torch.uint8 else [f / 255 for f in self.fill]
+            x = _shift(x, dx, dy, fill)
         if self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts):
             x = x.flip(-1)
-        return x.clamp_(0, 1)
+        return x, jitter
+
+    def finish(
+        self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Augment (train only) and normalize one uint8 [3,S,S] image into a float tensor, on the CPU: the
+        same arithmetic as the device path (tests/test_data_transforms.py checks it against torchvision)."""
+        x, jitter = self.augment(x, texts, generator)
+        return normalize_images(x[None], self._mean_t[None], self._std_t[None],
+                                None if jitter is None else jitter[None])[0]
 
     def __call__(
         self, img: Any, texts: Sequence[str] = (), generator: torch.Generator | None = None
     ) -> torch.Tensor:
         return self.finish(self.prepare(img), texts=texts, generator=generator)
+
+
+def normalize_images(
+    x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, jitter: torch.Tensor | None = None
+) -> torch.Tensor:
+    """uint8 (or 0..1 float) [M,3,S,S] -> normalized float [M,3,S,S]. With `jitter` [M,2]: each image's
+    brightness (blend with black) then contrast (blend with its grey mean) factor first, with the semantics of
+    torchvision's `adjust_brightness` / `adjust_contrast`. mean / std: [1,3,1,1] on x's device."""
+    x = x.to(torch.float32).div_(255) if x.dtype == torch.uint8 else x.to(torch.float32, copy=True)
+    if jitter is not None:
+        jitter = jitter.to(torch.float32)
+        b, c = jitter[:, 0].view(-1, 1, 1, 1), jitter[:, 1].view(-1, 1, 1, 1)
+        x.mul_(b).clamp_(0, 1)
+        gray = x[:, 0].mul(0.2989).add_(x[:, 1], alpha=0.587).add_(x[:, 2], alpha=0.114)  # rgb_to_grayscale
+        x.mul_(c).add_((1 - c) * gray.mean(dim=(1, 2)).view(-1, 1, 1, 1)).clamp_(0, 1)
+    return x.sub_(mean).div_(std)
+
+
+class ImageNormalizer:
+    """A batch's uint8 images (and training jitter) -> the model's float input, on `device`: images cross
+    process boundaries and the PCIe bus as uint8 (a quarter of float32), and the float work runs where it is
+    cheapest. Mean / std tensors are made once per device, so a step copies nothing else."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, images: torch.Tensor, jitter: torch.Tensor | None = None, device=None) -> torch.Tensor:
+        device = torch.device(device) if device is not None else images.device
+        if device not in self._on:
+            self._on[device] = (torch.tensor(self.mean, device=device).view(1, 3, 1, 1),
+                                torch.tensor(self.std, device=device).view(1, 3, 1, 1))
+        mean, std = self._on[device]
+        images = images.to(device, non_blocking=True)
+        if jitter is not None:
+            jitter = jitter.to(device, non_blocking=True)
+        return normalize_images(images, mean, std, jitter)
 
 
 def _shift(x: torch.Tensor, dx: int, dy: int, fill: Sequence[float]) -> torch.Tensor:
@@ -135,4 +178,5 @@ def denormalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) ->
     return (x * s + m).clamp(0, 1)
 
 
-__all__ = ["ImageTransform", "build_transform", "denormalize", "mentions_left_right"]
+__all__ = ["ImageTransform", "ImageNormalizer", "build_transform", "denormalize", "mentions_left_right",
+           "normalize_images"]

@@ -28,10 +28,13 @@ SYNCING_OPS = frozenset({
 class StepRunner:
     def __init__(self, fwd: Callable, optimizer, scaler: torch.amp.GradScaler, params: list[torch.Tensor],
                  device: torch.device, task_weights: dict[str, float], grad_clip: float = 1.0,
-                 amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None):
+                 amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
+                 images: Callable[[Batch, torch.device], torch.Tensor] | None = None):
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
         self.device, self.weights, self.grad_clip = device, dict(task_weights), float(grad_clip)
         self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
+        # a batch's model input on the device: the trainer normalizes its uint8 images (and jitter) there
+        self.images = images or (lambda b, dev: b.images.to(dev, non_blocking=True))
 
     def __call__(self, micro: list[Batch], extra: Iterable[float] = ()) -> torch.Tensor:
         """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
@@ -44,7 +47,7 @@ class StepRunner:
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1
             groups = [g.to(dev, non_blocking=True) for g in b.groups]
             with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                part = self.fwd(b.images.to(dev, non_blocking=True), groups, [self.weights[g.task] for g in groups])
+                part = self.fwd(self.images(b, dev), groups, [self.weights[g.task] for g in groups])
             loss_sum += part.detach()
             self.scaler.scale(part).backward()
         host = torch.tensor([n_local, *extra], dtype=torch.float32)

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader
 
 from .. import checkpoint, distributed
 from ..config import ModelConfig, TrainConfig, parse_duration, preset
 from ..data.collate import Batch, make_collate
-from ..data.dataset import ImageTextDataset
-from ..data.formats import corpus_texts, find_splits, load_split
-from ..data.transforms import build_transform
+from ..data.loader import TrainBatches
+from ..data.sources import open_split, resolve_splits, training_texts
+from ..data.stream import Layout
+from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluate import evaluate, flatten
@@ -42,7 +42,6 @@ from .budget import TimeBudget
 from .cli import SAVED
 from .objective import Objective
 from .runlock import RunLock
-from .sampler import rank_order, steps_in_epoch
 from .step import StepRunner
 
 
@@ -69,11 +68,12 @@ class Trainer:
         self.lock = None
         try:
             self._prepare_out()
-            self.train_data = load_split(cfg.data, cfg.train_split)
-            self.val_data = load_split(cfg.data, cfg.val_split) if cfg.val_split in find_splits(cfg.data) else None
+            # official split names work without flags: train2014 / val2014, train2017 / val2017, ...
+            self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)
+            self.train_data = open_split(cfg.data, self.train_split)
+            self.val_data = open_split(cfg.data, self.val_split) if self.val_split else None
             if self.val_data is None and self.d.main:
-                print(f"vqa train: no '{cfg.val_split}' split in {cfg.data}; training without evaluation",
-                      file=sys.stderr)
+                print(f"vqa train: no validation split in {cfg.data}; training without evaluation", file=sys.stderr)
             state = self._build_model()
             self._build_data()
             self._build_optim(state)
@@ -111,16 +111,31 @@ class Trainer:
         else:
             if c.resume and self.d.main:
                 print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
-            self.tok = Tokenizer.load(c.tokenizer) if c.tokenizer else Tokenizer.train(
-                corpus_texts(self.train_data), vocab_size=c.vocab_size)
+            self.tok = Tokenizer.load(c.tokenizer) if c.tokenizer else self._train_tokenizer()
             torch.manual_seed(c.seed)  # every rank builds the same initial weights
             model = VQAModel(preset(c.preset, **{**c.model, **self.tok.model_ids()}))
             self.card = {}
-        self.card.update(preset=c.preset, data=str(Path(c.data).resolve()), train_split=c.train_split,
+        data = c.data if "://" in c.data or c.data.startswith("pipe:") else str(Path(c.data).resolve())
+        self.card.update(preset=c.preset, data=data, train_split=self.train_split,
                          tasks=list(c.tasks))
         torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
         self.model = model.to(self.d.device).train()
         return state
+
+    def _train_tokenizer(self) -> Tokenizer:
+        """Trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
+        d = self.d
+        text = [None]
+        if d.main:
+            tok = Tokenizer.train(training_texts(self.train_data), vocab_size=self.cfg.vocab_size)
+            text = [tok.hf.to_str()]
+        if d.world > 1:
+            torch.distributed.broadcast_object_list(text, src=0)
+        if d.main:
+            return tok
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return Tokenizer(HFTokenizer.from_str(text[0]))
 
     def _init_from(self, path: str) -> tuple[VQAModel, Tokenizer, dict]:
         """The weights and tokenizer of another run, with this run's --set applied to its config."""
@@ -139,21 +154,27 @@ class Trainer:
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
-        self.dataset = ImageTextDataset(
-            self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
-            self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
-            captions_per_image=c.captions_per_image, train=True, seed=c.seed, cache_images=c.cache_images,
-        )
-        if len(self.dataset) == 0:
-            raise DataError(f"split '{c.train_split}' of {c.data} has no images for the tasks {', '.join(c.tasks)}")
-        self.images_per_step = c.batch_size * c.accum * d.world
-        self.steps_per_epoch = steps_in_epoch(len(self.dataset), self.images_per_step)
-        if self.steps_per_epoch == 0:
-            raise ConfigError(f"{len(self.dataset)} training images cannot fill one step of {c.batch_size} x "
-                              f"{c.accum} x {d.world} images: lower --batch-size or --accum")
         self.workers = c.workers if c.workers >= 0 else (0 if d.device.type == "cpu" else 4)
         # compiled: rows, lengths and target counts padded to multiples of 8, so an epoch sees few shapes
         self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1)
+        self.data = TrainBatches(
+            self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
+            self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
+            captions_per_image=c.captions_per_image, seed=c.seed,
+            layout=Layout(d.rank, d.world, self.workers, c.batch_size, c.accum), collate=self.collate,
+            pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
+            quiet=not d.main,
+        )
+        self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
+        if self.data.num_images == 0:
+            raise DataError(f"split '{self.train_split}' of {c.data} has no images for the tasks {', '.join(c.tasks)}")
+        self.images_per_step = c.batch_size * c.accum * d.world
+        self.steps_per_epoch = self.data.steps_per_epoch
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"{self.data.num_images} training images cannot fill one step of {c.batch_size} x "
+                              f"{c.accum} x {d.world} images" + (f" x {max(1, self.workers)} loader workers (each "
+                              "reads its own part of the shards)" if self.data.sampler is None else "")
+                              + ": lower --batch-size or --accum")
 
     def _build_optim(self, state: dict | None) -> None:
         c, d = self.cfg, self.d
@@ -179,7 +200,7 @@ class Trainer:
             self.fwd = torch.compile(self.fwd)
         self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device,
                                  {"vqa": 1.0, "caption": c.caption_weight}, c.grad_clip, self.amp_dtype, d.world,
-                                 self.ddp)
+                                 self.ddp, images=lambda b, dev: self.normalize(b.images, b.jitter, dev))
 
     def _restore(self, state: dict) -> None:
         c, d = self.cfg, self.d
@@ -213,7 +234,9 @@ class Trainer:
         return 10 * self.steps_per_epoch
 
     def close(self) -> None:
-        """Release the run folder (the lock); `train()` does it at the end."""
+        """Release the run folder (the lock) and the loader's workers; `train()` does it at the end."""
+        if getattr(self, "data", None) is not None:
+            self.data.close()
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -221,18 +244,10 @@ class Trainer:
     # ---- the loop ----
     def batches(self):
         """Yield each step's micro-batches from the saved data position on, forever."""
-        c, d = self.cfg, self.d
+        c = self.cfg
         while True:
-            self.dataset.set_epoch(self.epoch)
-            order = rank_order(len(self.dataset), self.epoch, c.seed, self.image_in_epoch, d.rank, d.world,
-                               c.batch_size, c.accum)
-            # its own generator: a DataLoader draws its base seed from the global RNG otherwise, and a resumed
-            # run (new loader mid-epoch) would shift every later dropout mask
-            loader = DataLoader(self.dataset, batch_size=c.batch_size, sampler=order, collate_fn=self.collate,
-                                num_workers=self.workers, pin_memory=d.device.type == "cuda",
-                                generator=torch.Generator().manual_seed(c.seed * 1_000_003 + self.epoch))
             micro: list[Batch] = []
-            for batch in loader:
+            for batch in self.data.epoch(self.epoch, self.image_in_epoch):
                 micro.append(batch)
                 if len(micro) == c.accum:
                     self.image_in_epoch += self.images_per_step  # counted first: a save right after records it
@@ -253,7 +268,7 @@ class Trainer:
         metrics = self.out / "metrics.jsonl"
         if d.main:
             self._trim_metrics(metrics)
-            print(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {len(self.dataset)} images, "
+            print(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
                   f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}", file=sys.stderr)
         bar = None
         if d.main:
@@ -356,7 +371,7 @@ class Trainer:
             d.barrier()
             return
         metric = scores.get("vqa_accuracy", scores.get("CIDEr-D"))
-        card = dict(self.card, step=self.step, val_split=self.cfg.val_split, val_scores=scores,
+        card = dict(self.card, step=self.step, val_split=self.val_split, val_scores=scores,
                     parameters=self.model.num_parameters())
         state = dict(optimizer=self.optimizer.state_dict(), optimizer_kind=self.cfg.optimizer,
                      scaler=self.scaler.state_dict(), step=self.step, epoch=self.epoch,

@@ -1,0 +1,195 @@
+"""A node-wide image cache: the prepared (decoded, letterboxed) uint8 images of a split in one memory-mapped
+file, filled on first use and shared by every DataLoader worker and every rank of the node.
+
+Why a file: a per-process dict of decoded images is duplicated in every worker (and thrown away with them
+each epoch), so it costs all the memory and brings none of the benefit. A memory-mapped file lives once in
+the page cache, whoever reads it; workers and ranks that map it see each other's writes at once; and the
+kernel may drop its pages under memory pressure (they are re-read from disk, still far cheaper than decoding
+a JPEG). It is used only within a stated budget (`--image-cache-budget`, a share of RAM by default) unless a
+path is given, and it is never reused for other images or settings: a header holds a fingerprint of the
+image list (paths, sizes, modification times) and of the preparation (side, fill colour, version), and a
+file whose header differs is rebuilt.
+
+Layout: a 4 KiB header (magic, JSON), N flag bytes (1 = slot filled) padded to 4 KiB, then N x 3 x S x S
+bytes. A slot is written once, before its flag; two processes that fill the same slot write the same bytes.
+Space is reserved with posix_fallocate when the file is made, so a full disk is a clear message then, never a
+SIGBUS in the middle of an epoch.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+MAGIC = b"VQAIMGCACHE1\n"
+HEADER = 4096
+VERSION = 1  # of `ImageTransform.prepare`'s output: bump when it changes
+
+
+def _align(n: int) -> int:
+    return -(-n // 4096) * 4096
+
+
+def parse_budget(text: str) -> int:
+    """'25%' (of physical memory), '8G', '512M', or a number of bytes -> bytes."""
+    t = str(text).strip().upper()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(%|[KMGT]I?B?|B)?", t)
+    if not m:
+        raise ConfigError(f"--image-cache-budget {text!r}: use a share of memory (25%) or a size (8G, 512M)")
+    value, unit = float(m[1]), (m[2] or "B")
+    if unit == "%":
+        return int(value / 100 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return int(value * 1024 ** "BKMGT".index(unit[0]))
+
+
+def fingerprint(images: Sequence[str], size: int, fill: Sequence[int]) -> str:
+    """What makes the cache's bytes: every image's path, size and mtime, in order, and the preparation."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps(dict(version=VERSION, size=int(size), fill=list(fill), n=len(images))).encode())
+    for p in images:
+        try:
+            st = os.stat(p)
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{p}\0missing\n".encode())
+    return h.hexdigest()
+
+
+class ImageCache:
+    """uint8 [N, 3, S, S] slots in a memory-mapped file. Picklable: a worker maps the file again by path."""
+
+    def __init__(self, path: Path, n: int, size: int, fingerprint: str):
+        self.path, self.n, self.size, self.fp = Path(path), int(n), int(size), fingerprint
+        self.slot = 3 * self.size * self.size
+        self.data_offset = HEADER + _align(self.n)
+        self._mm: mmap.mmap | None = None
+        self._flags: np.ndarray | None = None
+        self._data: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.data_offset + self.n * self.slot
+
+    # ---- making or reusing the file (under a lock: ranks of a node race to it) ----
+    @classmethod
+    def open(cls, path: str | Path, images: Sequence[str], size: int, fill: Sequence[int],
+             quiet: bool = False) -> ImageCache:
+        path = Path(path)
+        fp = fingerprint(images, size, fill)
+        cache = cls(path, len(images), size, fp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            header = cache._read_header()
+            if header is None:
+                if path.exists() and not quiet:
+                    print(f"vqa: image cache {path} was made for other images or settings: rebuilding it",
+                          file=sys.stderr)
+                cache._create()
+        return cache
+
+    def _header_bytes(self) -> bytes:
+        meta = json.dumps(dict(fingerprint=self.fp, n=self.n, size=self.size)).encode()
+        return (MAGIC + meta + b"\n").ljust(HEADER, b"\0")
+
+    def _read_header(self) -> dict | None:
+        """The header if the file exists, is whole and was made for these images and settings; else None."""
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read(HEADER)
+                f.seek(0, os.SEEK_END)
+                whole = f.tell() == self.nbytes
+        except OSError:
+            return None
+        return json.loads(raw[len(MAGIC):].split(b"\n", 1)[0]) if raw == self._header_bytes() and whole else None
+
+    def _create(self) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(self._header_bytes())
+                f.truncate(self.nbytes)  # flags start at 0 (empty slots); the data is sparse until written
+                try:
+                    os.posix_fallocate(f.fileno(), 0, self.nbytes)
+                except OSError as e:
+                    raise ConfigError(f"image cache {self.path}: cannot reserve {self.nbytes / 2**30:.1f} GiB "
+                                      f"({e.strerror}); free space there, give another --image-cache PATH, or "
+                                      "--image-cache off") from None
+            os.replace(tmp, self.path)  # whoever still maps an old file keeps its own (unlinked) copy
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # ---- slots ----
+    def _map(self) -> None:
+        with open(self.path, "r+b") as f:
+            self._mm = mmap.mmap(f.fileno(), self.nbytes)
+        self._flags = np.frombuffer(self._mm, dtype=np.uint8, count=self.n, offset=HEADER)
+        self._data = np.frombuffer(self._mm, dtype=np.uint8, count=self.n * self.slot,
+                                   offset=self.data_offset).reshape(self.n, 3, self.size, self.size)
+
+    def get(self, i: int) -> torch.Tensor | None:
+        """Slot i as a new uint8 tensor [3, S, S], or None if not filled yet."""
+        if self._mm is None:
+            self._map()
+        if not self._flags[i]:
+            return None
+        return torch.from_numpy(self._data[i].copy())
+
+    def put(self, i: int, x: torch.Tensor) -> None:
+        if self._mm is None:
+            self._map()
+        self._data[i] = x.numpy()
+        self._flags[i] = 1
+
+    def filled(self) -> int:
+        if self._mm is None:
+            self._map()
+        return int(np.count_nonzero(self._flags))
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_mm", "_flags", "_data")} | dict(
+            _mm=None, _flags=None, _data=None)
+
+
+def default_cache_path(fp_source: Sequence[str], size: int) -> Path:
+    """Node-local by default (the temp folder), named by the image list, so runs on the same images share it."""
+    h = hashlib.blake2b("\n".join(fp_source).encode(), digest_size=8).hexdigest()
+    return Path(tempfile.gettempdir()) / "vqa-image-cache" / f"{h}-{size}px.u8"
+
+
+def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int, fill: Sequence[int],
+                     quiet: bool = False) -> ImageCache | None:
+    """The cache `--image-cache` asks for: None for 'off'; for 'auto' the default path when the file fits the
+    budget (else None, said once); a path: that file, whatever its size."""
+    setting = str(setting or "off")
+    if setting == "off" or not images:
+        return None
+    need = HEADER + _align(len(images)) + len(images) * 3 * size * size
+    if setting == "auto":
+        limit = parse_budget(budget)
+        if need > limit:
+            if not quiet:
+                print(f"vqa: image cache off: {len(images):,} images at {size} px need {need / 2**30:.2f} GiB, over "
+                      f"the budget of {limit / 2**30:.2f} GiB (--image-cache-budget {budget}; --image-cache PATH "
+                      "uses a file whatever its size)", file=sys.stderr)
+            return None
+        path = default_cache_path(images, size)
+    else:
+        path = Path(setting)
+    return ImageCache.open(path, images, size, fill, quiet=quiet)
+
+
+__all__ = ["ImageCache", "open_image_cache", "parse_budget", "fingerprint", "default_cache_path"]

@@ -155,6 +155,23 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")  # L, 1, P, CMYK, YCbCr, LAB, HSV
 
 
+def letterbox(img: Image.Image, size: int, fill: tuple[int, int, int]) -> Image.Image:
+    """`img` (RGB) resized so its longer side is `size` (bicubic, aspect kept) and centred on a size x size
+    canvas of `fill`: the model's square input, nothing cropped. Torch-free, so the ONNX runtime path uses it
+    too."""
+    w, h = img.size
+    if (w, h) == (size, size):
+        return img
+    scale = size / max(w, h)
+    nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
+    img = img.resize((nw, nh), Image.Resampling.BICUBIC, reducing_gap=3.0)
+    if (nw, nh) != (size, size):
+        canvas = Image.new("RGB", (size, size), tuple(fill))
+        canvas.paste(img, ((size - nw) // 2, (size - nh) // 2))
+        img = canvas
+    return img
+
+
 def check_image(path: str | Path) -> str | None:
     """None if the file decodes as an image, else the reason; used by `vqa data info --check-images`."""
     try:

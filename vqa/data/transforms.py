@@ -29,7 +29,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as F
 
 from ..config import ModelConfig
-from .images import load_image
+from .images import letterbox, load_image
 
 _LEFT_RIGHT = re.compile(r"\b(left|right|leftmost|rightmost)\b", re.IGNORECASE)
 
@@ -72,17 +72,7 @@ class ImageTransform:
         decoded at the smallest DCT scale that still covers S (`load_image(draft=S)`)."""
         if not (isinstance(img, Image.Image) and img.mode == "RGB"):
             img = load_image(img, draft=self.size, name=name)
-        w, h = img.size
-        s = self.size
-        if (w, h) != (s, s):
-            scale = s / max(w, h)
-            nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
-            img = img.resize((nw, nh), Image.Resampling.BICUBIC, reducing_gap=3.0)
-            if (nw, nh) != (s, s):
-                canvas = Image.new("RGB", (s, s), tuple(self.fill))
-                canvas.paste(img, ((s - nw) // 2, (s - nh) // 2))
-                img = canvas
-        return F.pil_to_tensor(img)
+        return F.pil_to_tensor(letterbox(img, self.size, tuple(self.fill)))
 
     def augment(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None

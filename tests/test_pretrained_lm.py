@@ -158,6 +158,28 @@ def test_the_cross_attention_starts_at_zero_and_learns(gpt2_dir):
     assert not torch.allclose(a, b)  # after one step the image changes the logits
 
 
+def test_pieces_of_the_projects_own_tokenizer_are_unchanged():
+    """The per-word grouping of the Predictor reads `pieces`: for vqa's Metaspace BPE it is what it was
+    before byte-level tokenizers were supported (the token with its ▁ as a space)."""
+    tok = Tokenizer.train(["What color is the big red circle?", "two blue squares, left of 3 stars."] * 3,
+                          vocab_size=120)
+    ids = list(range(tok.vocab_size))
+    assert tok.pieces(ids) == [tok.id_to_token(i).replace("▁", " ") for i in ids]
+
+
+def test_a_config_from_before_the_pretrained_fields_keeps_todays_decoder():
+    import math
+
+    from vqa.config import ModelConfig
+
+    old = {k: v for k, v in preset("tiny").to_dict().items()
+           if k not in ("dec_pretrained", "dec_activation", "dec_embed_scale", "dec_norm_eps")}
+    cfg = ModelConfig.from_dict(old)
+    model = VQAModel(cfg)
+    assert model.decoder.embed_scale == math.sqrt(cfg.dec_width)
+    assert model.decoder.blocks[0].mlp[1].approximate == "none" and model.decoder.ln_f.eps == 1e-5
+
+
 # ---------------------------------------------------------------- bad folders
 
 
@@ -227,6 +249,17 @@ def test_a_hub_name_without_internet_fails_with_a_clear_message(monkeypatch):
     with pytest.raises(ConfigError, match=r"'vqa-tests/no-such-lm': no such folder here, and fetching it from the "
                                           r"Hugging Face Hub failed .*hf download vqa-tests/no-such-lm"):
         preset("small-gpt2", dec_pretrained="vqa-tests/no-such-lm")
+
+
+def test_texts_too_long_for_the_context_in_the_models_tokens_are_reported(gpt2_dir):
+    from vqa.model.pretrained_lm import context_warning
+
+    tok = Tokenizer.for_language_model(gpt2_dir)
+    texts = ["a red circle", "two green stars and a yellow circle on a grey background, left of a blue square"]
+    assert len(tok.encode(texts[1])) > 13 >= len(tok.encode(texts[0]))
+    msg = context_warning(tok, texts, 16, str(gpt2_dir))  # 16 positions leave 13 tokens for a caption
+    assert msg.startswith("1 of 2 training texts checked take more than 13 tokens") and "up to 64 positions" in msg
+    assert context_warning(tok, texts[:1], 16, str(gpt2_dir)) is None
 
 
 def test_the_language_model_fixes_the_decoder_architecture(gpt2_dir):

@@ -324,8 +324,8 @@ class TrainConfig(_Config):
         "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
         "see docs/shapes-10min.md for the values tried)"))
     lr: float | None = field(default=None, metadata=_opt(
-        "peak learning rate of the cross-attention layers; the towers' default to fractions of it "
-        "(default: the preset's)"))
+        "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
+        "fractions of it (default: the preset's)"))
     vit_lr: float | None = field(default=None, metadata=_opt(
         "learning rate of the vision encoder (default: --lr x --vit-lr-scale; 0 freezes it)"))
     vit_lr_scale: float = field(default=1.0, metadata=_opt(

@@ -24,7 +24,7 @@ def test_each_preset_normalizes_images_as_its_timm_weights_expect(name):
     import timm
     from timm.data import resolve_model_data_config
 
-    cfg = preset(name)
+    cfg = preset(name, dec_pretrained=None)  # the *-gpt2 presets' language model is not needed (nor downloaded)
     vit = timm.create_model(cfg.vit_name, pretrained=False, num_classes=0)
     data = resolve_model_data_config(vit)
     assert cfg.vit_mean == pytest.approx(data["mean"]) and cfg.vit_std == pytest.approx(data["std"])

@@ -86,6 +86,9 @@ def timm_data_config(vit_name: str) -> dict:
     return resolve_data_config(pretrained_cfg=cfg.to_dict() if cfg is not None else {})
 
 
+DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
+
+
 @dataclass
 class ModelConfig(_Config):
     # image encoder (any timm ViT; `vit_name` picks the architecture and, after a dot, the weights' tag)
@@ -105,6 +108,7 @@ class ModelConfig(_Config):
     vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
     vit_std: tuple[float, float, float] | None = None
     # text decoder
+    dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
     dec_width: int = 192
     dec_depth: int = 3
     dec_heads: int = 4
@@ -113,6 +117,9 @@ class ModelConfig(_Config):
     dec_positions: str = "sinusoidal"  # or "learned"
     dec_dropout: float = 0.0
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
+    dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
+    dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
+    dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
     vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
     pad_id: int = 0
     bos_id: int = 1
@@ -130,6 +137,9 @@ class ModelConfig(_Config):
             raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
         if self.dec_positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
+        if self.dec_activation not in DEC_ACTIVATIONS:
+            raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
+                              f"not {self.dec_activation!r}")
         if self.vit_memory_pos and self.dec_width % 4:
             raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:
@@ -158,6 +168,9 @@ class Preset:
     about: str = ""
 
 
+# the decoder layout of GPT-2 (learned positions, tanh GELU, no embedding scale, no QK-norm)
+GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_embed_scale=False, dec_qk_norm=False)
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         about="trains on 2 CPU cores in minutes (docs/shapes-10min.md): a narrow 3-layer ViT on 64 px images "
@@ -184,6 +197,27 @@ PRESETS: dict[str, Preset] = {
                    dec_max_len=64),
         lr=1e-4, optimizer="adamw",
     ),
+    # Pretrained towers (docs/pretrained.md): timm's ImageNet-21k ViT and a GPT-2 from the Hugging Face Hub,
+    # joined by new cross-attention layers that start at zero contribution. The decoder fields repeat the
+    # language model's config.json (it overrides them anyway), so dec_pretrained=None builds the same shapes.
+    # Three learning rates: --lr for the new layers, x dec_lr_scale for the pretrained decoder, x vit_lr_scale
+    # for the pretrained encoder (starting points from the fine-tuning literature, not tuned here).
+    "small-gpt2": Preset(
+        about="ViT-S/16 (timm's weights) + DistilGPT-2 (6 layers, 768 wide, distilbert/distilgpt2) joined by new "
+              "cross-attention (GPU; downloads both)",
+        model=dict(vit_name="vit_small_patch16_224", vit_patch_size=16, vit_pretrained=True,
+                   dec_pretrained="distilbert/distilgpt2", dec_max_len=64, **GPT2_DECODER,
+                   dec_width=768, dec_depth=6, dec_heads=12),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
+    ),
+    "base-gpt2": Preset(
+        about="ViT-B/16 (timm's weights) + GPT-2 (12 layers, 768 wide, openai-community/gpt2) joined by new "
+              "cross-attention (GPU; downloads both)",
+        model=dict(vit_name="vit_base_patch16_224", vit_patch_size=16, vit_pretrained=True,
+                   dec_pretrained="openai-community/gpt2", dec_max_len=64, **GPT2_DECODER,
+                   dec_width=768, dec_depth=12, dec_heads=12),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
+    ),
 }
 
 # naming another timm model brings its own architecture: these preset fields then give way to timm's
@@ -196,17 +230,39 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def preset(name: str, **overrides) -> ModelConfig:
-    """The named preset's ModelConfig with fields overridden by keyword. Overriding `vit_name` with another
-    model drops the preset's ViT width, depth and heads (unless they are overridden too), so
-    `vit_name=vit_small_patch16_224` gives a real ViT-S; image size, patch size and the preset's other
-    choices (conv stem, QK-norm) stay unless overridden."""
+def preset_fields(name: str, overrides: dict) -> dict:
+    """The named preset's model fields with `overrides` on top (before a pretrained language model's own
+    fields are applied; see `preset`)."""
     check_fields(ModelConfig, overrides, "model config")
     fields = dict(get_preset(name).model)
     if "vit_name" in overrides and overrides["vit_name"] != fields.get("vit_name"):
         for key in VIT_ARCHITECTURE:
             fields.pop(key, None)
-    return ModelConfig(**{**fields, **overrides})
+    return {**fields, **overrides}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """The named preset's ModelConfig with fields overridden by keyword. Overriding `vit_name` with another
+    model drops the preset's ViT width, depth and heads (unless they are overridden too), so
+    `vit_name=vit_small_patch16_224` gives a real ViT-S; image size, patch size and the preset's other
+    choices (conv stem, QK-norm) stay unless overridden.
+
+    With `dec_pretrained` (a language model folder or Hub name), the decoder's architecture and vocabulary
+    are the language model's (`vqa.model.pretrained_lm.decoder_fields`: width, depth, heads, MLP, positions,
+    activation, LayerNorm epsilon, and its tokenizer's size with vqa's special tokens): they replace the
+    preset's, and an override that contradicts them is an error. `dec_pretrained=None` skips this."""
+    fields = preset_fields(name, overrides)
+    if fields.get("dec_pretrained"):
+        from .model.pretrained_lm import decoder_fields
+
+        lm = decoder_fields(fields["dec_pretrained"], fields.get("dec_max_len", ModelConfig.dec_max_len))
+        clash = [f"{k}={overrides[k]!r} (the language model has {v!r})" for k, v in lm.items()
+                 if k in overrides and overrides[k] != v]
+        if clash:
+            raise ConfigError(f"dec_pretrained={fields['dec_pretrained']!r} fixes the decoder's architecture and "
+                              f"vocabulary; remove " + ", ".join(clash))
+        fields.update(lm)
+    return ModelConfig(**fields)
 
 
 # ------------------------------------------------------------------------------------------------- training
@@ -219,6 +275,19 @@ def _tasks(value: Any) -> tuple[str, ...]:
     if bad or not tasks:
         raise ConfigError(f"tasks {value!r}: choose vqa, caption or vqa,caption")
     return tasks
+
+
+# the parts of the model that train with their own learning rate, or not at all (vqa.optim.part_of)
+PARTS = ("cross_attention", "decoder", "encoder")
+
+
+def _parts(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    parts = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise ConfigError(f"--train-only {value!r}: name one or more of {', '.join(PARTS)} (comma-separated)")
+    return parts
 
 
 def parse_tasks(value: Any) -> tuple[str, ...]:
@@ -256,10 +325,20 @@ class TrainConfig(_Config):
     caption_weight: float = field(default=0.5, metadata=_opt(
         "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
         "see docs/shapes-10min.md for the values tried)"))
-    lr: float | None = field(default=None, metadata=_opt("peak learning rate (default: the preset's)"))
+    lr: float | None = field(default=None, metadata=_opt(
+        "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
+        "fractions of it (default: the preset's)"))
     vit_lr: float | None = field(default=None, metadata=_opt(
         "learning rate of the vision encoder (default: --lr x --vit-lr-scale; 0 freezes it)"))
-    vit_lr_scale: float = field(default=1.0, metadata=_opt("the encoder's lr as a fraction of --lr (tiny: 0.3)"))
+    vit_lr_scale: float = field(default=1.0, metadata=_opt(
+        "the encoder's lr as a fraction of --lr (tiny: 0.3, *-gpt2: 0.1)"))
+    dec_lr: float | None = field(default=None, metadata=_opt(
+        "learning rate of the text decoder's own layers, all but its cross-attention "
+        "(default: --lr x --dec-lr-scale; 0 freezes them)"))
+    dec_lr_scale: float = field(default=1.0, metadata=_opt("the decoder's lr as a fraction of --lr (*-gpt2: 0.2)"))
+    train_only: tuple | None = field(default=None, metadata=_opt(
+        "train only these parts and freeze the others: cross_attention (with the image projection), decoder, "
+        "encoder (comma-separated)", metavar="PARTS"))
     optimizer: str | None = field(default=None, metadata=_opt(
         "adamw, or muon: Muon for the weights of linear layers, AdamW for the rest (default: the preset's)",
         choices=("adamw", "muon")))
@@ -321,6 +400,13 @@ class TrainConfig(_Config):
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.time_limit is not None:
             parse_duration(self.time_limit)
+        if self.train_only is not None:
+            self.train_only = _parts(self.train_only)
+            for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):
+                if part not in self.train_only and given:
+                    flag = "--vit-lr" if part == "encoder" else "--dec-lr"
+                    raise ConfigError(f"{flag} {given} trains the {part}, but --train-only "
+                                      f"{','.join(self.train_only)} freezes it")
 
     @classmethod
     def from_dict(cls, d: dict, what: str | None = None):
@@ -338,6 +424,20 @@ class TrainConfig(_Config):
     @property
     def encoder_lr(self) -> float:
         return self.lr * self.vit_lr_scale if self.vit_lr is None else self.vit_lr
+
+    @property
+    def decoder_lr(self) -> float:
+        return self.lr * self.dec_lr_scale if self.dec_lr is None else self.dec_lr
+
+    @property
+    def frozen_parts(self) -> tuple[str, ...]:
+        """The parts (`PARTS`) that --train-only leaves out."""
+        return () if self.train_only is None else tuple(p for p in PARTS if p not in self.train_only)
+
+    @property
+    def dec_pretrained(self) -> str | None:
+        """The language model the decoder starts from (a --set or the preset's), if any."""
+        return preset_fields(self.preset, self.model).get("dec_pretrained")
 
 
 def train_defaults(preset_name: str) -> dict:
@@ -422,4 +522,5 @@ class GenerationConfig(_Config):
 __all__ = [
     "ModelConfig", "TrainConfig", "GenerationConfig", "Preset", "PRESETS", "preset", "get_preset",
     "train_defaults", "parse_duration", "parse_tasks", "timm_data_config", "ANSWER_TOKENS", "check_fields",
+    "preset_fields", "PARTS", "DEC_ACTIVATIONS", "GPT2_DECODER",
 ]

@@ -1,13 +1,18 @@
 """The optimizers and the schedule: AdamW with weight decay on matrices only (nanoGPT's rule), or Muon for the
-hidden matrices with AdamW for the rest; a separate learning rate for the vision encoder; linear warmup, then
+hidden matrices with AdamW for the rest; a learning rate per part of the model (the new cross-attention, the
+decoder, the vision encoder; a part at rate 0, or left out of --train-only, is frozen); linear warmup, then
 cosine."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
+
+from .config import PARTS
+from .errors import ConfigError
 
 OPTIMIZERS = ("adamw", "muon")
 # Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a
@@ -15,31 +20,60 @@ OPTIMIZERS = ("adamw", "muon")
 # those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; values tried: docs/shapes-10min.md
 MUON_LR_SCALE = 10.0
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
+_CROSS = re.compile(r"decoder\.blocks\.\d+\.(cross_attn|ln2)\.")
+
+
+def part_of(name: str) -> str:
+    """The part (`vqa.config.PARTS`) of the VQAModel parameter `name`: "encoder" (the timm ViT),
+    "cross_attention" (what joins the towers: every decoder block's cross-attention and its LayerNorm, and
+    the projection of the image tokens to the decoder's width) or "decoder" (the rest of the decoder: token
+    and position embeddings, self-attention, MLP, LayerNorms, the tied LM head)."""
+    if name.startswith("vision.vit."):
+        return "encoder"
+    if name.startswith("vision.") or _CROSS.match(name):
+        return "cross_attention"
+    return "decoder"
 
 
 def param_groups(model: nn.Module, lr: float, vit_lr: float, weight_decay: float, muon: bool = False,
+                 dec_lr: float | None = None, frozen: tuple[str, ...] = (),
                  muon_scale: float = MUON_LR_SCALE) -> list[dict]:
-    """Groups {decoder, vision} x {decay (2-D and up), no decay (biases, norms, 1-D)}, plus, with `muon`,
-    {decoder, vision} x the weights of every nn.Linear (attention and MLP matrices; marked "muon": True, at
+    """Groups {text side, vision encoder} x {decay (2-D and up), no decay (biases, norms, 1-D)}, plus, with
+    `muon`, x the weights of every nn.Linear (attention and MLP matrices; marked "muon": True, at
     `muon_scale` x the lr). Embeddings, the conv stem and the tied LM head stay with AdamW. Position
-    embeddings and the CLS token of the ViT are not decayed. vit_lr = 0 freezes the encoder."""
+    embeddings and the CLS token of the ViT are not decayed.
+
+    Rates: `lr` for the cross-attention (`part_of`), `dec_lr` (default `lr`) for the rest of the decoder,
+    `vit_lr` for the encoder; where `dec_lr` differs from `lr` the text side splits into a cross-attention
+    and a decoder group (else one group, as before the split, so older runs resume). The encoder or the
+    decoder at rate 0 is frozen (requires_grad False: no gradients computed), as is every part in `frozen`."""
+    bad = sorted(set(frozen) - set(PARTS))
+    if bad:
+        raise ValueError(f"unknown part(s) {bad}; the parts are {', '.join(PARTS)}")
+    rates = {"cross_attention": lr, "decoder": lr if dec_lr is None else dec_lr, "encoder": vit_lr}
+    frozen = set(frozen) | {p for p in ("decoder", "encoder") if rates[p] == 0}
+    split = rates["decoder"] != rates["cross_attention"]
     linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} if muon else set()
-    groups: dict[tuple[bool, str], list] = {(v, k): [] for v in (False, True) for k in ("muon", "decay", "no_decay")}
+    sides = ("text", "cross_attention", "decoder", "encoder")
+    groups: dict[tuple[str, str], list] = {(s, k): [] for s in sides for k in ("muon", "decay", "no_decay")}
     for name, p in model.named_parameters():
-        is_vit = name.startswith("vision.vit.")
-        if is_vit and vit_lr == 0:
+        part = part_of(name)
+        if part in frozen:
             p.requires_grad_(False)
         if not p.requires_grad:
             continue
+        side = part if part == "encoder" or split else "text"
         no_decay = p.ndim < 2 or name.endswith(("pos_embed", "cls_token", "reg_token")) or "pos.weight" in name
         kind = "muon" if id(p) in linear else "no_decay" if no_decay else "decay"
-        groups[(is_vit, kind)].append(p)
+        groups[(side, kind)].append(p)
     out = []
-    for (is_vit, kind), params in groups.items():
+    for (side, kind), params in groups.items():
         if params:
-            base = (vit_lr if is_vit else lr) * (muon_scale if kind == "muon" else 1.0)
-            out.append(dict(params=params, lr=base, base_lr=base, muon=kind == "muon",
+            base = rates["cross_attention" if side == "text" else side] * (muon_scale if kind == "muon" else 1.0)
+            out.append(dict(params=params, lr=base, base_lr=base, muon=kind == "muon", part=side,
                             weight_decay=0.0 if kind == "no_decay" else weight_decay))
+    if not out:
+        raise ConfigError("every part of the model is frozen: nothing to train (see --train-only and the rates)")
     return out
 
 
@@ -139,11 +173,13 @@ class MuonAdamW:
 
 
 def make_optimizer(model, lr, vit_lr, weight_decay, fused: bool = False, kind: str = "adamw",
-                   muon_scale: float = MUON_LR_SCALE):
-    """`kind` "adamw": torch's AdamW over all groups; "muon": MuonAdamW (Muon for nn.Linear weights)."""
+                   dec_lr: float | None = None, frozen: tuple[str, ...] = (), muon_scale: float = MUON_LR_SCALE):
+    """`kind` "adamw": torch's AdamW over all groups; "muon": MuonAdamW (Muon for nn.Linear weights).
+    Rates and freezing: `param_groups`."""
     if kind not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {kind!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    groups = param_groups(model, lr, vit_lr, weight_decay, muon=kind == "muon", muon_scale=muon_scale)
+    groups = param_groups(model, lr, vit_lr, weight_decay, muon=kind == "muon", dec_lr=dec_lr, frozen=frozen,
+                          muon_scale=muon_scale)
     if kind == "muon":
         return MuonAdamW(groups, fused=fused or None)
     return torch.optim.AdamW(groups, betas=(0.9, 0.98), eps=1e-8, fused=fused or None)

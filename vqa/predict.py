@@ -201,7 +201,7 @@ class Predictor:
         return prompt, len(prompt) - 3 < full
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        return [(self.tokenizer.id_to_token(i) or "").replace("▁", " ") for i in ids]
+        return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
 
     def _maps(self, memory: torch.Tensor, prompt: list[int], generated: list[int]) -> torch.Tensor:
         """[G, L, H, grid, grid] patch attention (prefix tokens dropped) on the CPU."""

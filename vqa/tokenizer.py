@@ -1,4 +1,5 @@
-"""Tokenizer: Hugging Face `tokenizers` BPE, trained on the training text or loaded from a `tokenizer.json`.
+"""Tokenizer: Hugging Face `tokenizers` BPE, trained on the training text, loaded from a `tokenizer.json`, or a
+pretrained language model's own (`for_language_model`, with the special tokens below added).
 
 It owns the special tokens and the two prompt formats (one model, two tasks):
 
@@ -9,16 +10,18 @@ Text is NFKC-normalized and lower-cased; words are split on whitespace (kept as 
 restores the spaces) and punctuation, then BPE-merged. Text is always encoded as text: "<eos>" or "<answer>"
 typed in a question or written in a caption are characters, never control tokens (`encode_special_tokens`),
 so a user cannot rewrite the prompt and a caption cannot train an early stop. Special tokens enter a
-sequence only by id, from the prompt builders below.
+sequence only by id, from the prompt builders below. A language model's tokenizer keeps its own rules
+(GPT-2's: byte-level BPE, case kept, a word's leading space inside its first token as `Ġ`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from .errors import ConfigError, InputError
 
@@ -33,6 +36,8 @@ class Tokenizer:
     def __init__(self, hf: HFTokenizer):
         self.hf = hf
         hf.encode_special_tokens = True  # user text is text: "<eos>" in it is never the <eos> token
+        hf.no_truncation()  # a pretrained tokenizer.json may carry its own limits: lengths are decided here
+        hf.no_padding()
         ids = {t: hf.token_to_id(t) for t in SPECIAL_TOKENS}
         missing = [t for t, i in ids.items() if i is None]
         if missing:
@@ -63,10 +68,21 @@ class Tokenizer:
             path = path / "tokenizer.json"
         if not path.is_file():
             raise ConfigError(f"no tokenizer file at {path}")
-        try:
-            hf = HFTokenizer.from_file(str(path))
-        except Exception as e:  # tokenizers raises a bare Exception with the serde message
-            raise ConfigError(f"{path}: not a valid tokenizer.json ({e})") from e
+        return cls(read_tokenizer_json(path))
+
+    @classmethod
+    def for_language_model(cls, folder: str | Path) -> Tokenizer:
+        """A pretrained language model's own tokenizer (`folder/tokenizer.json`) with the special tokens added
+        after its vocabulary (any it already has keep their ids); the model's embedding grows to match
+        (`vqa.model.pretrained_lm`)."""
+        path = Path(folder) / "tokenizer.json"
+        if not path.is_file():
+            raise ConfigError(
+                f"{path}: missing. A pretrained decoder uses its language model's own tokenizer, as written by "
+                "`tokenizers` (tokenizer.json); a folder with only vocab.json + merges.txt can be converted with "
+                "transformers: AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
+        hf = read_tokenizer_json(path)
+        hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
         return cls(hf)
 
     def save(self, path: str | Path) -> None:
@@ -94,6 +110,18 @@ class Tokenizer:
 
     def id_to_token(self, i: int) -> str:
         return self.hf.id_to_token(int(i))
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """Each token's text as the decoder writes it inside a sentence, a word's start with its leading space:
+        "▁red" (this project's BPE) and "Ġred" (GPT-2's byte level) both give " red". Decoding each token
+        after a one-letter stand-in keeps the space that decoders drop at the start of a text. (One byte of
+        a multi-byte character shows as "\ufffd".)"""
+        dec = self.hf.decoder
+        out = []
+        for i in ids:
+            tok = self.hf.id_to_token(int(i)) or ""
+            out.append(dec.decode(["x", tok])[1:] if dec is not None else tok)
+        return out
 
     def model_ids(self) -> dict:
         """The ModelConfig fields a model built for this tokenizer must have."""
@@ -125,3 +153,33 @@ class Tokenizer:
     def target(self, text: str) -> list[int]:
         """Target tokens: the text then <eos>."""
         return [*self.encode(text), self.eos_id]
+
+
+def read_tokenizer_json(path: Path) -> HFTokenizer:
+    try:
+        return HFTokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception with the serde message
+        raise ConfigError(f"{path}: not a valid tokenizer.json ({e})") from e
+
+
+def build_tokenizer(cfg, texts: Callable[[], Iterable[str]]) -> Tokenizer:
+    """The tokenizer of a new run (`cfg`: a TrainConfig): the pretrained decoder's own, a given
+    tokenizer.json, or BPE trained on `texts()` (the training text). With a pretrained decoder it also
+    says (on stderr) how many training texts are too long for dec_max_len in that tokenizer's tokens."""
+    source = cfg.dec_pretrained
+    if source:
+        if cfg.tokenizer:
+            raise ConfigError(f"--tokenizer {cfg.tokenizer}: a pretrained decoder (dec_pretrained={source!r}) "
+                              "brings its own tokenizer; leave --tokenizer out")
+        from .config import ModelConfig, preset_fields
+        from .model.pretrained_lm import context_warning, tokenizer
+
+        tok = tokenizer(source)
+        max_len = preset_fields(cfg.preset, cfg.model).get("dec_max_len", ModelConfig.dec_max_len)
+        warning = context_warning(tok, texts(), max_len, source)
+        if warning:
+            print(f"vqa train: {warning}", file=sys.stderr)
+        return tok
+    if cfg.tokenizer:
+        return Tokenizer.load(cfg.tokenizer)
+    return Tokenizer.train(texts(), vocab_size=cfg.vocab_size)

@@ -1,5 +1,9 @@
 """The text decoder: embeddings + positions, pre-LN blocks (masked self-attention, cross-attention to the
-image tokens, MLP), final LayerNorm, and an LM head tied to the embedding."""
+image tokens, MLP), final LayerNorm, and an LM head tied to the embedding.
+
+With `dec_pretrained` the same blocks hold a GPT-2 (`vqa.model.pretrained_lm`): the config then asks for
+learned positions, no embedding scale, the tanh GELU and GPT-2's LayerNorm epsilon, and every block's
+cross-attention starts with a zero output projection, so the decoder starts as the language model."""
 
 from __future__ import annotations
 
@@ -23,9 +27,10 @@ def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
 
 
 class MLP(nn.Sequential):
-    def __init__(self, dim: int, ratio: float, dropout: float):
+    def __init__(self, dim: int, ratio: float, dropout: float, activation: str = "gelu"):
         hidden = int(dim * ratio)
-        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.Dropout(dropout))
+        act = nn.GELU(approximate="tanh" if activation == "gelu_tanh" else "none")  # tanh: GPT-2's gelu_new
+        super().__init__(nn.Linear(dim, hidden), act, nn.Linear(hidden, dim), nn.Dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self[2](self[1](self[0](x)))
@@ -41,10 +46,12 @@ def _dropout(drop: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
 class DecoderBlock(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        d, h, p = cfg.dec_width, cfg.dec_heads, cfg.dec_dropout
-        self.ln1, self.self_attn = nn.LayerNorm(d), Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
-        self.ln2, self.cross_attn = nn.LayerNorm(d), Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm)
-        self.ln3, self.mlp = nn.LayerNorm(d), MLP(d, cfg.dec_mlp_ratio, p)
+        d, h, p, eps = cfg.dec_width, cfg.dec_heads, cfg.dec_dropout, cfg.dec_norm_eps
+        self.ln1 = nn.LayerNorm(d, eps=eps)
+        self.self_attn = Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
+        self.ln2 = nn.LayerNorm(d, eps=eps)
+        self.cross_attn = Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm)
+        self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 
     def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False):
@@ -56,9 +63,12 @@ class DecoderBlock(nn.Module):
 
 
 class TextDecoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, load_pretrained: bool = True):
+        """`load_pretrained`: read `cfg.dec_pretrained`'s weights (False when a checkpoint's own weights
+        are about to replace them)."""
         super().__init__()
         self.cfg = cfg
+        self.embed_scale = math.sqrt(cfg.dec_width) if cfg.dec_embed_scale else None
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dec_width)
         nn.init.normal_(self.embed.weight, std=cfg.dec_width**-0.5)  # tied: unit-variance logits, x sqrt(d) inputs
         if cfg.dec_positions == "learned":
@@ -68,7 +78,11 @@ class TextDecoder(nn.Module):
             self.register_buffer("pe", sinusoidal_positions(cfg.dec_max_len, cfg.dec_width), persistent=False)
         self.drop = nn.Dropout(cfg.dec_dropout)
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.dec_depth))
-        self.ln_f = nn.LayerNorm(cfg.dec_width)
+        self.ln_f = nn.LayerNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
+        if cfg.dec_pretrained and load_pretrained:
+            from .pretrained_lm import load_decoder
+
+            load_decoder(self, cfg.dec_pretrained)
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's cross-attention keys/values of the image tokens, computed once per image."""
@@ -103,7 +117,10 @@ class TextDecoder(nn.Module):
             pe = table[pos : pos + t]  # [T, D], broadcast over the batch
         else:
             pe = self.positions(pos)
-        x = _dropout(self.drop, self.embed(ids) * math.sqrt(self.cfg.dec_width) + pe)
+        x = self.embed(ids)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        x = _dropout(self.drop, x + pe)
         maps = [] if need_weights else None
         for i, blk in enumerate(self.blocks):
             x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i], need_weights=need_weights)

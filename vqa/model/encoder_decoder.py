@@ -32,11 +32,13 @@ def target_positions(loss_mask: torch.Tensor) -> torch.Tensor:
 
 
 class VQAModel(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, load_pretrained: bool = True):
+        """`load_pretrained=False` skips reading `cfg.dec_pretrained`'s weights: for a model whose weights
+        come from a checkpoint next."""
         super().__init__()
         self.cfg = cfg
         self.vision = VisionEncoder(cfg)
-        self.decoder = TextDecoder(cfg)
+        self.decoder = TextDecoder(cfg, load_pretrained=load_pretrained)
 
     # ---- the parts ----
     def encode(self, images: torch.Tensor) -> torch.Tensor:
@@ -116,7 +118,7 @@ class VQAModel(nn.Module):
         except (ConfigError, TypeError) as e:
             raise CheckpointError(f"{folder / CONFIG}: incompatible config: {e}") from e
         cfg.vit_pretrained, cfg.vit_weights = False, None  # the weights come from the file
-        model = cls(cfg)
+        model = cls(cfg, load_pretrained=False)  # dec_pretrained stays in the config: where the decoder began
         try:
             load_model(model, str(folder / WEIGHTS), strict=True, device=str(device))
         except RuntimeError as e:

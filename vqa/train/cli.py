@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..options import add_dataclass_arguments, given, read_config_file
 
 SAVED = "train_config.json"
-FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer")
+FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

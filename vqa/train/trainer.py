@@ -36,7 +36,7 @@ from ..evaluate import evaluate, flatten
 from ..model import VQAModel
 from ..optim import lr_factor, make_optimizer, set_lr
 from ..plots import plot_curves, read_metrics
-from ..tokenizer import Tokenizer
+from ..tokenizer import Tokenizer, build_tokenizer
 from . import state as run_state
 from .budget import TimeBudget
 from .cli import SAVED
@@ -111,7 +111,10 @@ class Trainer:
         else:
             if c.resume and self.d.main:
                 print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
-            self.tok = Tokenizer.load(c.tokenizer) if c.tokenizer else self._train_tokenizer()
+            if c.dec_pretrained or c.tokenizer:  # a pretrained LM's own, or the one given
+                self.tok = build_tokenizer(c, lambda: (t for batch in training_texts(self.train_data) for t in batch))
+            else:
+                self.tok = self._train_tokenizer()  # BPE on the training text, once for every rank
             torch.manual_seed(c.seed)  # every rank builds the same initial weights
             model = VQAModel(preset(c.preset, **{**c.model, **self.tok.model_ids()}))
             self.card = {}
@@ -143,7 +146,7 @@ class Trainer:
         cfg = ModelConfig.from_dict({**src.cfg.to_dict(), **self.cfg.model})
         if cfg == src.cfg:
             return src, tok, dict(init_from=str(path))
-        model = VQAModel(cfg)
+        model = VQAModel(cfg, load_pretrained=False)  # the source's weights replace any pretrained ones
         try:
             model.load_state_dict(src.state_dict(), strict=True)
         except RuntimeError as e:
@@ -180,7 +183,8 @@ class Trainer:
         c, d = self.cfg, self.d
         vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
         self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, fused=d.device.type == "cuda",
-                                        kind=c.optimizer, muon_scale=c.muon_lr_scale)
+                                        kind=c.optimizer, dec_lr=c.decoder_lr, frozen=c.frozen_parts,
+                                        muon_scale=c.muon_lr_scale)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.amp_dtype = autocast_dtype(c.precision, d.device)
         use_tensor_cores(d.device)

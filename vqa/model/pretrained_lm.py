@@ -1,0 +1,350 @@
+"""Start the text decoder from a pretrained causal language model in the Hugging Face layout.
+
+    --set dec_pretrained=FOLDER   a folder with config.json, model.safetensors (or an index + shards), tokenizer.json
+    --set dec_pretrained=NAME     the same files from the Hugging Face Hub (huggingface_hub's cache; needs internet)
+
+GPT-2's pre-LN blocks are this decoder's blocks without their cross-attention, so its weights map one to one
+(GPT-2's Conv1D stores a weight as [in, out], nn.Linear as [out, in]: each is transposed):
+
+    wte -> embed (and the tied LM head)      wpe[:dec_max_len] -> pos (learned positions, no embedding scale)
+    h.i.ln_1 -> blocks.i.ln1                 h.i.attn.c_attn -> blocks.i.self_attn.qkv (q, k, v; heads inside)
+    h.i.attn.c_proj -> self_attn.proj        h.i.ln_2 -> blocks.i.ln3 (our ln2 is the cross-attention's)
+    h.i.mlp.c_fc -> mlp[0]                   h.i.mlp.c_proj -> mlp[2]           ln_f -> ln_f
+
+The width, depth, heads, MLP width, activation (gelu_new: the tanh GELU), LayerNorm epsilon and number of
+positions come from config.json (`decoder_fields`, used by `vqa.config.preset`). Each block's cross-attention
+(ln2, cross_attn) is new, and its output projection starts at zero (weight and bias): the blocks add exactly
+nothing at step 0, so the decoder *is* the language model. It is a zero-initialized projection, not a gate:
+nothing extra runs per token. The projection learns first (its gradient is the attention output); the
+queries, keys and values get gradients from the second step on.
+
+Vocabulary: the language model's own tokenizer with vqa's seven special tokens added after it
+(`Tokenizer.for_language_model`). Embedding rows 0..n-1 are the model's; the added rows start at the mean of
+the model's rows plus a small random offset (so their logits start ordinary and <question> differs from
+<answer> even with the decoder frozen). Rows the model has beyond its tokenizer (padding) are dropped.
+
+Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
+naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from ..config import GPT2_DECODER
+from ..errors import ConfigError
+from ..tokenizer import Tokenizer, read_tokenizer_json
+
+HUB_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
+             "tokenizer.json"]
+SUPPORTED = ("gpt2",)  # config.json model_type values whose blocks are this decoder's
+# GPT-2's defaults (transformers' GPT2Config) for fields a config.json may leave out
+GPT2_DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                     activation_function="gelu_new", layer_norm_epsilon=1e-5, scale_attn_weights=True,
+                     scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True)
+# activation_function -> dec_activation (gelu_new, gelu_fast and the pytorch tanh GELU are one formula)
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_python_tanh": "gelu_tanh"}
+NEW_ROW_OFFSET = 0.1  # added token rows: mean + this x (per-dimension std) x N(0, 1)
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+# ----------------------------------------------------------------------------------------- finding the files
+
+
+def resolve(source: str) -> Path:
+    """The folder of `source`: a local folder, or a Hub name fetched by huggingface_hub (cached there)."""
+    source = str(source)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ConfigError(f"dec_pretrained={source!r} is a file: give the folder that holds config.json, "
+                          "model.safetensors and tokenizer.json")
+    if source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
+        raise ConfigError(f"dec_pretrained={source!r}: no such folder")
+    return _hub_snapshot(source)
+
+
+@functools.lru_cache(maxsize=8)
+def _hub_snapshot(name: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
+    except Exception as e:  # offline, unknown name, gated: all end the same way for the user
+        reason = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(
+            f"dec_pretrained={name!r}: no such folder here, and fetching it from the Hugging Face Hub failed "
+            f"({type(e).__name__}: {reason}). Offline: on a machine with internet run `hf download {name} "
+            f"config.json model.safetensors tokenizer.json --local-dir DIR`, copy DIR here and pass "
+            f"--set dec_pretrained=DIR") from None
+
+
+def read_config(folder: Path) -> dict:
+    """config.json with GPT-2's defaults for absent fields, checked: ConfigError naming the field otherwise."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing (a pretrained decoder needs config.json, model.safetensors and "
+                          "tokenizer.json in its folder)")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    kind = raw.get("model_type")
+    if kind not in SUPPORTED:
+        arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""
+        raise ConfigError(f"{path}: model_type {kind!r}{arch} is not supported: the decoder loads GPT-2-layout "
+                          f"language models (model_type {' or '.join(map(repr, SUPPORTED))}); docs/pretrained.md "
+                          "lists which families map")
+    c = {**GPT2_DEFAULTS, **raw}
+    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+        if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 1:
+            raise ConfigError(f"{path}: {key} must be a positive integer, got {c[key]!r}")
+    if c["n_inner"] is not None and (not isinstance(c["n_inner"], int) or c["n_inner"] < 1):
+        raise ConfigError(f"{path}: n_inner must be a positive integer or null, got {c['n_inner']!r}")
+    if c["activation_function"] not in ACTIVATIONS:
+        raise ConfigError(f"{path}: activation_function {c['activation_function']!r} is not supported "
+                          f"(the decoder has {', '.join(ACTIVATIONS)})")
+    if not isinstance(c["layer_norm_epsilon"], (int, float)) or not c["layer_norm_epsilon"] > 0:
+        raise ConfigError(f"{path}: layer_norm_epsilon must be a positive number, got {c['layer_norm_epsilon']!r}")
+    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                      ("tie_word_embeddings", True)):
+        if bool(c[key]) != want:
+            raise ConfigError(f"{path}: {key}={c[key]!r} is not supported (the decoder needs {key}={want}: "
+                              "attention scaled by 1/sqrt(head size) in every layer, the LM head tied to wte)")
+    if c["n_embd"] % c["n_head"]:
+        raise ConfigError(f"{path}: n_embd={c['n_embd']} is not divisible by n_head={c['n_head']}")
+    c["hidden"] = c["n_inner"] or 4 * c["n_embd"]
+    if int(c["n_embd"] * (c["hidden"] / c["n_embd"])) != c["hidden"]:
+        raise ConfigError(f"{path}: n_inner={c['n_inner']} is not a width the decoder's dec_mlp_ratio can express")
+    return c
+
+
+def tokenizer(source: str) -> Tokenizer:
+    """The language model's own tokenizer with vqa's special tokens (see the module docstring)."""
+    return Tokenizer.for_language_model(resolve(source))
+
+
+def architecture(c: dict) -> dict:
+    """The ModelConfig decoder fields of a checked config.json `c`."""
+    return dict(GPT2_DECODER, dec_width=c["n_embd"], dec_depth=c["n_layer"], dec_heads=c["n_head"],
+                dec_mlp_ratio=c["hidden"] / c["n_embd"], dec_activation=ACTIVATIONS[c["activation_function"]],
+                dec_norm_eps=float(c["layer_norm_epsilon"]))
+
+
+def decoder_fields(source: str, dec_max_len: int) -> dict:
+    """The ModelConfig fields the language model fixes: its architecture and its tokenizer's ids. Checks that
+    dec_max_len fits its positions and that its weights fit in memory, before any model is built."""
+    folder = resolve(source)
+    c = read_config(folder)
+    path = folder / "config.json"
+    if dec_max_len > c["n_positions"]:
+        raise ConfigError(f"{path}: dec_max_len={dec_max_len} is longer than the language model's "
+                          f"n_positions={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
+    n_params = sum(int(torch.Size(s).numel()) for s in _expected(c).values())
+    free = free_memory()
+    if free is not None and 4 * n_params > free:
+        emb = c["vocab_size"] * c["n_embd"] * 4
+        raise ConfigError(
+            f"{path}: {n_params / 1e6:.0f} M parameters need {4 * n_params / 1e9:.1f} GB as float32 (the "
+            f"{c['vocab_size']}-token vocabulary alone {emb / 1e9:.2f} GB), more than the {free / 1e9:.1f} GB of "
+            "memory free here: choose a smaller language model (distilgpt2: 82 M, gpt2: 124 M parameters)")
+    return {**architecture(c), **tokenizer(source).model_ids()}
+
+
+def context_warning(tok: Tokenizer, texts, max_len: int, source: str, sample: int = 5000) -> str | None:
+    """A sentence when training texts are too long for `max_len` in `tok`'s tokens (they would be cut)."""
+    batch = []
+    for t in texts:
+        batch.append(t)
+        if len(batch) >= sample:
+            break
+    if not batch:
+        return None
+    limit = max_len - 3  # <bos> <caption> ... <eos>; a question also needs <question>, <answer> and an answer
+    long = sum(len(e.ids) > limit for e in tok.hf.encode_batch(batch, add_special_tokens=False))
+    if not long:
+        return None
+    n_pos = read_config(resolve(source))["n_positions"]
+    return (f"{long} of {len(batch)} training texts checked take more than {limit} tokens in {source}'s tokenizer "
+            f"and will be cut to fit dec_max_len={max_len}; the language model allows up to {n_pos} positions "
+            "(--set dec_max_len=N)")
+
+
+# ----------------------------------------------------------------------------------------- the weights
+
+
+class _Weights:
+    """The tensors of model.safetensors (or of the shards an index names), by GPT-2 name without the
+    `transformer.` prefix that GPT2LMHeadModel.save_pretrained writes."""
+
+    def __init__(self, folder: Path, stack: contextlib.ExitStack):
+        from safetensors import safe_open
+
+        single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+        if single.is_file():
+            files = {None: single}
+        elif index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ConfigError(f"{index}: not a safetensors index ({e})") from None
+            files = {name: folder / shard for name, shard in weight_map.items()}
+        else:
+            pickled = [n for n in ("pytorch_model.bin", "model.bin") if (folder / n).is_file()]
+            hint = (f" (there is {pickled[0]}: a pickle, which vqa does not load; convert it to safetensors)"
+                    if pickled else "")
+            raise ConfigError(f"{single}: missing{hint}")
+        self.label = single.name if None in files else index.name
+        handles = {}
+        for path in sorted(set(files.values())):
+            if not path.is_file():
+                raise ConfigError(f"{path}: missing (named by {index.name})")
+            try:
+                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
+            except Exception as e:  # safetensors raises its own error type for a bad header
+                raise ConfigError(f"{path}: not a safetensors file ({e})") from None
+        self.where: dict[str, tuple] = {}
+        for path, h in handles.items():
+            for key in h.keys():
+                self.where[key.removeprefix("transformer.")] = (h, key, path)
+        self.folder = folder
+
+    def keys(self) -> set[str]:
+        return set(self.where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        h, key, _ = self.where[name]
+        return tuple(h.get_slice(key).get_shape())
+
+    def get(self, name: str) -> torch.Tensor:
+        h, key, _ = self.where[name]
+        return h.get_tensor(key)
+
+
+def _expected(c: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor a GPT-2 of config `c` has, with its shape (Conv1D weights are [in, out])."""
+    d, h = c["n_embd"], c["hidden"]
+    out = {"wte.weight": (c["vocab_size"], d), "wpe.weight": (c["n_positions"], d),
+           "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for i in range(c["n_layer"]):
+        p = f"h.{i}."
+        out.update({
+            p + "ln_1.weight": (d,), p + "ln_1.bias": (d,), p + "ln_2.weight": (d,), p + "ln_2.bias": (d,),
+            p + "attn.c_attn.weight": (d, 3 * d), p + "attn.c_attn.bias": (3 * d,),
+            p + "attn.c_proj.weight": (d, d), p + "attn.c_proj.bias": (d,),
+            p + "mlp.c_fc.weight": (d, h), p + "mlp.c_fc.bias": (h,),
+            p + "mlp.c_proj.weight": (h, d), p + "mlp.c_proj.bias": (d,),
+        })
+    return out
+
+
+_IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
+
+
+def free_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable), or None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_decoder_config(cfg, c: dict, path: Path) -> None:
+    """The decoder must have been built for this language model (vqa.config.preset does that)."""
+    wrong = [f"{k}={getattr(cfg, k)!r} (config.json gives {v!r})" for k, v in architecture(c).items()
+             if getattr(cfg, k) != v]
+    if wrong:
+        raise ConfigError(f"the decoder was not built for {path}: " + ", ".join(wrong) +
+                          "; build its config with vqa.config.preset(..., dec_pretrained=...)")
+    if cfg.dec_max_len > c["n_positions"]:
+        raise ConfigError(f"{path}: dec_max_len={cfg.dec_max_len} is longer than the language model's "
+                          f"n_positions={c['n_positions']}")
+
+
+@torch.no_grad()
+def load_decoder(decoder, source: str) -> None:
+    """Copy the language model `source` into `decoder` (a TextDecoder built from `preset(...,
+    dec_pretrained=source)`), and zero every cross-attention output projection."""
+    folder = resolve(source)
+    c = read_config(folder)
+    _check_decoder_config(decoder.cfg, c, folder / "config.json")
+    if not (folder / "tokenizer.json").is_file():
+        tokenizer(source)  # the missing-tokenizer error
+    n_text = read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()  # before vqa's special tokens
+    vocab = decoder.embed.weight.shape[0]
+    with contextlib.ExitStack() as stack:
+        w = _Weights(folder, stack)
+        expected = _expected(c)
+        where = f"{folder / w.label}"
+        missing = sorted(set(expected) - w.keys(), key=_natural)
+        if missing:
+            raise ConfigError(f"{where} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}, which "
+                              f"config.json (n_layer={c['n_layer']}) describes: config and weights do not match")
+        extra = sorted((k for k in w.keys() - set(expected) if not _IGNORED.fullmatch(k)), key=_natural)
+        if extra:
+            raise ConfigError(f"{where} holds tensors config.json does not describe (n_layer={c['n_layer']}, "
+                              f"add_cross_attention={c.get('add_cross_attention', False)}): "
+                              f"{', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
+        for name, shape in expected.items():
+            if w.shape(name) != shape:
+                raise ConfigError(
+                    f"{where}: {name} is {list(w.shape(name))}, but config.json (n_embd={c['n_embd']}, "
+                    f"n_inner={c['n_inner']}, vocab_size={c['vocab_size']}, n_positions={c['n_positions']}) "
+                    f"implies {list(shape)}: config and weights do not match")
+        if n_text > c["vocab_size"]:
+            raise ConfigError(f"{folder / 'tokenizer.json'} has {n_text} tokens but wte.weight in {where} has "
+                              f"{c['vocab_size']} rows (config.json vocab_size): tokenizer and weights do not match")
+        if vocab < n_text:
+            raise ConfigError(f"vocab_size={vocab} is smaller than {source}'s tokenizer ({n_text} tokens); build "
+                              "the config with vqa.config.preset(..., dec_pretrained=...)")
+
+        def put(param: torch.Tensor, name: str, conv1d: bool = False) -> None:
+            t = w.get(name)
+            param.copy_((t.t() if conv1d else t).to(param.dtype))
+
+        wte = w.get("wte.weight")[:n_text].float()  # [n_text, D]: rows past the tokenizer are never produced
+        decoder.embed.weight[:n_text].copy_(wte)
+        if vocab > n_text:  # vqa's special tokens: ordinary logits at the start, each its own row
+            noise = torch.randn(vocab - n_text, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
+            decoder.embed.weight[n_text:].copy_(wte.mean(0) + noise)
+        decoder.pos.weight.copy_(w.get("wpe.weight")[: decoder.cfg.dec_max_len])
+        for i, blk in enumerate(decoder.blocks):
+            p = f"h.{i}."
+            put(blk.ln1.weight, p + "ln_1.weight")
+            put(blk.ln1.bias, p + "ln_1.bias")
+            put(blk.self_attn.qkv.weight, p + "attn.c_attn.weight", conv1d=True)
+            put(blk.self_attn.qkv.bias, p + "attn.c_attn.bias")
+            put(blk.self_attn.proj.weight, p + "attn.c_proj.weight", conv1d=True)
+            put(blk.self_attn.proj.bias, p + "attn.c_proj.bias")
+            put(blk.ln3.weight, p + "ln_2.weight")
+            put(blk.ln3.bias, p + "ln_2.bias")
+            put(blk.mlp[0].weight, p + "mlp.c_fc.weight", conv1d=True)
+            put(blk.mlp[0].bias, p + "mlp.c_fc.bias")
+            put(blk.mlp[2].weight, p + "mlp.c_proj.weight", conv1d=True)
+            put(blk.mlp[2].bias, p + "mlp.c_proj.bias")
+            # the new cross-attention adds nothing until it has learned something
+            blk.cross_attn.proj.weight.zero_()
+            blk.cross_attn.proj.bias.zero_()
+        put(decoder.ln_f.weight, "ln_f.weight")
+        put(decoder.ln_f.bias, "ln_f.bias")
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+__all__ = ["resolve", "read_config", "architecture", "decoder_fields", "tokenizer", "load_decoder",
+           "context_warning", "free_memory", "SUPPORTED"]

@@ -16,6 +16,7 @@ COMMANDS = {
     "eval": ("vqa.eval_cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
     "ask": ("vqa.predict_cli", "answer a question about an image"),
     "caption": ("vqa.predict_cli", "caption an image"),
+    "export": ("vqa.export", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime"),
 }
 
 

@@ -73,3 +73,15 @@ def test_gradients_match_the_models_own_loss():
     for n, p in model.named_parameters():
         if p.grad is not None:
             torch.testing.assert_close(ours[n], p.grad, atol=1e-6, rtol=1e-4, msg=n)
+
+
+def test_a_batch_without_any_text_row_gives_a_zero_loss_that_backpropagates():
+    """A batch whose samples were all unusable still makes a step: zero loss, zero gradients everywhere."""
+    model = tiny_model()
+    images = random_images(2, model.cfg)
+    batch = collate([dict(image=images[0], rows=[]), dict(image=images[1], rows=[])], pad_id=0)
+    assert batch.groups == []
+    loss = Objective(model)(batch.images, batch.groups, [])
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())

@@ -33,6 +33,9 @@ class Objective(nn.Module):
             logits = model.target_logits(hidden, g.target_pos)  # [K, V]
             ce = F.cross_entropy(logits.float(), g.target_ids, ignore_index=IGNORE, reduction="sum")
             total = total + w * ce
+        if not groups:  # every sample of the batch was unusable (a shard's bad records): a zero loss that still
+            # reaches every parameter, so backward() works and DDP's ranks stay in step
+            total = total + sum(p.sum() for p in self.parameters() if p.requires_grad) * 0.0
         return total
 
 

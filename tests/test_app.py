@@ -1,6 +1,8 @@
 """The Gradio demo through its API (`gradio_client`): ask, caption, the heatmap as an image, the encoding reused
-between questions, bad input answered with a message while the server keeps serving, the how-to page without
-a model, and `python app.py` printing its address."""
+between questions, concurrent questions answered in shared batches, bad input answered with a message that
+names the upload as the user called it (never a server path) while the server keeps serving, the attention
+explorer's endpoint, the model card and its warning for unfamiliar pictures, the how-to page without a
+model, and `python app.py` printing its address."""
 
 from __future__ import annotations
 
@@ -83,26 +85,27 @@ def test_the_api_names_are_stable(client):
 
 
 def test_ask_answers_with_top_k_scores_and_a_heatmap_image(client, pictures):
-    answer, label, heat, word, note = _ask(client, handle_file(str(pictures["red_circle"])))
+    answer, label, word, note = _ask(client, handle_file(str(pictures["red_circle"])))
     assert answer == "red"
     conf = label["confidences"]
     assert conf[0]["label"] == "red" and 1 <= len(conf) <= 3
     assert [c["confidence"] for c in conf] == sorted((c["confidence"] for c in conf), reverse=True)
     assert sum(c["confidence"] for c in conf) <= 1 + 1e-6
-    with Image.open(heat) as im:  # the heatmap is drawn on the picture (48 x 36) scaled to 480 px wide
-        assert im.size == (480, 360) and im.mode == "RGB"
     assert word["value"] == 0 and [c[0] for c in word["choices"]] == ["1. red"]
     assert note == ""
+    heat = client.predict(0, -1, -1, api_name="/heatmap")  # drawn when asked for (the page asks right after)
+    with Image.open(heat) as im:  # the heatmap is drawn on the picture (48 x 36) scaled to 480 px wide
+        assert im.size == (480, 360) and im.mode == "RGB"
     answer, *_ = _ask(client, handle_file(str(pictures["blue_square"])), SHAPE_Q, 1)
     assert answer == "square"
 
 
 def test_caption_and_its_decoding_settings(client, pictures):
     img = handle_file(str(pictures["blue_square"]))
-    text, details, heat, word, = _caption(client, img)
+    text, details, word, = _caption(client, img)
     assert text == "a blue square" and "greedy" in details
     assert [c[0] for c in word["choices"]] == ["1. a", "2. blue", "3. square"]
-    assert Image.open(heat).size == (480, 360)
+    assert Image.open(client.predict(2, -1, -1, api_name="/heatmap")).size == (480, 360)
     text, details, *_ = _caption(client, img, "beam", num_beams=3)
     assert text and details.startswith("1. ") and "3. " in details  # beam search lists its beams
     a = _caption(client, img, "sample", temperature=2.0, seed=7)
@@ -143,9 +146,9 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     for q in ("", "   "):
         with pytest.raises(AppError, match="type a question"):
             _ask(client, good, q)
-    answer, _, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
+    answer, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
     assert answer and "cut" in note
-    answer, _, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
+    answer, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
     assert answer == "red" and "<unk>" in note
     for q in ("ما لون الشكل؟", "מה הצבע של הצורה?"):
         answer, *_ = _ask(client, good, q)
@@ -212,7 +215,7 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch
 
     built = {}
     real_build = app_module.build_app
-    monkeypatch.setattr(app_module, "build_app", lambda p: built.setdefault("demo", real_build(p)))
+    monkeypatch.setattr(app_module, "build_app", lambda p, **kw: built.setdefault("demo", real_build(p, **kw)))
     monkeypatch.setattr(gr.Blocks, "block_thread", lambda self: None)  # return instead of serving forever
     port = free_port()
     try:

@@ -581,14 +581,18 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                 ex_info = gr.Markdown(elem_id="explorer-info")
                 with gr.Row():
                     self_img = gr.Image(label="Masked self-attention (prompt + generated tokens)", type="pil",
-                                        format="png", interactive=False, elem_id="self-attention")
+                                        format="png", interactive=False, show_label=False,
+                                        elem_id="self-attention")
                     cross_img = gr.Image(label="Cross-attention of the token: layers x heads", type="pil",
-                                         format="png", interactive=False, elem_id="cross-grid")
+                                         format="png", interactive=False, show_label=False,
+                                        elem_id="cross-grid")
                 qk_img = gr.Image(label="The token's query against every image key: scores, then softmax",
-                                  type="pil", format="png", interactive=False, elem_id="query-keys")
+                                  type="pil", format="png", interactive=False, show_label=False,
+                                        elem_id="query-keys")
                 with gr.Row():
                     vit_img = gr.Image(label="Inside the ViT: self-attention from one patch", type="pil",
-                                       format="png", interactive=False, elem_id="vit-attention")
+                                       format="png", interactive=False, show_label=False,
+                                        elem_id="vit-attention")
                     files = gr.File(label="Export", file_count="multiple", interactive=False, elem_id="export")
         ex = examples()
         if ex:
@@ -600,12 +604,13 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         # through the API only when /heatmap is asked for)
         heat_args = dict(fn=heatmap, inputs=[word, layer, head, state], outputs=heat, concurrency_id="heatmap",
                          concurrency_limit=4, show_progress="hidden")
+        gr.on([word.input, layer.input, head.input], **heat_args, api_name="heatmap")
         gr.on([ask_btn.click, question.submit], ask, [image, question, top_k, state],
               [answer, scores, word, note, state], api_name="ask", concurrency_id="model").success(
-            **heat_args, api_visibility="undocumented")
+            **heat_args, api_name="heatmap_after_ask", api_visibility="private")
         cap_btn.click(caption, [image, method, *settings, state], [cap_text, cap_details, word, state],
-                      api_name="caption", concurrency_id="model").success(**heat_args, api_visibility="undocumented")
-        gr.on([word.input, layer.input, head.input], **heat_args, api_name="heatmap")
+                      api_name="caption", concurrency_id="model").success(
+            **heat_args, api_name="heatmap_after_caption", api_visibility="private")
         views = [self_img, cross_img, qk_img, vit_img]
         gr.on([explain_btn.click, explorer_tab.select], explain, [state],
               [explained, ex_token, ex_layer, ex_head, ex_row, ex_col, ex_info, *views], api_name="explain",
@@ -628,8 +633,8 @@ def queue_sizes(max_batch: int = MAX_BATCH, concurrency: int | None = None,
     the next gathers) and 2 x that many waiting."""
     concurrency = 2 * max_batch if concurrency is None else concurrency
     queue_size = 2 * concurrency if queue_size is None else queue_size
-    if concurrency < 1 or queue_size < 0:
-        raise ValueError(f"concurrency must be >= 1 and queue size >= 0, got {concurrency} and {queue_size}")
+    if concurrency < 1 or queue_size < 1:  # gradio queues every request first, even when a worker is free
+        raise ValueError(f"concurrency and queue size must be at least 1, got {concurrency} and {queue_size}")
     return concurrency, queue_size
 
 

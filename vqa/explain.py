@@ -100,9 +100,10 @@ class Explanation:
                     memory_prefix=np.asarray(self.memory_prefix), vit_prefix=np.asarray(self.vit_prefix),
                     image_size=np.asarray(self.image_size), text=np.asarray(self.text))
 
-    def save(self, folder: str | Path, pictures: bool = True) -> list[Path]:
-        """Write `attention.npz` (every array) and, with `pictures`, the explorer's figures as PNG files
-        (`vqa.attention_figures.save_figures`) into `folder`; returns the files written."""
+    def save(self, folder: str | Path, pictures: bool = True, **which) -> list[Path]:
+        """Write `attention.npz` (every array) and, with `pictures`, the explorer's figures as PNG files into
+        `folder`; returns the files written. `which`: `vqa.attention_figures.save_figures`'s choice of tokens,
+        layer, head and patch."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(folder / NPZ, **self.arrays())
@@ -110,7 +111,7 @@ class Explanation:
         if pictures:
             from .attention_figures import save_figures
 
-            out += save_figures(self, folder)
+            out += save_figures(self, folder, **which)
         return out
 
 

@@ -9,11 +9,12 @@ a Shapes scene; the answer means little. The demo warns when a picture is unlike
 Each picture becomes one vector: the mean of its encoded image tokens (the memory the decoder reads),
 L2-normalised. Its distance to the nearest of the reference training pictures (1 - cosine similarity) is
 compared with the largest such distance *among* the reference pictures, each to its nearest other one (the
-leave-one-out nearest-neighbour distance): a picture farther from every training picture than any training
-picture is from the rest gets ratio > 1. This is the deep nearest-neighbour test of Sun et al. (2022, "Out-of-
-distribution detection with deep nearest neighbors") with the threshold taken from the reference itself. It
-is a warning, not a guarantee: a drawing close to the training style (a red ball on a table, for a Shapes
-model) may pass.
+leave-one-out nearest-neighbour distance), with a 25% margin: a picture farther from every training picture
+than 1.25 x the farthest any training picture lies from the rest gets ratio > 1. This is the deep nearest-
+neighbour test of Sun et al. (2022, "Out-of-distribution detection with deep nearest neighbors") with the
+threshold taken from the reference itself. It is a warning, not a guarantee: a drawing close to the
+training style (a red ball and a blue box on a table, for a Shapes model) may pass. docs/demo.md has the
+figures for the demo's sample pictures.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from .errors import InputError
 
 
 class Familiarity:
+    margin = 1.25  # the threshold is this many times the largest nearest-neighbour distance among the reference
+
     def __init__(self, reference: np.ndarray, source: str = ""):
         ref = np.asarray(reference, dtype=np.float32)
         if ref.ndim != 2 or ref.shape[0] < 2:
@@ -36,7 +39,8 @@ class Familiarity:
         self.source = source
         sim = self.reference @ self.reference.T  # [R, R]
         np.fill_diagonal(sim, -np.inf)
-        self.threshold = float(max(1.0 - sim.max(1).max(), 1e-6))  # the farthest reference picture's NN distance
+        self.loo = 1.0 - sim.max(1)  # [R] each reference picture's distance to its nearest other one
+        self.threshold = float(max(self.margin * self.loo.max(), 1e-6))
 
     def distance(self, features: np.ndarray) -> np.ndarray:
         """[B] distance (1 - cosine) of each feature vector [B, D] to its nearest reference picture."""

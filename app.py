@@ -3,25 +3,26 @@ model looked while it wrote each word, and follow its attention step by step in 
 
     python app.py                          # runs/tiny if it exists, else a page on how to train one
     python app.py --checkpoint runs/tiny [--host 0.0.0.0] [--port 7860] [--device cuda]
-                  [--max-batch 16] [--concurrency 32] [--queue-size 64]
+                  [--max-batch 16] [--batch-wait 2] [--concurrency 32] [--queue-size 64]
 
 Serving. Questions and captions from all users go through one batching layer (`vqa.serving`): the requests
-that arrive together (within `--batch-wait` ms, at most `--max-batch`) are answered by one batched model call,
-each distinct picture encoded once and its encoding cached by content. `--concurrency` requests are worked on
-at once (default 2 x max-batch, so the next batch gathers while one runs) and at most `--queue-size` more wait
-(default 2 x concurrency); beyond that a user is told the demo is busy. The heatmap is drawn as a JPEG;
-the explorer's pictures only when its tab is opened. Uploads are capped at 10 MB and pictures at
-`vqa.data.images.MAX_PIXELS` (64 megapixels); the server listens on 127.0.0.1 unless `--host` says otherwise.
-Bad input (no picture, a file that is not a picture, a truncated or huge one, an empty question) gets a
-message that names the file as the user called it, never a path on the server.
+that wait together (at most `--max-batch`; the first waits `--batch-wait` ms for company) are answered by one
+batched model call, each distinct picture encoded once and its encoding cached by content. `--concurrency`
+requests are worked on at once (default 2 x max-batch, so the next batch gathers while one runs) and at most
+`--queue-size` more wait (default 2 x concurrency); beyond that a user is told the demo is busy. The answer
+is sent as soon as it is there; its heatmap is drawn by a second, lighter event (through the API: only when
+/heatmap is asked for), and the explorer's pictures only when its tab is opened. Uploads are capped at 10 MB
+and pictures at `vqa.data.images.MAX_PIXELS` (64 megapixels); the server listens on 127.0.0.1 unless
+`--host` says otherwise. Bad input (no picture, a file that is not a picture, a truncated or huge one, an
+empty question) gets a message that names the file as the user called it, never a path on the server.
 
-The model card says what the model was trained on; when a picture looks unlike the training pictures
-(`vqa.familiarity`, against up to 256 of them when the training data is on this machine), the answer comes
-with a warning.
+The model card says what the model was trained on; when the training pictures are on this machine, each
+picture is compared with up to 256 of them (`vqa.familiarity`) and an unusual one gets a warning with its
+answer.
 
 For tests and embedding: `build_app(predictor_or_None, max_batch=...) -> gr.Blocks` and
-`serve(demo, host, port, concurrency, queue_size)`; the endpoints `/ask`, `/caption`, `/heatmap` and
-`/explain` keep their names for `gradio_client`.
+`serve(demo, host, port, concurrency, queue_size)`; the endpoints `/ask`, `/caption`, `/heatmap`, `/explain`
+and `/export` keep their names for `gradio_client`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import json
 import re
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -308,32 +308,27 @@ def card_markdown(pred, reference_note: str = "") -> str:
 
 
 def start_reference(server, pred, reference: Any) -> str:
-    """Give `server` its familiarity reference: a `Familiarity`, None (no check) or "auto" (built in the
-    background from the training data named in the card, when that folder is on this machine). Returns the
-    model card's sentence about the check."""
+    """Give `server` its familiarity reference: a `Familiarity`, None (no check) or "auto" (built now from up
+    to REFERENCE_PICTURES training pictures named in the card, when that folder is on this machine: a few
+    seconds at start-up for the tiny model). Returns the model card's sentence about the check."""
     if reference is None:
         return ""
-    if reference != "auto":
-        server.familiarity = reference
-        return (f"Pictures are compared with {reference.source or 'reference pictures'} in the model's own "
-                "features; one unlike all of them gets a warning with its answer.")
-    _, folder = training_data(pred.card)
-    if folder is None:
-        data = pred.card.get("data")
-        return (f"The training pictures (`{data}`) are not on this machine, so pictures cannot be compared with "
-                "them: no warning is given for unusual pictures.") if data else ""
-
-    def build():
+    if reference == "auto":
         from vqa.familiarity import Familiarity
 
+        _, folder = training_data(pred.card)
+        if folder is None:
+            data = pred.card.get("data")
+            return (f"The training pictures (`{data}`) are not on this machine, so pictures cannot be compared "
+                    "with them: no warning is given for unusual pictures.") if data else ""
         try:
-            server.familiarity = Familiarity.from_data(pred, folder, pred.card.get("train_split") or "train",
-                                                       n=REFERENCE_PICTURES)
+            reference = Familiarity.from_data(pred, folder, pred.card.get("train_split") or "train",
+                                              n=REFERENCE_PICTURES)
         except (VQAError, OSError) as e:
             print(f"app.py: no familiarity check: {e}", file=sys.stderr)
-
-    threading.Thread(target=build, name="vqa-familiarity", daemon=True).start()
-    return (f"Each picture is compared with up to {REFERENCE_PICTURES} training pictures in the model's own "
+            return f"The training pictures could not be read ({e}): no warning is given for unusual pictures."
+    server.familiarity = reference
+    return (f"Each picture is compared with {reference.source or 'reference pictures'} in the model's own "
             "features (`vqa.familiarity`); one unlike all of them gets a warning with its answer.")
 
 

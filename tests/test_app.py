@@ -230,11 +230,15 @@ def test_concurrent_questions_are_answered_in_shared_batches(running, client, pr
     before, largest = batcher.batches, batcher.largest
     jobs = [(pictures["red_circle"], COLOR_Q), (pictures["blue_square"], SHAPE_Q), (pictures["blue_square"], COLOR_Q),
             (pictures["red_circle"], SHAPE_Q), (pictures["red_circle"], COLOR_Q), (pictures["blue_square"], COLOR_Q)]
+    from test_serving import _count_submissions
+
+    submitted = _count_submissions(batcher)
     with pred._lock:  # hold the model: the requests gather in the batching layer meanwhile
         futures = [client.submit(handle_file(str(p)), q, 2, api_name="/ask") for p, q in jobs]
         deadline = time.monotonic() + 60
-        while batcher._queue.qsize() < len(jobs) - 1 and time.monotonic() < deadline:
+        while len(submitted) < len(jobs) and time.monotonic() < deadline:
             time.sleep(0.01)
+    del batcher.submit  # back to the class's own method
     out = [f.result(timeout=60)[0] for f in futures]
     assert out == ["red", "square", "blue", "circle", "red", "blue"]
     # the first request may start a batch of its own before the others arrive; the rest share one call

@@ -31,7 +31,14 @@ PIL image or an array alike) only runs the decoder. Batched calls encode each di
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
 (prefix tokens such as CLS are dropped, so a map sums to at most 1). `vqa.heatmaps.attention_heatmap()` draws
-one over the original image, undoing the letterbox.
+one over the original image, undoing the letterbox. Batched calls compute the maps of all rows in one
+teacher-forced pass.
+
+Explaining. `explain(image, question)` (or `explain(image)` for a caption, or `result=` an answer already
+computed) returns a `vqa.explain.Explanation`: every decoder layer's masked self-attention and
+cross-attention weights, the raw scores q.k / sqrt(d) before the softmax, and the ViT's self-attention over
+the patches, read on a separate unfused pass so answering stays on the fused kernels. `image_features`
+gives each picture's pooled encoding, for `vqa.familiarity`.
 """
 
 from __future__ import annotations

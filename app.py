@@ -454,7 +454,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         try:
             return _heatmap(pred, state, word, layer, head)
         except (VQAError, ValueError, TypeError, IndexError) as e:
-            raise _fail(e) from None
+            raise _fail(e, (state or {}).get("source")) from None
 
     # ---- the attention explorer ----
     def explain(state):

@@ -1,11 +1,15 @@
 """The Gradio demo through its API (`gradio_client`): ask, caption, the heatmap as an image, the encoding reused
-between questions, bad input answered with a message while the server keeps serving, the how-to page without
-a model, and `python app.py` printing its address."""
+between questions, concurrent questions answered in shared batches, bad input answered with a message that
+names the upload as the user called it (never a server path) while the server keeps serving, the attention
+explorer's endpoint, the model card and its warning for unfamiliar pictures, the how-to page without a
+model, and `python app.py` printing its address."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import time
 
 import pytest
 from PIL import Image
@@ -13,6 +17,7 @@ from predict_fixtures import (
     COLOR_Q,
     ROOT,
     SHAPE_Q,
+    draw,
     free_port,
     load_app_module,
     shared_checkpoint,
@@ -43,10 +48,15 @@ def pred(app_module):
 
 
 @pytest.fixture(scope="module")
-def server(pred):
+def running(pred):
     demo, url = start_app(pred)
-    yield url
+    yield demo, url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def server(running):
+    return running[1]
 
 
 @pytest.fixture()
@@ -83,26 +93,27 @@ def test_the_api_names_are_stable(client):
 
 
 def test_ask_answers_with_top_k_scores_and_a_heatmap_image(client, pictures):
-    answer, label, heat, word, note = _ask(client, handle_file(str(pictures["red_circle"])))
+    answer, label, word, note = _ask(client, handle_file(str(pictures["red_circle"])))
     assert answer == "red"
     conf = label["confidences"]
     assert conf[0]["label"] == "red" and 1 <= len(conf) <= 3
     assert [c["confidence"] for c in conf] == sorted((c["confidence"] for c in conf), reverse=True)
     assert sum(c["confidence"] for c in conf) <= 1 + 1e-6
-    with Image.open(heat) as im:  # the heatmap is drawn on the picture (48 x 36) scaled to 480 px wide
-        assert im.size == (480, 360) and im.mode == "RGB"
     assert word["value"] == 0 and [c[0] for c in word["choices"]] == ["1. red"]
     assert note == ""
+    heat = client.predict(0, -1, -1, api_name="/heatmap")  # drawn when asked for (the page asks right after)
+    with Image.open(heat) as im:  # the heatmap is drawn on the picture (48 x 36) scaled to 480 px wide
+        assert im.size == (480, 360) and im.mode == "RGB"
     answer, *_ = _ask(client, handle_file(str(pictures["blue_square"])), SHAPE_Q, 1)
     assert answer == "square"
 
 
 def test_caption_and_its_decoding_settings(client, pictures):
     img = handle_file(str(pictures["blue_square"]))
-    text, details, heat, word, = _caption(client, img)
+    text, details, word, = _caption(client, img)
     assert text == "a blue square" and "greedy" in details
     assert [c[0] for c in word["choices"]] == ["1. a", "2. blue", "3. square"]
-    assert Image.open(heat).size == (480, 360)
+    assert Image.open(client.predict(2, -1, -1, api_name="/heatmap")).size == (480, 360)
     text, details, *_ = _caption(client, img, "beam", num_beams=3)
     assert text and details.startswith("1. ") and "3. " in details  # beam search lists its beams
     a = _caption(client, img, "sample", temperature=2.0, seed=7)
@@ -143,9 +154,9 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     for q in ("", "   "):
         with pytest.raises(AppError, match="type a question"):
             _ask(client, good, q)
-    answer, _, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
+    answer, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
     assert answer and "cut" in note
-    answer, _, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
+    answer, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
     assert answer == "red" and "<unk>" in note
     for q in ("ما لون الشكل؟", "מה הצבע של הצורה?"):
         answer, *_ = _ask(client, good, q)
@@ -164,6 +175,133 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     assert _ask(client, good)[0] == "red"  # still serving
 
 
+def _no_server_path(message: str) -> None:
+    import tempfile
+
+    assert tempfile.gettempdir() not in message and "/gradio/" not in message, message
+
+
+def test_upload_errors_name_the_file_as_the_user_called_it_never_a_server_path(client, pred, pictures, tmp_path):
+    whole = (pictures["red_circle"]).read_bytes()
+    cases = {}
+    (tmp_path / "t.png").write_bytes(whole[: len(whole) // 2])  # truncated: the header reads, the pixels do not
+    cases["t.png"] = "truncated"
+    (tmp_path / "notes.png").write_text("this is not a picture")
+    cases["notes.png"] = "as a picture"
+    (tmp_path / "drawing.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")  # gradio passes .svg on
+    cases["drawing.svg"] = "not an image"
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(2000))  # a JPEG that is noise
+    cases["photo.jpg"] = "picture|image"
+    for name, what in cases.items():
+        with pytest.raises(AppError) as err:
+            _ask(client, handle_file(str(tmp_path / name)))
+        msg = str(err.value)
+        assert f'"{name}"' in msg and re.search(what, msg), msg
+        _no_server_path(msg)
+    Image.new("RGB", (300, 200), (90, 90, 90)).save(tmp_path / "big.png")
+    old = pred.max_pixels
+    pred.max_pixels = 50_000  # stand-in for the 64-megapixel limit
+    try:
+        for api in ("/ask", "/caption"):
+            with pytest.raises(AppError) as err:
+                (_ask if api == "/ask" else _caption)(client, handle_file(str(tmp_path / "big.png")))
+            assert '"big.png"' in str(err.value) and "over the limit" in str(err.value)
+            _no_server_path(str(err.value))
+    finally:
+        pred.max_pixels = old
+    assert _ask(client, handle_file(str(pictures["red_circle"])))[0] == "red"  # still serving
+
+
+def test_messages_lose_server_paths_even_without_a_name(app_module):
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), "gradio", "abc123", "t.png")
+    msg = app_module.user_message(f"{path}: truncated image file", path)
+    assert msg == "the uploaded file: truncated image file"
+    named = app_module.Upload(path, '"holiday.png"')
+    assert app_module.user_message(f"{path}: truncated", named) == '"holiday.png": truncated'
+    other = os.path.join(tempfile.gettempdir(), "elsewhere", "x.png")
+    assert tempfile.gettempdir() not in app_module.user_message(f"cannot read {other}, sorry", None)
+
+
+def test_concurrent_questions_are_answered_in_shared_batches(running, client, pred, pictures):
+    demo, _ = running
+    batcher = demo.batching.batcher
+    before, largest = batcher.batches, batcher.largest
+    jobs = [(pictures["red_circle"], COLOR_Q), (pictures["blue_square"], SHAPE_Q), (pictures["blue_square"], COLOR_Q),
+            (pictures["red_circle"], SHAPE_Q), (pictures["red_circle"], COLOR_Q), (pictures["blue_square"], COLOR_Q)]
+    from test_serving import _count_submissions
+
+    submitted = _count_submissions(batcher)
+    with pred._lock:  # hold the model: the requests gather in the batching layer meanwhile
+        futures = [client.submit(handle_file(str(p)), q, 2, api_name="/ask") for p, q in jobs]
+        deadline = time.monotonic() + 60
+        while len(submitted) < len(jobs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    del batcher.submit  # back to the class's own method
+    out = [f.result(timeout=60)[0] for f in futures]
+    assert out == ["red", "square", "blue", "circle", "red", "blue"]
+    # the first request may start a batch of its own before the others arrive; the rest share one call
+    assert batcher.batches - before <= 2 and batcher.largest >= max(largest, len(jobs) // 2)
+
+
+def test_the_explorer_shows_the_matrix_the_maps_and_exports_them(client, pictures):
+    empty = client.predict(api_name="/explain")  # before any question: a hint, no pictures
+    assert "Ask a question" in empty[5] and empty[6] is None
+    _ask(client, handle_file(str(pictures["blue_square"])), COLOR_Q)
+    token, layer, head, row, col, info, self_img, cross_img, qk_img, vit_img = client.predict(api_name="/explain")
+    assert '"what color is the shape?" → "blue"' in info
+    for path in (self_img, cross_img, qk_img, vit_img):
+        with Image.open(path) as im:
+            assert im.width > 300 and im.height > 150
+    value = lambda update: update["value"] if isinstance(update, dict) else update  # noqa: E731
+    assert value(token) == 0 and value(head) == -1 and 1 <= value(row) <= 4 and 1 <= value(col) <= 4
+    files = client.predict(*(value(x) for x in (token, layer, head, row, col)), api_name="/export")
+    names = sorted(os.path.basename(f) for f in files)
+    assert "attention.npz" in names and "self_attention_layer1.png" in names
+    assert any(n.startswith("cross_attention_01_blue") for n in names)
+    import numpy as np
+
+    with np.load(next(f for f in files if f.endswith(".npz"))) as z:
+        assert z["tokens"][-1] == "blue" and z["self_weights"].shape[-1] == len(z["tokens"])
+
+
+def test_the_card_says_what_the_model_was_trained_on_and_unusual_pictures_get_a_warning(app_module, pred,
+                                                                                      pictures, shapes_dir):
+    from types import SimpleNamespace
+
+    from vqa.familiarity import Familiarity
+
+    saved = dict(pred.card)
+    try:
+        pred.card["data"] = str(shapes_dir)
+        card = app_module.card_markdown(pred)
+        assert "**Shapes**" in card and "guesses" in card
+        assert app_module.training_data(pred.card)[1] == shapes_dir
+        stub = SimpleNamespace(familiarity=None)  # "auto": built from the training pictures the card names
+        assert "compared with 24 pictures of" in app_module.start_reference(stub, pred, "auto")
+        assert stub.familiarity.reference.shape[0] == 24 and stub.familiarity.threshold > 0
+        pred.card["data"] = "/nowhere/shapes"
+        assert "not on this machine" in app_module.start_reference(stub, pred, "auto")
+        assert "**Shapes**" in app_module.card_markdown(pred)  # named shapes: still described
+    finally:
+        pred.card.clear()
+        pred.card.update(saved)
+    # a reference of red circles only: a blue square is unlike all of them, a red circle is not
+    ref = Familiarity.from_images(pred, [draw("red_circle", (48, 36)), draw("red_circle", (52, 40)),
+                                         draw("red_circle", (40, 40))], source="3 red circles")
+    demo = app_module.build_app(pred, reference=ref)
+    _, url, _ = app_module.serve(demo, port=free_port(), block=False, quiet=True)
+    try:
+        c = Client(url, verbose=False)
+        answer, _, _, note = c.predict(handle_file(str(pictures["blue_square"])), COLOR_Q, 1, api_name="/ask")
+        assert answer == "blue" and "looks unlike the pictures the model was trained on" in note
+        answer, _, _, note = c.predict(handle_file(str(pictures["red_circle"])), COLOR_Q, 1, api_name="/ask")
+        assert answer == "red" and "unlike" not in note
+    finally:
+        demo.close()
+
+
 def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictures):
     import httpx
 
@@ -175,6 +313,16 @@ def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictu
     with pytest.raises(ValueError, match="exceeds the maximum file size"):
         _ask(client, handle_file(str(blob)))
     assert _ask(client, handle_file(str(pictures["red_circle"])))[0] == "red"
+
+
+def test_queue_sizes_follow_the_batch_size():
+    app = load_app_module()
+    assert app.queue_sizes(16) == (32, 64)
+    assert app.queue_sizes(4, concurrency=6) == (6, 12)
+    assert app.queue_sizes(4, 3, 1) == (3, 1)
+    for bad in ((4, 0), (4, 3, 0)):
+        with pytest.raises(ValueError):
+            app.queue_sizes(*bad)
 
 
 def test_requests_wait_in_the_queue_and_all_get_answers(client, pictures):
@@ -212,13 +360,14 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch
 
     built = {}
     real_build = app_module.build_app
-    monkeypatch.setattr(app_module, "build_app", lambda p: built.setdefault("demo", real_build(p)))
+    monkeypatch.setattr(app_module, "build_app", lambda p, **kw: built.update(demo=real_build(p, **kw)) or built["demo"])
     monkeypatch.setattr(gr.Blocks, "block_thread", lambda self: None)  # return instead of serving forever
     port = free_port()
     try:
         assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port)]) == 0
         out = capsys.readouterr().out
         assert f"serving model {shared_checkpoint()} on cpu at http://127.0.0.1:{port}/" in out, out
+        assert "batches of up to 16, 32 at once, 64 waiting" in out
         img = handle_file(str(write_pictures(tmp_path)["red_circle"]))
         assert Client(f"http://127.0.0.1:{port}/", verbose=False).predict(img, COLOR_Q, 1, api_name="/ask")[0] == "red"
     finally:
@@ -226,3 +375,13 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch
             built["demo"].close()
     assert app_module.main(["--checkpoint", str(tmp_path / "none")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+    port = free_port()
+    try:
+        assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port), "--max-batch", "4",
+                                "--queue-size", "5"]) == 0
+        assert "batches of up to 4, 8 at once, 5 waiting" in capsys.readouterr().out
+        assert built["demo"].batching.batcher.max_batch == 4
+    finally:
+        built["demo"].close()
+    with pytest.raises(SystemExit):
+        app_module.main(["--checkpoint", str(shared_checkpoint()), "--max-batch", "0"])

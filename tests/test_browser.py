@@ -1,7 +1,7 @@
-"""One real-browser test: headless Debian chromium (driven by Playwright's Python package, pointed at the
-system browser: Playwright's own browser download is never used) opens the demo, uploads a picture, asks a
-question and sees the answer and the heatmap on the page. Skips, saying why, when chromium or playwright is
-missing."""
+"""Real-browser tests: headless Debian chromium (driven by Playwright's Python package, pointed at the system
+browser: Playwright's own browser download is never used) opens the demo, uploads a picture, asks a question
+and sees the answer and the heatmap on the page; then opens the attention explorer and sees the self-attention
+matrix and the other views. Skips, saying why, when chromium or playwright is missing."""
 
 from __future__ import annotations
 
@@ -81,12 +81,49 @@ def test_upload_a_picture_ask_and_see_the_answer_and_heatmap(browser, tmp_path):
         demo.close()
 
 
+def _natural_width(page, selector: str) -> int:
+    return page.locator(selector).evaluate("img => img.complete ? img.naturalWidth : 0")
+
+
+def test_the_attention_explorer_shows_the_matrix(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from vqa.predict import Predictor
+
+    pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
+    demo, url = start_app(pred)
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        page.goto(url, wait_until="domcontentloaded", timeout=30_000)
+        page.locator("#picture input[type=file]").set_input_files(str(write_pictures(tmp_path)["red_circle"]),
+                                                                   timeout=20_000)
+        page.locator("#question textarea").fill(COLOR_Q)
+        page.locator("#ask-button").click()
+        expect(page.locator("#answer textarea")).to_have_value("red", timeout=30_000)
+        page.get_by_role("tab", name="Attention explorer").click()
+        expect(page.locator("#explorer-info")).to_contain_text('"what color is the shape?" → "red"', timeout=30_000)
+        for view in ("#self-attention img", "#cross-grid img", "#query-keys img", "#vit-attention img"):
+            expect(page.locator(view)).to_be_visible(timeout=30_000)
+        page.wait_for_function("document.querySelector('#self-attention img').naturalWidth > 300", timeout=10_000)
+        assert _natural_width(page, "#self-attention img") > 300
+        # another head redraws the matrix (the picture changes)
+        before = page.locator("#self-attention img").get_attribute("src")
+        page.locator("#ex-head input").click()
+        page.get_by_role("option", name="head 1").click()
+        page.wait_for_function(f"document.querySelector('#self-attention img').src != {before!r}", timeout=30_000)
+    finally:
+        page.close()
+        demo.close()
+
+
 # ------------------------------------------------------------------------------------------ the README screenshot
 
 
-def take_screenshot(checkpoint: str, out: str, picture: str | None = None, question: str | None = None) -> None:
+def take_screenshot(checkpoint: str, out: str, picture: str | None = None, question: str | None = None,
+                    explorer_out: str | None = None) -> None:
     """Serve `checkpoint`, ask about `picture` (default: the first Shapes sample and its question) in headless
-    chromium and save a screenshot of the page showing the answer and the heatmap to `out`."""
+    chromium and save a screenshot of the page showing the answer and the heatmap to `out`; with
+    `explorer_out`, also one of the attention explorer explaining that answer."""
     import json
     from pathlib import Path
 
@@ -118,6 +155,14 @@ def take_screenshot(checkpoint: str, out: str, picture: str | None = None, quest
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=out, full_page=False)
             print(f"answer: {page.locator('#answer textarea').input_value()!r}; screenshot: {out}")
+            if explorer_out:
+                page.set_viewport_size({"width": 1400, "height": 1600})
+                page.get_by_role("tab", name="Attention explorer").click()
+                for view in ("#self-attention img", "#cross-grid img", "#query-keys img", "#vit-attention img"):
+                    expect(page.locator(view)).to_be_visible(timeout=60_000)
+                page.wait_for_timeout(1500)
+                page.screenshot(path=explorer_out, full_page=True)
+                print(f"explorer screenshot: {explorer_out}")
             browser.close()
     finally:
         demo.close()
@@ -131,5 +176,6 @@ if __name__ == "__main__":
     p.add_argument("--out", default="docs/screenshot.png")
     p.add_argument("--picture", default=None)
     p.add_argument("--question", default=None)
+    p.add_argument("--explorer-out", default="docs/explorer.png", help="the explorer's screenshot ('' for none)")
     a = p.parse_args()
-    take_screenshot(a.checkpoint, a.out, a.picture, a.question)
+    take_screenshot(a.checkpoint, a.out, a.picture, a.question, a.explorer_out or None)

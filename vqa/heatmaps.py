@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -63,18 +64,66 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
     the picture) before the colormap (turbo: dark red = most), so the picture shows where attention is
     relatively high; the overlay's opacity is `alpha` there and fades to a quarter of it where attention is
     lowest, so the picture stays visible."""
-    import matplotlib
-
     img = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image)
     m = select_map(maps, layer, head)
     up = upsample_map(m, img.width, img.height, image_size or m.shape[-1] * 8)
     lo, hi = float(up.min()), float(up.max())
     up = (up - lo) / (hi - lo) if hi > lo else np.zeros_like(up)
     levels = np.clip(up * 255 + 0.5, 0, 255).astype(np.uint8)
-    lut = (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+    lut = _lut(colormap)
     opacity = float(alpha) * (0.25 + 0.75 * up)[..., None]  # low attention lets the picture show through
     mixed = np.asarray(img, dtype=np.float32) * (1 - opacity) + lut[levels] * opacity
     return Image.fromarray(np.clip(mixed + 0.5, 0, 255).astype(np.uint8), "RGB")
 
 
-__all__ = ["attention_heatmap", "select_map", "letterbox_box", "upsample_map"]
+@functools.lru_cache(maxsize=8)
+def _lut(colormap: str) -> np.ndarray:
+    """The colormap as a [256, 3] float32 table (built once per name: matplotlib's lookup costs a few ms)."""
+    import matplotlib
+
+    return (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+
+
+def patch_edges(width: int, height: int, grid: int, image_size: int) -> tuple[list[float], list[float]]:
+    """Where the patch borders fall on a width x height picture (x positions, y positions, in its pixels):
+    the model's grid x grid patches cover the letterboxed `image_size` square, so the borders are mapped
+    back through the letterbox; borders over the padding are left out."""
+    left, top, right, bottom = letterbox_box(width, height, image_size)
+    cell = image_size / grid
+    xs = [(i * cell - left) * width / (right - left) for i in range(grid + 1)]
+    ys = [(i * cell - top) * height / (bottom - top) for i in range(grid + 1)]
+    return [x for x in xs if -0.5 <= x <= width + 0.5], [y for y in ys if -0.5 <= y <= height + 0.5]
+
+
+def patch_box(width: int, height: int, row: int, col: int, grid: int, image_size: int) -> tuple[float, ...]:
+    """The picture-pixel box (left, top, right, bottom) of patch (row, col), clipped to the picture."""
+    left, top, right, bottom = letterbox_box(width, height, image_size)
+    cell = image_size / grid
+    sx, sy = width / (right - left), height / (bottom - top)
+    box = ((col * cell - left) * sx, (row * cell - top) * sy, ((col + 1) * cell - left) * sx,
+           ((row + 1) * cell - top) * sy)
+    return max(0.0, box[0]), max(0.0, box[1]), min(float(width), box[2]), min(float(height), box[3])
+
+
+def draw_patch_grid(img: Image.Image, grid: int, image_size: int, color=(255, 255, 255, 90),
+                    mark: tuple[int, int] | None = None, mark_color=(255, 255, 255)) -> Image.Image:
+    """A copy of `img` with the model's patch borders drawn (thin, translucent) and, optionally, patch
+    `mark` = (row, column) outlined."""
+    from PIL import ImageDraw
+
+    out = img.convert("RGBA")
+    layer = Image.new("RGBA", out.size, (0, 0, 0, 0))
+    d = ImageDraw.Draw(layer)
+    xs, ys = patch_edges(out.width, out.height, grid, image_size)
+    for x in xs:
+        d.line([(x, 0), (x, out.height)], fill=color, width=1)
+    for y in ys:
+        d.line([(0, y), (out.width, y)], fill=color, width=1)
+    if mark is not None:
+        d.rectangle(patch_box(out.width, out.height, *mark, grid, image_size), outline=mark_color,
+                    width=max(2, out.width // 120))
+    return Image.alpha_composite(out, layer).convert("RGB")
+
+
+__all__ = ["attention_heatmap", "select_map", "letterbox_box", "upsample_map", "patch_edges", "patch_box",
+           "draw_patch_grid"]

@@ -31,7 +31,14 @@ PIL image or an array alike) only runs the decoder. Batched calls encode each di
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
 (prefix tokens such as CLS are dropped, so a map sums to at most 1). `vqa.heatmaps.attention_heatmap()` draws
-one over the original image, undoing the letterbox.
+one over the original image, undoing the letterbox. Batched calls compute the maps of all rows in one
+teacher-forced pass.
+
+Explaining. `explain(image, question)` (or `explain(image)` for a caption, or `result=` an answer already
+computed) returns a `vqa.explain.Explanation`: every decoder layer's masked self-attention and
+cross-attention weights, the raw scores q.k / sqrt(d) before the softmax, and the ViT's self-attention over
+the patches, read on a separate unfused pass so answering stays on the fused kernels. `image_features`
+gives each picture's pooled encoding, for `vqa.familiarity`.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from .data.images import load_image
 from .data.transforms import build_transform
 from .device import pick_device
 from .errors import ConfigError, InputError
-from .generate import cross_attention_maps, generate, score_candidates
+from .generate import generate, score_candidates
 
 # ----------------------------------------------------------------------------------------------- results
 
@@ -64,6 +71,8 @@ from .generate import cross_attention_maps, generate, score_candidates
 class _Generated:
     tokens: list[str] = field(default_factory=list)  # the generated pieces, as text (word starts keep a space)
     attention: torch.Tensor | None = None  # [G, L, H, grid, grid] on the CPU, when asked for
+    prompt_ids: list[int] = field(default_factory=list, repr=False)  # the prompt it was generated after
+    ids: list[int] = field(default_factory=list, repr=False)  # the generated token ids (no <eos>)
 
     def words(self) -> list[tuple[str, torch.Tensor | None]]:
         """The generated words with their attention maps [L, H, grid, grid]: word pieces are joined and
@@ -203,14 +212,49 @@ class Predictor:
     def _pieces(self, ids: list[int]) -> list[str]:
         return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
 
-    def _maps(self, memory: torch.Tensor, prompt: list[int], generated: list[int]) -> torch.Tensor:
-        """[G, L, H, grid, grid] patch attention (prefix tokens dropped) on the CPU."""
-        g = self.grid
-        if not generated:
-            return torch.zeros(0, self.cfg.dec_depth, self.cfg.dec_heads, g, g)
-        maps = cross_attention_maps(self.model, memory[None], prompt, generated)  # [G, L, H, N]
-        patches = maps[..., maps.shape[-1] - g * g :]  # drop the prefix (CLS) tokens
-        return rearrange(patches, "g l h (y x) -> g l h y x", y=g).float().cpu()
+    def _maps(self, memory: torch.Tensor, index: Sequence[int], prompts: Sequence[list[int]],
+              generated: Sequence[list[int]]) -> list[torch.Tensor]:
+        """Per row: [G, L, H, grid, grid] patch attention (prefix tokens dropped) on the CPU, for all rows in
+        one teacher-forced pass. Rows are right-padded: under causal attention a real token never sees the
+        padding after it, so each row's weights are those of its own pass (`cross_attention_maps`)."""
+        g, cfg = self.grid, self.cfg
+        out = [torch.zeros(0, cfg.dec_depth, cfg.dec_heads, g, g) for _ in generated]
+        rows = [b for b, seq in enumerate(generated) if seq]
+        if not rows:
+            return out
+        seqs = [list(prompts[b]) + list(generated[b]) for b in rows]
+        if max(len(q) for q in seqs) > cfg.dec_max_len:
+            raise InputError(f"prompt + generated of {max(len(q) for q in seqs)} tokens exceeds "
+                             f"dec_max_len={cfg.dec_max_len}")
+        ids = torch.full((len(rows), max(len(q) for q in seqs)), cfg.pad_id, dtype=torch.long)
+        for i, q in enumerate(seqs):
+            ids[i, : len(q)] = torch.as_tensor(q)
+        img = torch.as_tensor([index[b] for b in rows], dtype=torch.long, device=memory.device)
+        with torch.inference_mode():
+            _, maps = self.model.decoder(ids.to(memory.device), self.model.memory_kv(memory, img), need_weights=True)
+        stacked = torch.stack(maps, 1)  # [R, L, H, T, N]
+        patches = stacked[..., stacked.shape[-1] - g * g :].float().cpu()  # drop the prefix (CLS) tokens
+        for i, b in enumerate(rows):
+            start = len(prompts[b]) - 1  # the query at position t wrote token t + 1
+            m = patches[i, :, :, start : start + len(generated[b])]  # [L, H, G, grid^2]
+            out[b] = rearrange(m, "l h t (y x) -> t l h y x", y=g)
+        return out
+
+    def image_features(self, images: Any, cache: bool = True) -> np.ndarray:
+        """[B, D]: each image's encoded tokens averaged, L2-normalised (`vqa.familiarity`). With `cache`, the
+        encodings come from (and go to) the answer cache; without, they are computed and forgotten."""
+        if _is_single_image(images):
+            images = [images]
+        images = list(images)
+        if cache:
+            with self._lock:
+                memory, index = self._encode(images)
+            tokens = memory[torch.as_tensor(index, device=memory.device)]
+        else:
+            x = torch.stack([self.transform(self.load(i)) for i in images]).to(self.device)
+            with self._lock, torch.inference_mode():
+                tokens = self.model.encode(x)
+        return torch.nn.functional.normalize(tokens.float().mean(1), dim=-1).cpu().numpy()
 
     # ---- VQA ----
     def answer(self, image: Any, question: str, top_k: int = 1, generation: GenerationConfig | None = None,
@@ -260,11 +304,13 @@ class Predictor:
                         best_seq[text] = (seq, logp)
                 ranked = sorted(merged.items(), key=lambda kv: -kv[1])[:top_k]
                 best = best_seq[ranked[0][0]][0]
-                res = Answer(question=question, answer=self.tokenizer.decode(best), top_k=ranked,
-                             truncated=truncated[b], tokens=self._pieces(best))
-                if return_attention:
-                    res.attention = self._maps(memory[index[b]], prompts[b], best)
-                results.append(res)
+                results.append(Answer(question=question, answer=self.tokenizer.decode(best), top_k=ranked,
+                                      truncated=truncated[b], tokens=self._pieces(best),
+                                      prompt_ids=list(prompts[b]), ids=list(best)))
+            if return_attention:
+                maps = self._maps(memory, index, prompts, [r.ids for r in results])
+                for res, m in zip(results, maps, strict=True):
+                    res.attention = m
         return results
 
     def rank(self, image: Any, question: str, candidates: Sequence[str]) -> list[tuple[str, float]]:
@@ -307,12 +353,42 @@ class Predictor:
             for b in range(len(images)):
                 seq = gen.sequences[b]
                 beams = [(self.tokenizer.decode(s), float(lp)) for s, lp in gen.beams[b]] if gen.beams else []
-                res = Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]), beams=beams,
-                              tokens=self._pieces(seq))
-                if return_attention:
-                    res.attention = self._maps(memory[index[b]], prompt, seq)
-                results.append(res)
+                results.append(Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]),
+                                       beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq)))
+            if return_attention:
+                maps = self._maps(memory, index, [prompt] * len(results), [r.ids for r in results])
+                for res, m in zip(results, maps, strict=True):
+                    res.attention = m
         return results
+
+
+    # ---- the attention explorer ----
+    def explain(self, image: Any, question: str | None = None, result: Answer | Caption | None = None,
+                top_k: int = 1, generation: GenerationConfig | None = None, **changes):
+        """Every attention weight behind an answer (with `question`) or a caption (without): a
+        `vqa.explain.Explanation` holding the decoder's masked self-attention [L, H, T, T], its
+        cross-attention [L, H, T, N] with the raw scores q.k / sqrt(d) before the softmax, and the ViT's
+        self-attention over the patches. `result` explains an answer or caption already computed (for the
+        same image) instead of decoding again; otherwise decoding is `answer` / `caption`'s with `top_k`,
+        `generation` and `changes`. The weights are read on a separate, unfused pass (`vqa.explain`)."""
+        from .explain import Explanation, explain_tokens
+
+        if result is None:
+            result = (self.answer(image, question, top_k, generation, **changes) if question is not None
+                      else self.caption(image, generation, **changes))
+        if not result.prompt_ids:
+            raise InputError("this result does not say which prompt it was generated after")
+        pil = self.load(image)
+        x = self.transform(pil)[None].to(self.device)  # [1, 3, S, S]
+        with self._lock:
+            arrays = explain_tokens(self.model, x, result.prompt_ids, result.ids)
+        n = arrays["cross_weights"].shape[-1]
+        prompt = [(self.tokenizer.id_to_token(i) or "").replace("▁", " ").strip() or "·" for i in result.prompt_ids]
+        tokens = prompt + [t.strip() or "·" for t in self._pieces(result.ids)]
+        text = result.answer if isinstance(result, Answer) else result.caption
+        return Explanation(tokens=tokens, prompt_len=len(prompt), grid=self.grid, memory_prefix=n - self.grid**2,
+                           vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
+                           question=getattr(result, "question", None), image=pil, **arrays)
 
 
 def _is_single_image(x: Any) -> bool:

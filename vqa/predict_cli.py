@@ -2,6 +2,7 @@
 
     vqa ask --checkpoint runs/tiny image.png "what color is the circle?" [--top-k 3] [--json]
     vqa caption --checkpoint runs/tiny image.png [--method beam --num-beams 3 | --method sample --top-p 0.9]
+    vqa ask ... --attention-out DIR      # also every attention weight behind the answer: .npz + PNG pictures
 
 The decoding options are GenerationConfig's fields (`vqa caption --help` lists them). On `vqa ask`,
 `--top-k` is the number of answers to list, so sampling's top-k is `--sample-top-k` there.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .config import GenerationConfig
@@ -26,6 +28,10 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                    help=f"a run or checkpoint folder (default: {DEFAULT_CHECKPOINT})")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: CUDA, else MPS, else CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--attention-out", metavar="DIR", default=None,
+                   help="write the attention behind the result into DIR: attention.npz (the decoder's masked "
+                        "self-attention, cross-attention weights and raw scores, the ViT's self-attention) and "
+                        "the attention explorer's pictures as PNG")
     p.add_argument("image", metavar="IMAGE", help="an image file")
     rename = None
     if name == "ask":
@@ -48,13 +54,24 @@ def _load(args):
         raise CheckpointError(f"{e}{hint}") from None
 
 
+def _attention_out(pred, args, res) -> dict:
+    """Write the explanation of `res` into --attention-out (if given); the JSON fields that say so."""
+    if not args.attention_out:
+        return {}
+    files = pred.explain(args.image, result=res).save(args.attention_out)
+    if not args.json:
+        print(f"(attention: {len(files)} files in {args.attention_out})", file=sys.stderr)
+    return dict(attention_out=str(args.attention_out), attention_files=[f.name for f in files])
+
+
 def run(args) -> int:
     pred = _load(args)
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
         res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
+        written = _attention_out(pred, args, res)
         if args.json:
-            print(json.dumps(dict(image=str(args.image), **res.to_dict()), ensure_ascii=False))
+            print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
             return 0
         print(res.answer)
         if args.top_k > 1:
@@ -66,8 +83,9 @@ def run(args) -> int:
                   "to fit the model)")
         return 0
     res = pred.caption(args.image, **given(args, GenerationConfig))
+    written = _attention_out(pred, args, res)
     if args.json:
-        print(json.dumps(dict(image=str(args.image), **res.to_dict()), ensure_ascii=False))
+        print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
     else:
         print(res.caption)
     return 0

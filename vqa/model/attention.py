@@ -9,6 +9,7 @@ and K, V from the image tokens (`project_kv`, done once per image and reused for
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,11 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
+    # The explain path: set `capture` to a list and every forward appends AttentionRecord(weights, scores),
+    # computed by the written-out attention instead of the fused kernel (which returns neither). Off (None)
+    # by default, so answering never pays for it; `vqa.explain` sets and clears it around one forward.
+    capture: list | None = None
+
     def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False):
         super().__init__()
         if dim % heads:
@@ -112,16 +118,26 @@ class Attention(nn.Module):
             if mask is None and past > 0 and t > 1:
                 raise ValueError("a multi-token step over a cache needs an explicit mask")
         dropout = self.dropout if self.training else 0.0
-        if need_weights:
-            out, weights = _attention_with_weights(q, k, v, mask, causal)
+        if need_weights or self.capture is not None:
+            out, weights, scores = _attention_with_weights(q, k, v, mask, causal)
+            if self.capture is not None:
+                self.capture.append(AttentionRecord(weights, scores))
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
             weights = None
         return self.proj(out.transpose(1, 2).reshape(b, t, d)), weights
 
 
+class AttentionRecord(NamedTuple):
+    """What one attention call computed: both steps of softmax(Q K^T / sqrt(d)) for every head."""
+
+    weights: torch.Tensor  # [B, H, T, S] after the softmax: each query's row sums to 1
+    scores: torch.Tensor  # [B, H, T, S] the raw scaled scores q.k / sqrt(d); -inf where the mask forbids
+
+
 def _attention_with_weights(q, k, v, mask, causal):
-    """The same attention written out, returning the weights [B, H, T, S] (for the demo's maps)."""
+    """The same attention written out: the output, the weights and the raw scaled scores [B, H, T, S]
+    (masked entries -inf), for the demo's maps and the attention explorer."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, S]
     if causal:
         t, s = scores.shape[-2:]
@@ -129,4 +145,4 @@ def _attention_with_weights(q, k, v, mask, causal):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    return weights @ v, weights
+    return weights @ v, weights, scores

@@ -1,0 +1,210 @@
+"""The batching layer (vqa.serving): concurrent requests share one batched call, each caller gets exactly its
+own result (or its own error), the pending queue is bounded, and a batched answer is the one-by-one answer:
+same answers, same probabilities, same attention maps, for mixed questions and pictures."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
+
+from vqa.errors import InputError
+from vqa.serving import BatchedPredictor, Batcher, Busy
+
+
+def _wait_until(cond, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("timed out")
+        time.sleep(0.002)
+
+
+def _count_submissions(batcher) -> list:
+    """Make `batcher` record each submission (in a list, returned) before queueing it."""
+    seen, real = [], batcher.submit
+
+    def submit(key, item):
+        future = real(key, item)
+        seen.append(key)
+        return future
+
+    batcher.submit = submit
+    return seen
+
+
+def _gated(calls):
+    """run_batch that records its batches and waits for `gate` on the first call (so others queue)."""
+    gate = threading.Event()
+
+    def run(key, items):
+        calls.append((key, list(items)))
+        if len(calls) == 1:
+            gate.wait(10)
+        if any(i == "bad" for i in items):
+            raise ValueError("bad item")
+        return [f"{key}:{i}" for i in items]
+
+    return run, gate
+
+
+def test_requests_that_wait_together_are_answered_by_one_call_each_with_its_own_result():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=8, max_wait=0.0)
+    first = b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)  # the worker is busy with the first request
+    futures = [b.submit("k", i) for i in range(1, 6)]
+    gate.set()
+    assert first.result(5) == "k:0"
+    assert [f.result(5) for f in futures] == [f"k:{i}" for i in range(1, 6)]
+    assert [len(items) for _, items in calls] == [1, 5]  # the five waiting ones went in one call
+    assert b.largest == 5
+
+
+def test_different_keys_never_share_a_call_and_max_batch_is_respected():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=3, max_wait=0.0)
+    b.submit("x", -1)
+    _wait_until(lambda: len(calls) == 1)
+    futures = [b.submit("a" if i % 2 else "b", i) for i in range(8)]
+    gate.set()
+    assert [f.result(5) for f in futures] == [f"{'a' if i % 2 else 'b'}:{i}" for i in range(8)]
+    for key, items in calls[1:]:
+        assert len(items) <= 3 and all(f"{key}:{i}" == f"{'a' if i % 2 else 'b'}:{i}" for i in items)
+    assert len(calls) > 3  # 8 requests in batches of at most 3, split by key
+
+
+def test_a_bad_request_fails_alone():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=8, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    good1, bad, good2 = b.submit("k", 1), b.submit("k", "bad"), b.submit("k", 2)
+    gate.set()
+    assert good1.result(5) == "k:1" and good2.result(5) == "k:2"
+    with pytest.raises(ValueError, match="bad item"):
+        bad.result(5)
+
+
+def test_the_pending_queue_is_bounded_with_a_message_for_people():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=1, max_wait=0.0, max_pending=2)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    waiting = [b.submit("k", 1), b.submit("k", 2)]
+    with pytest.raises(Busy, match="busy.*try again"):
+        b.submit("k", 3)
+    gate.set()
+    assert [f.result(5) for f in waiting] == ["k:1", "k:2"]
+
+
+def test_the_batch_wait_lets_requests_that_arrive_together_share_a_call():
+    calls = []
+    b = Batcher(lambda k, items: calls.append(len(items)) or list(items), max_batch=16, max_wait=0.5)
+    futures = []
+    threads = [threading.Thread(target=lambda i=i: futures.append(b.submit("k", i))) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(f.result(5) for f in futures) == list(range(6))
+    assert calls == [6]  # all six within the half-second wait: one call
+
+
+# ------------------------------------------------------------------------------------------- the predictor
+
+
+@pytest.fixture(scope="module")
+def pred():
+    from vqa.predict import Predictor
+
+    return Predictor.from_pretrained(shared_checkpoint(), device="cpu")
+
+
+def _mixed():
+    """Mixed pictures (two kinds, three sizes, so different encodings and letterboxes) and questions."""
+    pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (64, 30)),
+            draw("blue_square")]
+    qs = [COLOR_Q, SHAPE_Q, "is it red?", COLOR_Q + " please tell me", SHAPE_Q, COLOR_Q]
+    return [(pics[i % len(pics)], qs[i % len(qs)], 1 + i % 3) for i in range(10)]
+
+
+def _same(a, b):
+    assert a.answer == b.answer
+    assert [t for t, _ in a.top_k] == [t for t, _ in b.top_k]
+    np.testing.assert_allclose([p for _, p in a.top_k], [p for _, p in b.top_k], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(a.attention, b.attention, rtol=1e-4, atol=1e-6)
+
+
+def test_batched_answers_equal_one_by_one_answers_for_mixed_questions_and_pictures(pred):
+    jobs = _mixed()
+    alone = [pred.answer(img, q, top_k=k, return_attention=True) for img, q, k in jobs]
+    server = BatchedPredictor(pred, max_batch=16, max_wait=0.0)
+    submitted = _count_submissions(server.batcher)
+    results = [None] * len(jobs)
+    with pred._lock:  # hold the model so every request is waiting when the batch starts
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, server.answer(*jobs[i])))
+                   for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        _wait_until(lambda: len(submitted) == len(jobs))
+    for t in threads:
+        t.join(30)
+    # the first batch may have started with the few that were there; the rest were answered together
+    assert server.batcher.batches <= 2 and server.batcher.largest >= len(jobs) // 2
+    for (res, ratio), one in zip(results, alone, strict=True):
+        assert ratio is None  # no familiarity reference given
+        _same(res, one)
+    assert len({r.answer for r, _ in results}) > 1  # mixed pictures gave different answers
+
+
+def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
+    from vqa.config import GenerationConfig
+
+    pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64))]
+    greedy = GenerationConfig.for_task("caption")
+    server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
+    out = [None] * 3
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, server.caption(pics[i], greedy)))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for (res, _), img in zip(out, pics, strict=True):
+        one = pred.caption(img, greedy, return_attention=True)
+        assert res.caption == one.caption and res.log_prob == pytest.approx(one.log_prob, rel=1e-5, abs=1e-6)
+        torch.testing.assert_close(res.attention, one.attention, rtol=1e-4, atol=1e-6)
+    sample = greedy.replace(method="sample", temperature=2.0, seed=3)
+    before = server.batcher.batches
+    a, _ = server.caption(pics[0], sample)
+    b, _ = server.caption(pics[0], sample)
+    assert a.caption == b.caption == pred.caption(pics[0], sample).caption
+    assert server.batcher.batches == before + 2
+
+
+def test_bad_input_reaches_only_its_caller(pred):
+    server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
+    out = {}
+
+    def call(name, q):
+        try:
+            out[name] = server.answer(draw("red_circle"), q, 1)[0].answer
+        except InputError as e:
+            out[name] = e
+
+    threads = [threading.Thread(target=call, args=("good", COLOR_Q)), threading.Thread(target=call, args=("bad", "  "))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out["good"] == "red"
+    assert isinstance(out["bad"], InputError) and "empty" in str(out["bad"])

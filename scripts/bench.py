@@ -178,6 +178,29 @@ def _train_peak(name, device, n) -> int:
     return torch.cuda.max_memory_allocated()  # everything: weights, grads, optimizer state, activations
 
 
+def readiness(name, device, compile) -> dict:
+    """What a GPU run of the preset's training step would do, counted (not timed) on any device: forward +
+    backward FLOPs per image, host syncs per step, and with `compile` the graphs built over 8 batch shapes."""
+    from torch._dynamo.utils import counters
+
+    from vqa.data.collate import collate
+    from vqa.train.step import count_syncs, host_tensors
+
+    model = C.build_ours(name, device)
+    runner, objective, opt = C.step_runner(model, name, device, compile=compile)
+    batches = [collate(C.train_items(model.cfg, 4, seed=k), C.PAD, pad_multiple=8 if compile else 1)
+               for k in range(8)]
+    counters.clear()
+    for b in batches if compile else batches[:2]:
+        runner([b])
+    with count_syncs(ignore=host_tensors(opt)) as syncs:
+        runner([batches[0]])
+    return dict(preset=name, optimizer=type(opt).__name__, params_m=model.num_parameters() / 1e6,
+                gflop_per_image=step_flops(objective, batches[0]) / 4 / 1e9, syncs=syncs.count,
+                graphs=counters["stats"]["unique_graphs"] if compile else None,
+                graph_breaks=sum(counters["graph_break"].values()) if compile else None)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="tiny,small")
@@ -187,12 +210,24 @@ def main(argv=None) -> int:
     p.add_argument("--compile", action="store_true", help="torch.compile the model for the training step")
     p.add_argument("--mem-table", action="store_true", help="peak training memory per batch size")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--readiness", action="store_true",
+                   help="only count (no timing): FLOPs per image, host syncs per step, compiled graphs (--compile)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = C.pick_device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
+    if args.readiness:
+        rows = [readiness(name, device, args.compile) for name in args.presets.split(",")]
+        show = lambda v: "-" if v is None else v  # noqa: E731
+        print(C.table(["preset", "params (M)", "optimizer", "GFLOP per image (fwd + bwd)", "host syncs per step",
+                       "compiled graphs / breaks (8 batch shapes)"],
+                      [[r["preset"], f"{r['params_m']:.1f}", r["optimizer"], f"{r['gflop_per_image']:.2f}",
+                        r["syncs"], f"{show(r['graphs'])} / {show(r['graph_breaks'])}"] for r in rows]))
+        if args.json:
+            C.write_json(args.json, device, 0, readiness=rows)
+        return 0
     results = []
     for name in args.presets.split(","):
         t0 = time.time()

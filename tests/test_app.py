@@ -325,7 +325,7 @@ def test_queue_sizes_follow_the_batch_size():
             app.queue_sizes(*bad)
 
 
-def test_requests_wait_in_the_queue_and_all_get_answers(client, pictures):
+def test_concurrent_asks_and_a_caption_each_get_their_own_result(client, pictures):
     img = handle_file(str(pictures["blue_square"]))
     jobs = [client.submit(img, COLOR_Q, 2, api_name="/ask") for _ in range(3)]
     jobs.append(_caption(client, img, submit=True))

@@ -308,8 +308,8 @@ class TrainConfig(_Config):
 
     data: str = field(default="", metadata=_opt(
         "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
-        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md"))
-    out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png"))
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md", metavar='DIR'))
+    out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
         "override a model config field (repeatable)", flag="--set", metavar="FIELD=VALUE"))
@@ -317,7 +317,7 @@ class TrainConfig(_Config):
     epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
     max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))
     time_limit: str | None = field(default=None, metadata=_opt(
-        "train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it"))
+        "train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it", metavar='DURATION'))
     batch_size: int = field(default=32, metadata=_opt("images per device per micro-batch"))
     accum: int = field(default=1, metadata=_opt("micro-batches per optimizer step (gradient accumulation)"))
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
@@ -355,15 +355,15 @@ class TrainConfig(_Config):
         "val images scored by the evaluations during training (vqa eval scores them all)"))
     log_every: int = field(default=10, metadata=_opt("steps between log lines in metrics.jsonl"))
     train_split: str | None = field(default=None, metadata=_opt(
-        "the split to train on (default: 'train', else the one split named train..., e.g. train2014)"))
+        "the split to train on (default: 'train', else the one split named train..., e.g. train2014)", metavar='SPLIT'))
     val_split: str | None = field(default=None, metadata=_opt(
         "the split evaluated during training (default: 'val', else the one named val..., e.g. val2014); "
-        "with a shard pattern as --data, a shard pattern"))
+        "with a shard pattern as --data, a shard pattern", metavar='SPLIT'))
     tokenizer: str | None = field(default=None, metadata=_opt(
-        "use this tokenizer.json instead of training one on the training text"))
+        "use this tokenizer.json instead of training one on the training text", metavar='FILE'))
     vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
     init_from: str | None = field(default=None, metadata=_opt(
-        "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies"))
+        "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies", metavar='RUN'))
     resume: bool = field(default=False, metadata=_opt(
         "continue the run in --out where it stopped; options given now win over the saved ones"))
     seed: int = field(default=0, metadata=_opt("seed of the weights, data order and augmentation"))
@@ -377,9 +377,9 @@ class TrainConfig(_Config):
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     image_cache: str = field(default="auto", metadata=_opt(
         "decoded images in one memory-mapped file shared by all workers and ranks of a node: auto (in the temp "
-        "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)"))
+        "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
     image_cache_budget: str = field(default="25%", metadata=_opt(
-        "largest image cache that auto makes: a share of RAM (25%) or a size (8G)"))
+        "largest image cache that auto makes: a share of RAM (25%) or a size (8G)", metavar='SIZE'))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 

@@ -25,7 +25,9 @@ FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = (__doc__ or "").split("\n")[0]
+    p.description = ("Train a model on a data folder or shards, on one device or many (torchrun). Options "
+                     "resolve in layers: defaults < the preset's training defaults < --config FILE < the saved "
+                     "run (--resume) < the flags typed.")
     p.add_argument("--config", metavar="FILE", help="read options from a JSON or YAML file (flags given too win)")
     add_dataclass_arguments(p, TrainConfig)
 

@@ -11,15 +11,12 @@ compiled and the eager step are one implementation (tests/test_generate.py holds
     prefill(decoder, state, ids, valid, memory_kv)                      # the prompts, eagerly
     logits = decode_step(decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, kv)
 
-`CompiledStep` holds the compiled function of one model and a pool of state buffers per batch shape, reused
-from one decoding to the next: CUDA graphs need the tensors they write to live at fixed addresses.
+`vqa.compiled.CompiledStep` holds the compiled function of one model and a pool of state buffers per batch
+shape, reused from one decoding to the next: CUDA graphs need the tensors they write to live at fixed addresses.
 """
 
 from __future__ import annotations
 
-import threading
-import warnings
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -133,85 +130,4 @@ def decode_step(decoder: nn.Module, head: torch.Tensor | None, tokens: torch.Ten
     return (decoder.logits(h) if head is None else h @ head.t()).float()
 
 
-# freezing: the weights become constants of the compiled code (on CPU: prepacked for oneDNN / MKL, and int8 weights
-# run oneDNN's int8 kernels). Inductor reads its config when it compiles a graph, which can be any call.
-INDUCTOR = {"freezing": True}
-
-
-class CompiledStep:
-    """`decode_step` compiled for one model, with its state buffers pooled per (batch, slots): a decoding takes a
-    state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
-    was captured with. The model's weights are frozen into the compiled code (inductor's `freezing`): compile
-    only a model whose weights no longer change. One decoding at a time per model (a lock)."""
-
-    POOL = 4  # state shapes kept per model
-
-    def __init__(self, decoder: nn.Module):
-        import torch._dynamo.exc
-        import torch._inductor.config
-        import torch._inductor.exc  # noqa: F401 (the errors __call__ catches)
-
-        self.cfg = decoder.cfg  # no reference to the decoder itself: the cache of these is keyed weakly by it
-        self.cuda = next(decoder.parameters()).device.type == "cuda"
-        options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
-        self.fn = torch.compile(decode_step, fullgraph=True, options=options)
-        self.lock = threading.Lock()
-        self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
-        self._states: dict[tuple, tuple[DecodeState, list | None]] = {}
-
-    def state(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[DecodeState, list]:
-        """A reset state for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
-        pooled copy of `memory_kv` (a CUDA graph reads its inputs from fixed addresses), else `memory_kv`."""
-        n = memory_kv[0][0].shape[2]
-        key = (batch, slots, n, dtype, str(device))
-        if key not in self._states:
-            if len(self._states) >= self.POOL:
-                self._states.pop(next(iter(self._states)))
-            state = DecodeState.allocate(self.cfg, batch, slots, dtype, device)
-            kv = None
-            if self.cuda:  # CUDA graphs read and write these in place: their addresses must not change
-                kv = [(torch.empty_like(k), torch.empty_like(v)) for k, v in memory_kv]
-                for t in (*state.tensors(), *(x for pair in kv for x in pair)):
-                    torch._dynamo.mark_static_address(t)
-            self._states[key] = (state, kv)
-        state, kv = self._states[key]
-        state.reset()
-        if kv is None:
-            return state, memory_kv
-        for (k, v), (k_new, v_new) in zip(kv, memory_kv, strict=True):
-            k.copy_(k_new)
-            v.copy_(v_new)
-        return state, kv
-
-    def __call__(self, decoder, head, tokens, state: DecodeState, memory_kv) -> torch.Tensor:
-        args = (decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, memory_kv)
-        if self.failed is None:
-            if self.cuda:
-                torch.compiler.cudagraph_mark_step_begin()
-            try:
-                with torch._inductor.config.patch(INDUCTOR):
-                    logits = self.fn(*args)
-                return logits.clone() if self.cuda else logits  # a CUDA graph's output is overwritten by its next replay
-            except (torch._dynamo.exc.BackendCompilerFailed, torch._inductor.exc.InductorError) as e:
-                # compiling happens before the step runs: nothing was written yet, the eager step can take over
-                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                warnings.warn(f"the compiled decode step could not be built ({self.failed}); decoding eagerly",
-                              RuntimeWarning, stacklevel=2)
-        return decode_step(*args)
-
-
-_compiled: weakref.WeakKeyDictionary[nn.Module, CompiledStep] = weakref.WeakKeyDictionary()
-_compiled_lock = threading.Lock()
-
-
-def compiled_step(decoder: nn.Module) -> CompiledStep:
-    """The CompiledStep of `decoder`, made on first use (compilation itself happens on the first step of each
-    new batch shape; torch.compile recompiles with a dynamic batch size after the first change)."""
-    with _compiled_lock:
-        step = _compiled.get(decoder)
-        if step is None:
-            step = _compiled[decoder] = CompiledStep(decoder)
-        return step
-
-
-__all__ = ["StaticKVCache", "DecodeState", "prefill", "decode_step", "CompiledStep", "compiled_step"]
+__all__ = ["StaticKVCache", "DecodeState", "prefill", "decode_step"]

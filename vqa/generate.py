@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .compiled import compiled_step
+from .compiled import encode as encode_images
 from .config import GenerationConfig
-from .decode_step import DecodeState, compiled_step, decode_step, prefill
+from .decode_step import DecodeState, decode_step, prefill
 from .errors import ConfigError, InputError
 from .model import VQAModel
 
@@ -175,7 +177,7 @@ def generate(
     if memory is None:
         if images is None:
             raise InputError("generate needs images or memory")
-        memory = model.encode(images)
+        memory = encode_images(model, images, compile)
     if image_index is None:
         if memory.shape[0] != len(prompts):
             raise InputError(f"{memory.shape[0]} images for {len(prompts)} prompts and no image_index")

@@ -58,6 +58,7 @@ from einops import rearrange
 from PIL import Image
 
 from .checkpoint import load as load_checkpoint
+from .compiled import encode as encode_images
 from .config import GenerationConfig
 from .data.images import load_image
 from .data.transforms import build_transform
@@ -218,7 +219,7 @@ class Predictor:
         if missing:
             batch = torch.stack([self.transform.finish(prepared[k]) for k in missing]).to(self.device, self.dtype)
             with torch.no_grad():
-                memory = self.model.encode(batch)
+                memory = encode_images(self.model, batch, self.compile)
             for k, m in zip(missing, memory, strict=True):
                 self._cache[k] = m
         rows = []

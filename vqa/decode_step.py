@@ -25,14 +25,15 @@ from torch import nn
 
 class StaticKVCache:
     """One layer's self-attention cache over fixed buffers [B, H, S, Dh]: `append` writes the new keys/values at
-    `slot` (a tensor of T slot indices) and returns the whole buffers; the caller's key mask hides the slots not
-    written yet. `len` is what `Attention` reads to choose plain causal attention (0: nothing cached, so with no
-    mask the queries attend causally among themselves) -- the prefill of prompts of one length."""
+    `slot` (a tensor of T slot indices) and returns the buffers' first `visible` slots (None: all of them; the
+    caller's key mask hides the slots not written yet). `len` is what `Attention` reads to choose plain causal
+    attention: 0 (`empty`) says nothing was cached before, so with no mask the queries attend causally among
+    themselves -- the prefill of prompts of one length."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor, slot: torch.Tensor, visible: int | None = None):
-        self.k, self.v, self.slot = k, v, slot
-        self.visible = visible  # read only the first `visible` slots (the prefill); None: all of them
-        self.len = 0 if visible is not None else k.shape[2]
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, slot: torch.Tensor, visible: int | None = None,
+                 empty: bool = False):
+        self.k, self.v, self.slot, self.visible = k, v, slot, visible
+        self.len = 0 if empty else visible or k.shape[2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.k.index_copy_(2, self.slot, k)  # [B, H, T, Dh] into slots `slot`
@@ -100,7 +101,7 @@ def prefill(decoder: nn.Module, state: DecodeState, ids: torch.Tensor, valid: to
     device = ids.device
     state.key_valid[:, :p] = valid
     slot = torch.arange(p, device=device)
-    caches = [StaticKVCache(k, v, slot, visible=p) for k, v in zip(state.k, state.v, strict=True)]
+    caches = [StaticKVCache(k, v, slot, visible=p, empty=True) for k, v in zip(state.k, state.v, strict=True)]
     if not padded:
         hidden, _ = decoder(ids, memory_kv, pos=0, caches=caches)
         state.pos.fill_(p - 1)
@@ -117,15 +118,21 @@ def prefill(decoder: nn.Module, state: DecodeState, ids: torch.Tensor, valid: to
 
 def decode_step(decoder: nn.Module, head: torch.Tensor | None, tokens: torch.Tensor, pos: torch.Tensor,
                 slot: torch.Tensor, key_valid: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor],
-                memory_kv: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+                memory_kv: list[tuple[torch.Tensor, torch.Tensor]], written: int | None = None,
+                padded: bool = True) -> torch.Tensor:
     """Feed tokens [B] at the next slot and the next position of every row; returns logits [B, V] (float32).
     `head`: the LM head's rows [V', D] when only some tokens may follow (else the tied head over the whole
-    vocabulary). Advances `slot`, `pos` and `key_valid` and writes every layer's cache, in place."""
+    vocabulary). Advances `slot`, `pos` and `key_valid` and writes every layer's cache, in place.
+
+    Compiled, every slot is read under the key mask (fixed shapes). Eagerly the caller may say how many slots
+    hold keys after this step (`written`): the attention then reads only those, and prompts of one length
+    (`padded` False) need no key mask at all (SDPA's mask-free kernel) -- fewer operations per token."""
     slot.add_(1)
     pos.add_(1).clamp_(max=decoder.cfg.dec_max_len - 1)  # a row past its own budget is still fed; its output is ignored
     key_valid.index_fill_(1, slot, True)
-    caches = [StaticKVCache(k, v, slot) for k, v in zip(ks, vs, strict=True)]
-    hidden, _ = decoder(tokens[:, None], memory_kv, pos=pos[:, None], mask=key_valid[:, None, None, :], caches=caches)
+    caches = [StaticKVCache(k, v, slot, visible=written) for k, v in zip(ks, vs, strict=True)]
+    mask = None if written is not None and not padded else key_valid[:, None, None, :written]  # [B, 1, 1, S]
+    hidden, _ = decoder(tokens[:, None], memory_kv, pos=pos[:, None], mask=mask, caches=caches)
     h = hidden[:, 0]  # [B, D]
     return (decoder.logits(h) if head is None else h @ head.t()).float()
 

@@ -115,7 +115,8 @@ def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"{s['images']} images in {s['seconds']} s"]
+    precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
+    lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
     if "vqa_accuracy" in s:
         lines.append(f"VQA accuracy: {s['vqa_accuracy']:.2f}  ({s['questions']} questions)")
         for title, key in (("answer type", "per_answer_type"), ("question type", "per_question_type")):

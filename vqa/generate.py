@@ -83,8 +83,9 @@ class _Decoder:
             self.state, self.kv = self.compiled.state(b, slots, dtype, device, kv)
         else:
             self.state = DecodeState.allocate(model.cfg, b, p + self.max_new, dtype, device)
-        padded = len({len(q) for q in prompts}) > 1
-        hidden = prefill(decoder, self.state, ids, valid, self.kv, padded)
+        self.padded = len({len(q) for q in prompts}) > 1
+        self.written = p  # cache slots holding keys
+        hidden = prefill(decoder, self.state, ids, valid, self.kv, self.padded)
         self.logits = self._head(hidden)  # [B, V]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -95,10 +96,12 @@ class _Decoder:
         if self.vocab is not None:
             tokens = self.vocab[tokens]
         s, decoder = self.state, self.model.decoder
+        self.written += 1
         if self.compiled is not None:
             self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)
         else:
-            self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv)
+            self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv,
+                                      written=self.written, padded=self.padded)
         return self.logits
 
     def ids(self, rows: list[list[int]]) -> list[list[int]]:

@@ -501,7 +501,7 @@ def test_bad_sampling_and_ranking_inputs_are_clear_errors():
 
 
 @torch.inference_mode()
-def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images):
+def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
     """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
     at every step for padded prompts, then the same greedy and beam results."""
     from vqa.generate import _Decoder

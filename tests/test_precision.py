@@ -109,7 +109,7 @@ def test_bad_precision_settings_are_input_errors(ckpt):
         Predictor.from_pretrained(ckpt, device="cpu", dtype=torch.float64)
 
 
-def test_compiled_int8_predictor_answers_like_the_eager_one(ckpt, int8):
+def test_compiled_int8_predictor_answers_like_the_eager_one(ckpt, int8, quick_compile):
     """The production path of int8 on a CPU: the decode step and the image encoder compiled, int8 weights
     frozen in (oneDNN's int8 kernels)."""
     from vqa.compiled import compiled_step, encoder_pays

@@ -32,8 +32,12 @@ def _compile_errors() -> tuple[type[Exception], ...]:
     return (torch._dynamo.exc.BackendCompilerFailed, ie.InductorError, ie.CppCompileError, ie.InvalidCxxCompiler)
 
 
-# inductor's settings while compiling (read when a graph is compiled, which can be any call)
+# inductor's settings while compiling (read when a graph is compiled, which can be any call). On a CPU,
+# max_autotune with inductor's C++ GEMM template: for the decode step's small matmuls a generated kernel beats a
+# call into MKL (docs/performance.md); it costs seconds more compiling, once per batch shape.
 INDUCTOR = {"freezing": True}
+INDUCTOR_CPU = {**INDUCTOR, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # no tables on stderr
 
 
 class CompiledStep:
@@ -53,6 +57,7 @@ class CompiledStep:
         self.lock = threading.Lock()
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
         self._states: dict[tuple, tuple[DecodeState, list | None]] = {}
+        self._compiled_shapes: set[tuple] = set()
 
     def state(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[DecodeState, list]:
         """A reset state for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
@@ -83,9 +88,18 @@ class CompiledStep:
         if self.failed is None:
             if self.cuda:
                 torch.compiler.cudagraph_mark_step_begin()
+            # inductor's settings must be in place whenever a graph is compiled (dynamo reads `freezing` while
+            # tracing), but patching them costs more than a whole step: only the first call of each input shape,
+            # which is when torch.compile (re)compiles, runs under them
+            shapes = (state.batch, state.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
+                      state.k[0].dtype)
             try:
-                with torch._inductor.config.patch(INDUCTOR):
+                if shapes in self._compiled_shapes:
                     logits = self.fn(*args)
+                else:
+                    with torch._inductor.config.patch(INDUCTOR if self.cuda else INDUCTOR_CPU):
+                        logits = self.fn(*args)
+                    self._compiled_shapes.add(shapes)
                 return logits.clone() if self.cuda else logits  # a CUDA graph's output is overwritten by its next replay
             except _compile_errors() as e:
                 # compiling happens before the step runs: nothing was written yet, the eager step can take over
@@ -151,4 +165,4 @@ def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> tor
     return enc(model, images)
 
 
-__all__ = ["INDUCTOR", "CompiledStep", "compiled_step", "CompiledEncoder", "encoder_pays", "encode"]
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "CompiledStep", "compiled_step", "CompiledEncoder", "encoder_pays", "encode"]

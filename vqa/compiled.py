@@ -4,9 +4,9 @@ the model's weights frozen into the compiled code.
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
 prepacked for oneDNN / MKL, and int8 weights (`vqa.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
 int8 matmuls are slower than float32 ones. So compile only a model whose weights no longer change (a Predictor,
-not a model in training). Compiling takes seconds per new batch shape (torch.compile recompiles with a dynamic
-batch size after the first change); where the compiler itself cannot run (no C++ compiler for inductor's CPU
-code, say), a warning says so and decoding runs eagerly.
+not a model in training). Compiling takes seconds per new batch shape (batches are padded to a power of two
+rows, so a few static shapes serve all); where the compiler itself cannot run (no C++ compiler for inductor's
+CPU code, say), a warning says so and decoding runs eagerly.
 
 The image encoder is compiled where that pays: on CUDA, and for int8 weights on a CPU. A float32 ViT on a CPU
 runs the same MKL matmuls compiled or not (docs/performance.md).
@@ -40,6 +40,9 @@ INDUCTOR_CPU = {**INDUCTOR, "max_autotune": True, "max_autotune_gemm_backends": 
                 "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # no tables on stderr
 
 
+RECOMPILE_LIMIT = 64  # graphs per compiled function (torch's default, 8, is a few batch shapes of one model)
+
+
 class CompiledStep:
     """`decode_step` compiled for one model, with its state buffers pooled per (batch, slots): a decoding takes a
     state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
@@ -53,7 +56,9 @@ class CompiledStep:
         self.cfg = decoder.cfg  # no reference to the decoder itself: the cache of these is keyed weakly by it
         self.cuda = next(decoder.parameters()).device.type == "cuda"
         options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
-        self.fn = torch.compile(decode_step, fullgraph=True, options=options)
+        # dynamic=False: one graph per batch shape (generate pads batches to a few sizes); a graph for a dynamic
+        # batch size runs slower (docs/performance.md)
+        self.fn = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
         self.lock = threading.Lock()
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
         self._states: dict[tuple, tuple[DecodeState, list | None]] = {}
@@ -89,15 +94,18 @@ class CompiledStep:
             if self.cuda:
                 torch.compiler.cudagraph_mark_step_begin()
             # inductor's settings must be in place whenever a graph is compiled (dynamo reads `freezing` while
-            # tracing), but patching them costs more than a whole step: only the first call of each input shape,
-            # which is when torch.compile (re)compiles, runs under them
+            # tracing), but patching them costs more than a whole step: only the first call of each kind of input
+            # (shapes, and the global state dynamo guards on), which is when torch.compile (re)compiles, runs
+            # under them. A recompile this misses would give an unfrozen graph: slower, the same results.
             shapes = (state.batch, state.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
-                      state.k[0].dtype)
+                      state.k[0].dtype, tokens.is_inference(), torch.is_grad_enabled(),
+                      torch.is_autocast_enabled(tokens.device.type))
             try:
                 if shapes in self._compiled_shapes:
                     logits = self.fn(*args)
                 else:
-                    with torch._inductor.config.patch(INDUCTOR if self.cuda else INDUCTOR_CPU):
+                    with torch._inductor.config.patch(INDUCTOR if self.cuda else INDUCTOR_CPU), \
+                            torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
                         logits = self.fn(*args)
                     self._compiled_shapes.add(shapes)
                 return logits.clone() if self.cuda else logits  # a CUDA graph's output is overwritten by its next replay
@@ -115,7 +123,7 @@ _compiled_lock = threading.Lock()
 
 def compiled_step(decoder: nn.Module) -> CompiledStep:
     """The CompiledStep of `decoder`, made on first use (compilation itself happens on the first step of each
-    new batch shape; torch.compile recompiles with a dynamic batch size after the first change)."""
+    new batch shape)."""
     with _compiled_lock:
         step = _compiled.get(decoder)
         if step is None:
@@ -124,23 +132,30 @@ def compiled_step(decoder: nn.Module) -> CompiledStep:
 
 
 class CompiledEncoder:
-    """`model.encode` compiled (weights frozen in), falling back to the eager encoder if compiling fails."""
+    """`model.encode` compiled (weights frozen in) for image batches padded to a power of two, falling back to
+    the eager encoder if compiling fails."""
 
     def __init__(self, model: nn.Module):
         import torch._inductor.config  # noqa: F401
 
-        self.fn = torch.compile(type(model).encode)  # unbound: no reference to the model, the cache key
+        self.fn = torch.compile(type(model).encode, dynamic=False)  # unbound: no reference to the model, the key
         self.failed: str | None = None
 
     def __call__(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
         if self.failed is None:
+            m = images.shape[0]
+            fill = (1 << (m - 1).bit_length()) - m
+            if fill:  # [M, 3, S, S] -> [2^k, 3, S, S]: zero images, whose encodings are dropped
+                images = torch.cat((images, images.new_zeros((fill, *images.shape[1:]))))
             try:
-                with torch._inductor.config.patch(INDUCTOR):
-                    return self.fn(model, images)
+                with torch._inductor.config.patch(INDUCTOR), \
+                        torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    return self.fn(model, images)[:m]
             except _compile_errors() as e:
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 warnings.warn(f"the compiled image encoder could not be built ({self.failed}); encoding eagerly",
                               RuntimeWarning, stacklevel=2)
+                images = images[:m]
         return model.encode(images)
 
 

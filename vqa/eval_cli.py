@@ -1,7 +1,7 @@
 """`vqa eval`: score a checkpoint on a split with the official metrics.
 
     vqa eval --checkpoint runs/tiny --data data/shapes --split val [--method beam --num-beams 3]
-    vqa eval ... --int8                  # the accuracy of dynamic int8 inference (CPU)
+    vqa eval ... --int8 --compile        # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
 [{"image_id", "caption"}]) and `summary.json` to `<checkpoint>/eval-<split>/` unless --out says otherwise.
@@ -32,6 +32,9 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--int8", action="store_true",
                    help="score the model with dynamic int8 linear layers (CPU), as `vqa ask --int8` runs it")
+    p.add_argument("--compile", action="store_true",
+                   help="decode through the torch.compile'd step (and, for int8 or on CUDA, a compiled encoder): "
+                        "faster after seconds of compiling per batch shape")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")
 
 
@@ -72,7 +75,7 @@ def run(args) -> int:
               "these scores say nothing about unseen data", file=sys.stderr)
     split = open_split(args.data, name)
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
-                   batch_images=args.batch_size, generation=generation)
+                   batch_images=args.batch_size, generation=generation, compile=args.compile)
     label = name if not is_pattern(name) else "shards"
     out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{label}"
     out.mkdir(parents=True, exist_ok=True)

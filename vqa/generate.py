@@ -46,7 +46,13 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
     return ids.to(device), valid.to(device)
 
 
-SLOT_MULTIPLE = 16  # compiled: the cache length is rounded up to this, so few shapes ever need compiling
+def _bucket(rows: int) -> int:
+    """Compiled: rows are padded up to a power of two (and cache slots to a multiple of 32), so a few static
+    shapes serve every batch: a graph compiled for fixed shapes runs faster than one for a dynamic batch."""
+    return 1 << (rows - 1).bit_length()
+
+
+SLOT_MULTIPLE = 32
 
 
 class _Decoder:
@@ -56,7 +62,8 @@ class _Decoder:
 
     With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
     alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
-    `ids()` maps them back."""
+    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`_bucket`): the
+    extra rows repeat row 0 and their outputs are dropped."""
 
     def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
                  vocab: torch.Tensor | None = None, compiled: bool = False):
@@ -69,24 +76,38 @@ class _Decoder:
             raise InputError(f"prompt of {longest} tokens leaves no room to generate (dec_max_len={limit})")
         self.budget = [config.budget(limit - len(q)) for q in prompts]
         self.max_new = max(self.budget)
-        ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
-        b, p = ids.shape
         self.vocab, self.head, self.eos = None, None, model.cfg.eos_id
         if vocab is not None:
             self.vocab = vocab.to(device)
             self.vocab_list = self.vocab.tolist()
             self.eos = self.vocab_list.index(model.cfg.eos_id)
             self.head = decoder.embed.weight.index_select(0, self.vocab)  # [V', D]: the tied head's rows
+        self.padded = len({len(q) for q in prompts}) > 1
+        self.rows = len(prompts)
         self.compiled = compiled_step(decoder) if compiled else None
         if self.compiled is not None:
-            slots = -(-(p + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
-            self.state, self.kv = self.compiled.state(b, slots, dtype, device, kv)
-        else:
+            fill = _bucket(self.rows) - self.rows
+            prompts = list(prompts) + [prompts[0]] * fill
+            self.kv = kv = self._pad_rows(kv, self.rows, fill)
+            width = max(len(q) for q in prompts)
+            slots = -(-(width + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
+            self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
+        ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
+        b, p = ids.shape
+        if self.compiled is None:
             self.state = DecodeState.allocate(model.cfg, b, p + self.max_new, dtype, device)
-        self.padded = len({len(q) for q in prompts}) > 1
         self.written = p  # cache slots holding keys
         hidden = prefill(decoder, self.state, ids, valid, self.kv, self.padded)
-        self.logits = self._head(hidden)  # [B, V]
+        self.logits = self._head(hidden)[: self.rows]  # [B, V]
+
+    @staticmethod
+    def _pad_rows(kv, rows: int, fill: int):
+        """kv with `fill` more rows, copies of row 0."""
+        if fill == 0:
+            return kv
+        index = torch.zeros(rows + fill, dtype=torch.long, device=kv[0][0].device)
+        index[:rows] = torch.arange(rows, device=index.device)
+        return [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return (self.model.decoder.logits(hidden) if self.head is None else hidden @ self.head.t()).float()
@@ -98,7 +119,9 @@ class _Decoder:
         s, decoder = self.state, self.model.decoder
         self.written += 1
         if self.compiled is not None:
-            self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)
+            if s.batch > self.rows:  # the padding rows are fed <eos>: their outputs are never read
+                tokens = torch.cat((tokens, tokens.new_full((s.batch - self.rows,), self.model.cfg.eos_id)))
+            self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)[: self.rows]
         else:
             self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv,
                                       written=self.written, padded=self.padded)
@@ -108,23 +131,34 @@ class _Decoder:
         """Token ids of rows of `vocab` indices (unchanged without a vocab)."""
         return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
 
+    def _full(self, index: torch.Tensor) -> torch.Tensor:
+        """A row index over the B rows, extended over the state's padding rows (which keep their places)."""
+        extra = self.state.batch - index.shape[0]
+        if extra <= 0:
+            return index
+        return torch.cat((index, torch.arange(index.shape[0], self.state.batch, device=index.device)))
+
     def expand(self, k: int) -> None:
         """Give each row k copies (beam search: the prompt ran once, its beams continue from it)."""
-        old = self.state
-        index = torch.arange(old.batch, device=old.pos.device).repeat_interleave(k)  # [B*K]
-        kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+        old, rows = self.state, self.rows * k
+        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [B*K]
+        self.rows = rows
         dtype, device = old.k[0].dtype, old.k[0].device
         if self.compiled is not None:
-            self.state, self.kv = self.compiled.state(old.batch * k, old.slots, dtype, device, kv)
+            fill = _bucket(rows) - rows
+            index = torch.cat((index, index.new_zeros(fill)))  # padding rows: copies of row 0
+            kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state, self.kv = self.compiled.state(rows + fill, old.slots, dtype, device, kv)
         else:
-            self.state, self.kv = DecodeState.allocate(self.model.cfg, old.batch * k, old.slots, dtype, device), kv
+            self.kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state = DecodeState.allocate(self.model.cfg, rows, old.slots, dtype, device)
         self.state.copy_rows(old, index)
-        self.logits = self.logits.index_select(0, index)
+        self.logits = self.logits.index_select(0, index[:rows])
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same
         prompt, so the image's keys/values, the same in all of them, stay."""
-        self.state.reorder(index)
+        self.state.reorder(self._full(index))
         self.logits = self.logits.index_select(0, index)
 
 

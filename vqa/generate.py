@@ -257,10 +257,9 @@ def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool
     generator = None
     if sample and config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(int(config.seed))
-    # per step t, rows [T, B]: the token chosen and its log-probability; a row's tokens after its first <eos>
-    # are ignored (the row is still fed, so the batch keeps its shape), so the loop does no per-row bookkeeping
-    out = torch.empty(n, b, dtype=torch.long, device=device)
-    chosen = torch.empty(n, b, device=device)
+    # per step: the tokens chosen [B] and their log-probabilities; a row's tokens after its first <eos> are
+    # ignored (the row is still fed, so the batch keeps its shape), so the loop does no per-row bookkeeping
+    toks, lps = [], []
     spent = torch.as_tensor(dec.budget, device=device) <= torch.arange(1, n + 1, device=device)[:, None]  # [T, B]
     done = torch.zeros(b, dtype=torch.bool, device=device)  # the row produced <eos>
     logits = dec.logits
@@ -270,15 +269,21 @@ def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool
         logp = logits.log_softmax(-1)  # [B, V]
         if sample:
             probs = filter_logits(logits / config.temperature, config.top_k, config.top_p).softmax(-1)
-            out[t] = torch.multinomial(probs, 1, generator=generator)[:, 0]
-            torch.gather(logp, 1, out[t, :, None], out=chosen[t, :, None])
+            tok = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
+            lp, tok = logp.gather(1, tok)[:, 0], tok[:, 0]
         else:
-            torch.max(logp, -1, out=(chosen[t], out[t]))
-        done |= out[t] == eos
-        if t == n - 1 or bool((done | spent[t]).all()):  # every row ended or used its budget
+            lp, tok = logp.max(-1)
+        toks.append(tok)
+        lps.append(lp)
+        if t == n - 1:
             break
-        logits = dec.step(out[t])
-    tokens, logps = out[: t + 1].t().tolist(), chosen[: t + 1].t().tolist()
+        # every row ended or used its budget? (no row can end while <eos> is still forbidden)
+        if t + 1 >= config.min_new_tokens:
+            done |= tok == eos
+            if bool((done | spent[t]).all()):
+                break
+        logits = dec.step(tok)
+    tokens, logps = torch.stack(toks, 1).tolist(), torch.stack(lps, 1).tolist()  # [B, T]
     sequences, scores = [], []
     for i in range(b):
         row = tokens[i][: dec.budget[i]]

@@ -37,6 +37,7 @@ import json
 import re
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -651,8 +652,10 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
     return out
 
 
-def load_predictor(checkpoint: str | None, device: str | None = None):
-    """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none."""
+def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None):
+    """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none. `int8`: dynamic
+    int8 linear layers (CPU; a warning and float32 where int8 cannot run); `compile`: the compiled decode step
+    (default: on CUDA; with int8 also on a CPU, where int8 pays only compiled)."""
     from vqa.checkpoint import resolve
     from vqa.errors import CheckpointError
     from vqa.predict import Predictor
@@ -663,7 +666,10 @@ def load_predictor(checkpoint: str | None, device: str | None = None):
         except CheckpointError:
             return None
         checkpoint = str(DEFAULT_RUN)
-    return Predictor.from_pretrained(checkpoint, device=device, max_pixels=MAX_PIXELS, cache_size=ENCODING_CACHE)
+    if compile is None and int8:
+        compile = True
+    return Predictor.from_pretrained(checkpoint, device=device, max_pixels=MAX_PIXELS, cache_size=ENCODING_CACHE,
+                                     quantize="int8" if int8 else None, compile=compile)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -673,6 +679,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: CUDA, else MPS, else CPU)")
+    p.add_argument("--int8", action="store_true",
+                   help="dynamic int8 linear layers on a CPU (4x smaller weights; compiled, faster): "
+                        "docs/performance.md has the speed and the accuracy change")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="decode through the torch.compile'd step (default: on CUDA, and with --int8); the first "
+                        "answers of each batch size wait seconds for the compiler")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH,
                    help=f"questions answered by one batched model call, at most (default {MAX_BATCH})")
     p.add_argument("--batch-wait", type=float, default=BATCH_WAIT_MS, metavar="MS",
@@ -690,7 +702,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     try:
-        pred = load_predictor(args.checkpoint, args.device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile)
+        for w in caught:  # int8 that cannot run here: say so once, on the console
+            print(f"app.py: {w.message}", file=sys.stderr)
     except VQAError as e:
         print(f"app.py: error: {e}", file=sys.stderr)
         return 2
@@ -703,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"app.py: error: cannot listen on {args.host}:{args.port or 7860}: {e}", file=sys.stderr)
         return 2
-    what = f"model {pred.path} on {pred.device}" if pred else "no model (how-to page)"
+    what = f"model {pred.path} on {pred.device} ({pred.precision})" if pred else "no model (how-to page)"
     print(f"vqa demo: serving {what} at {url} (batches of up to {args.max_batch}, {concurrency} at once, "
           f"{queue_size} waiting; Ctrl+C to stop)", flush=True)
     try:

@@ -243,6 +243,74 @@ def tensor_peak(fn, device) -> int:
 
 
 
+# ---- what the machine allows ----
+def machine_limits(device) -> dict:
+    """The machine's memory read bandwidth and matmul rate, measured here (best of 5 after a warm-up):
+    bandwidth = bytes / time of summing a 256 MiB float32 tensor (larger than any L3 cache, so it streams from
+    memory; 1 GiB on CUDA); GEMM rate = 2 n^3 / time of an n x n float32 matmul, n = 2048 (CUDA: bf16, n = 8192,
+    the dtype generation runs in there)."""
+    cuda = device.type == "cuda"
+    x = torch.ones((2**30 if cuda else 2**28) // 4, device=device)
+    n, dt = (8192, torch.bfloat16) if cuda else (2048, torch.float32)
+    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
+
+    def best(fn):
+        fn()
+        return min(timed(fn, device) for _ in range(5))
+
+    with torch.inference_mode():
+        bandwidth = x.numel() * 4 / best(lambda: x.sum())
+        gemm = 2 * n**3 / best(lambda: a @ b)
+    return dict(bandwidth=bandwidth, gemm=gemm)
+
+
+def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = NEW_TOKENS,
+                     prompt_len: int = PROMPT) -> dict:
+    """The least time greedy generation of `new_tokens` tokens after `prompt_len`-token prompts, one image per
+    prompt, can take on this machine: each phase (encoding the images with every layer's cross-attention
+    keys/values, the prefill with the first token's logits, and each further step) takes at least its FLOPs at
+    the measured GEMM rate and at least its bytes read at the measured bandwidth, whichever is longer. FLOPs
+    are counted by torch.utils.flop_counter on the model itself; the bytes of a step are the decoder weights
+    it reads (all but the cross-attention key/value projections, which run once per image) and, per row, the
+    image's keys/values and the self-attention cache. At batch 1 this is what issue 16 asks for: the ViT's
+    FLOPs at the GEMM rate plus, per new token, the decoder's weights at the memory bandwidth."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vqa.config import GenerationConfig
+    from vqa.generate import _Decoder
+
+    cfg = model.cfg
+    dtype = next(model.parameters()).dtype
+    size = torch.finfo(dtype).bits // 8
+    s = cfg.vit_image_size
+    images = torch.randn(batch, 3, s, s, device=device, dtype=dtype)
+    with torch.inference_mode():
+        with FlopCounterMode(display=False) as fc:
+            kv = model.memory_kv(model.encode(images))
+        enc_flops = fc.get_total_flops()
+        with FlopCounterMode(display=False) as fc:
+            dec = _Decoder(model, kv, prompts(batch), GenerationConfig(max_new_tokens=new_tokens))
+        pre_flops = fc.get_total_flops()
+        tok = torch.full((batch,), 5, device=device)
+        with FlopCounterMode(display=False) as fc:
+            dec.step(tok)
+        step_flops = fc.get_total_flops()
+    cross_kv = {id(p) for blk in model.decoder.blocks for p in blk.cross_attn.kv.parameters()}
+    weights = sum(p.numel() * size for p in model.decoder.parameters() if id(p) not in cross_kv)
+    n, layers, d = kv[0][0].shape[2], cfg.dec_depth, cfg.dec_width
+    per_row = layers * 2 * d * size * (n + prompt_len + new_tokens)  # image keys/values + self-attention cache
+    vit_bytes = sum(p.numel() * size for p in model.vision.parameters())
+
+    def phase(flops, nbytes):
+        return max(flops / limits["gemm"], nbytes / limits["bandwidth"])
+
+    enc = phase(enc_flops, vit_bytes)
+    pre = phase(pre_flops, weights + batch * per_row)
+    step = phase(step_flops, weights + batch * per_row)
+    return dict(bound_ms=1e3 * (enc + pre + (new_tokens - 1) * step), encode_ms=1e3 * enc, prefill_ms=1e3 * pre,
+                step_ms=1e3 * step, encode_gflop=enc_flops / 1e9, step_mb=(weights + batch * per_row) / 1e6)
+
+
 def environment(device) -> str:
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name()} | torch {torch.__version__}"

@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench.py                        # tiny and small on the default device
     .venv/bin/python scripts/bench.py --presets tiny --repeats 10 --json bench.json
     .venv/bin/python scripts/bench.py --device cuda --mem-table --compile
+    .venv/bin/python scripts/bench.py --gen-variants eager            # generation without the compiled variants
 
 Measures (medians over --repeats after warm-up):
   train images/s    vqa train's own step (vqa.train.step.StepRunner) with the preset's optimizer (tiny: Muon +
@@ -15,7 +16,14 @@ Measures (medians over --repeats after warm-up):
                     device with vqa.train.step.count_syncs); vqa train reads the loss once per logged step
   compiled graphs   with --compile: graphs torch.compile built over 8 batches of different shapes
   generate          greedy, exactly 16 new tokens (min_new_tokens=16), 12-token prompts; batch 1 and 32, one
-                    image per prompt; the latency includes encoding the images
+                    image per prompt; the latency includes encoding the images. Variants (--gen-variants):
+                    eager (generate's default), compiled (generate(compile=True): the torch.compile'd decode
+                    step, weights frozen in) and int8 (dynamic int8 linear layers, vqa.quantize, compiled step
+                    and encoder; CPU only). The compiling time (first call) is reported, not timed
+  physical bound    beside every generation figure: the least time the machine allows for that generation,
+                    from its FLOPs at the measured GEMM rate and its bytes at the measured memory bandwidth
+                    (measured at the start; _bench_common.machine_limits / generation_bound), and how far
+                    the figure is from it
   decode step       one cached decode step at batch 1 at position 1 and at position 64 (the model is built with
                     dec_max_len=80 for this: the presets' 48/64 have no position 64); about equal when the cache
                     works; for reference, the uncached pass over 65 tokens a decoder without a cache would pay
@@ -105,23 +113,45 @@ def bench_train(name, device, n_img, repeats, compile):
     return model, row
 
 
-def bench_generate(model, device, batch, repeats):
+VARIANTS = ("eager", "compiled", "int8")
+
+
+def bench_generate(model, device, batch, repeats, variant="eager"):
+    """Greedy generation latency of `variant` (keys gen_b{batch}[_{variant}]_...); compiled variants are
+    compiled (and the compiling timed) before the timed runs."""
     model.eval()
     s = model.cfg.vit_image_size
     images = torch.randn(batch, 3, s, s, generator=torch.Generator().manual_seed(3)).to(device)
     prompts = C.prompts(batch)
     dt = C.amp_dtype(device)
+    compile = variant != "eager"
 
     def run():
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
-            generate(model, prompts, images, max_new_tokens=C.NEW_TOKENS, min_new_tokens=C.NEW_TOKENS)
+            generate(model, prompts, images, max_new_tokens=C.NEW_TOKENS, min_new_tokens=C.NEW_TOKENS,
+                     compile=compile)
 
-    for _ in range(2):
-        run()
+    first = C.timed(run, device)
+    run()
     t = C.median([C.timed(run, device) for _ in range(repeats)])
-    mem = C.tensor_peak(run, device)
-    return {f"gen_b{batch}_ms": t * 1e3, f"gen_b{batch}_tokens_per_s": batch * C.NEW_TOKENS / t,
-            f"gen_b{batch}_peak_mib": mem / 2**20}
+    key = f"gen_b{batch}" + ("" if variant == "eager" else f"_{variant}")
+    out = {f"{key}_ms": t * 1e3, f"{key}_tokens_per_s": batch * C.NEW_TOKENS / t, f"{key}_first_s": first}
+    if variant == "eager":
+        out[f"{key}_peak_mib"] = C.tensor_peak(run, device) / 2**20
+    return out
+
+
+def variant_model(model, variant):
+    """The model a generation variant runs: the same one, or an int8 copy (vqa.quantize)."""
+    if variant != "int8":
+        return model
+    import copy
+
+    from vqa.quantize import quantize_int8
+
+    q = copy.deepcopy(model).eval()
+    quantize_int8(q)
+    return q
 
 
 def bench_positions(name, device, repeats, positions=(1, 64)):
@@ -209,6 +239,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model for the training step")
     p.add_argument("--mem-table", action="store_true", help="peak training memory per batch size")
+    p.add_argument("--gen-variants", default=",".join(VARIANTS),
+                   help=f"generation variants to time, of {','.join(VARIANTS)} (int8: CPU only)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--readiness", action="store_true",
                    help="only count (no timing): FLOPs per image, host syncs per step, compiled graphs (--compile)")
@@ -228,25 +260,57 @@ def main(argv=None) -> int:
         if args.json:
             C.write_json(args.json, device, 0, readiness=rows)
         return 0
+    variants = [v for v in args.gen_variants.split(",") if v]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        p.error(f"unknown --gen-variants {','.join(bad)}; choose from {','.join(VARIANTS)}")
+    if device.type != "cpu" and "int8" in variants:
+        print("bench.py: int8 is for CPUs; leaving it out", file=sys.stderr)
+        variants.remove("int8")
+    limits = C.machine_limits(device)
+    print(f"machine: {limits['bandwidth'] / 1e9:.1f} GB/s memory read, {limits['gemm'] / 1e9:.0f} GFLOP/s GEMM "
+          f"({'bf16' if device.type == 'cuda' else 'float32'})", file=sys.stderr)
     results = []
     for name in args.presets.split(","):
         t0 = time.time()
         model, row = bench_train(name, device, train_images(name, device), args.repeats, args.compile)
+        model.eval()
         for b in (1, 32):
-            row.update(bench_generate(model, device, b, args.repeats))
+            bound = C.generation_bound(model, device, b, limits)
+            row[f"gen_b{b}_bound_ms"] = bound["bound_ms"]
+            row[f"gen_b{b}_bound_parts"] = bound
+        for variant in variants:
+            vmodel = variant_model(model, variant)
+            for b in (1, 32):
+                row.update(bench_generate(vmodel, device, b, args.repeats, variant))
+            del vmodel
         del model
         row.update(bench_positions(name, device, args.repeats))
         results.append(dict(preset=name, **row))
         print(f"[{name}] {time.time() - t0:.0f} s", file=sys.stderr)
-    print(f"\n{C.environment(device)}, median of {args.repeats} repeats\n")
+    print(f"\n{C.environment(device)}, median of {args.repeats} repeats; machine: "
+          f"{limits['bandwidth'] / 1e9:.1f} GB/s memory read, {limits['gemm'] / 1e9:.0f} GFLOP/s GEMM\n")
     f = lambda v, nd=1: "-" if v is None else f"{v:.{nd}f}"  # noqa: E731
-    cols = ["preset", "params (M)", "train img/s (batch)", "train peak MiB", "generate b1 ms", "generate b32 ms",
-            "b32 tokens/s", "gen peak MiB b1 / b32", "decode step ms pos 1 / 64 (no cache: 64)"]
+    gen = lambda r, k, b: (f"{f(r[k])} ({f(r[f'gen_b{b}_bound_ms'])}, {r[k] / r[f'gen_b{b}_bound_ms']:.1f}x)"  # noqa: E731
+                           if k in r else "-")
+    cols = ["preset", "params (M)", "train img/s (batch)", "train peak MiB", "generate b1 ms (bound, x bound)",
+            "generate b32 ms (bound, x bound)", "b32 tokens/s", "gen peak MiB b1 / b32",
+            "decode step ms pos 1 / 64 (no cache: 64)"]
     rows = [[r["preset"], f(r["params_m"]), f"{f(r['train_images_per_s'])} ({r['train_batch']})", f(r["train_peak_mib"]),
-             f(r["gen_b1_ms"]), f(r["gen_b32_ms"]), f(r["gen_b32_tokens_per_s"], 0),
-             f"{f(r['gen_b1_peak_mib'])} / {f(r['gen_b32_peak_mib'])}", f"{f(r['step_pos1_ms'], 2)} / {f(r['step_pos64_ms'], 2)} ({f(r['uncached_pos64_ms'], 2)})"]
+             gen(r, "gen_b1_ms", 1), gen(r, "gen_b32_ms", 32), f(r.get("gen_b32_tokens_per_s"), 0),
+             f"{f(r.get('gen_b1_peak_mib'))} / {f(r.get('gen_b32_peak_mib'))}", f"{f(r['step_pos1_ms'], 2)} / {f(r['step_pos64_ms'], 2)} ({f(r['uncached_pos64_ms'], 2)})"]
             for r in results]
     print(C.table(cols, rows))
+    vrows = [[r["preset"], v] + [gen(r, f"gen_b{b}{'' if v == 'eager' else '_' + v}_ms", b) for b in (1, 32)]
+             + [f(r.get(f"gen_b{b}{'' if v == 'eager' else '_' + v}_first_s")) for b in (1, 32)]
+             for r in results for v in variants]
+    print("\n" + C.table(["preset", "generation", "b1 ms (bound, x bound)", "b32 ms (bound, x bound)",
+                          "first call s b1", "first call s b32 (compiling)"], vrows))
+    print("\n" + C.table(["preset", "batch", "bound ms", "encode ms", "prefill ms", "per step ms",
+                          "encode GFLOP", "MB read per step"],
+                         [[r["preset"], b, f(p["bound_ms"]), f(p["encode_ms"], 2), f(p["prefill_ms"], 2),
+                           f(p["step_ms"], 3), f(p["encode_gflop"], 2), f(p["step_mb"])]
+                          for r in results for b in (1, 32) for p in [r[f"gen_b{b}_bound_parts"]]]))
     print("\n" + C.table(["preset", "optimizer", "step GFLOP (fwd + bwd)", "host syncs in a step",
                           "compiled graphs (8 batch shapes)"],
                          [[r["preset"], r["optimizer"], f(r["train_gflop"], 2), r["train_syncs"],
@@ -262,7 +326,7 @@ def main(argv=None) -> int:
         print("\n" + C.table(["preset", f"images (x {C.QUESTIONS} q)", f"train step peak MiB ({what})"], mem_rows))
         results.append(dict(mem_table=mem_rows))
     if args.json:
-        C.write_json(args.json, device, args.repeats, results=results)
+        C.write_json(args.json, device, args.repeats, limits=limits, results=results)
     return 0
 
 

@@ -4,10 +4,15 @@
     .venv/bin/python scripts/bench_peer.py               # tiny and small, the default sizes
     .venv/bin/python scripts/bench_peer.py --quick       # fewer repeats and smaller batches (about a minute)
     .venv/bin/python scripts/bench_peer.py --presets tiny --device cuda --json peer.json
+    .venv/bin/python scripts/bench_peer.py --variants eager     # without the compiled and int8 rows
 
 The peer is transformers' VisionEncoderDecoderModel: a ViTModel encoder and a GPT2LMHeadModel decoder with
 add_cross_attention=True, random init, at our preset's sizes (image size, patch, widths, depths, heads, MLP ratio
 4, vocabulary, max positions, no dropout, exact GELU, default attention implementation = SDPA).
+
+Generation variants of ours (--variants): eager (generate's default), compiled (generate(compile=True): the
+torch.compile'd decode step, weights frozen in) and int8 (dynamic int8 linear layers, compiled step and encoder;
+CPU only), each against the same float32 peer. Compiled variants are compiled before the timed runs.
 
 Training: the same VQA batch for both (images, 4 questions each, loss on the answer tokens only). The peer has no
 image_index, so each image is repeated once per question (what a user of it would do) and its ViT encodes every
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 
 import _bench_common as C
@@ -73,9 +79,10 @@ def peer_trainer(model, device):
     return step
 
 
-def gen_fns(ours, peer, n_prompts, n_images, device, decode_only=False):
+def gen_fns(ours, peer, n_prompts, n_images, device, decode_only=False, compile=False):
     """Greedy generation of exactly 16 tokens for `n_prompts` prompts over `n_images` images (each image's
-    prompts consecutive). decode_only: both get their encoded images (ours: memory, peer: encoder_outputs)."""
+    prompts consecutive). decode_only: both get their encoded images (ours: memory, peer: encoder_outputs).
+    compile: ours decodes through the compiled step (generate(compile=True))."""
     cfg = ours.cfg
     g = torch.Generator().manual_seed(2)
     images = torch.randn(n_images, 3, cfg.vit_image_size, cfg.vit_image_size, generator=g).to(device)
@@ -92,7 +99,7 @@ def gen_fns(ours, peer, n_prompts, n_images, device, decode_only=False):
     def run_ours():
         with torch.inference_mode(), ac():
             out = generate(ours, ps, **inputs_o, image_index=None if n_images == n_prompts else index,
-                           max_new_tokens=C.NEW_TOKENS, min_new_tokens=C.NEW_TOKENS)
+                           max_new_tokens=C.NEW_TOKENS, min_new_tokens=C.NEW_TOKENS, compile=compile)
         assert all(len(s) == C.NEW_TOKENS for s in out.sequences)
 
     def run_peer():
@@ -127,7 +134,7 @@ def alternate(fa, fb, device, repeats):
 LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False, vit_memory_pos=False)
 
 
-def bench(name, args, device):
+def bench(name, args, device, limits=None):
     ours = C.build_ours(name, device, **({} if args.as_preset else LIKE_FOR_LIKE))
     peer = build_peer(ours.cfg, device)
     n_ours, n_peer = ours.num_parameters(), sum(p.numel() for p in peer.parameters())
@@ -149,8 +156,40 @@ def bench(name, args, device):
         what = ("decode only" if dec_only else "generate") + f" ms, batch {n_prompts}"
         what += "" if n_images == n_prompts else f" ({n_images} img x {C.QUESTIONS} q)"
         rows.append(dict(metric=what, ours=t_o * 1e3, peer=t_p * 1e3, higher=False,
+                         bound_batch=n_prompts if n_images == n_prompts and not dec_only else None,
                          target=TARGETS[key] if key else None, mem_ours=m_o, mem_peer=m_p, rss_ours=r_o, rss_peer=r_p))
         print(f"[{name}] {what}: ours {t_o * 1e3:.1f} peer {t_p * 1e3:.1f}", file=sys.stderr)
+    for variant in args.variants:
+        if variant == "eager":
+            continue
+        model = ours
+        if variant == "int8":
+            import copy
+
+            from vqa.quantize import quantize_int8
+
+            model = copy.deepcopy(ours).eval()
+            quantize_int8(model)
+        for n_prompts, key in ((1, "gen_b1"), (b32, "gen_b32")):
+            fo, fp = gen_fns(model, peer, n_prompts, n_prompts, device, compile=True)
+            t0 = time.time()
+            fo()  # compiling, before anything is timed
+            compiling = time.time() - t0
+            t_o, t_p, m_o, m_p, r_o, r_p = alternate(fo, fp, device, args.repeats)
+            what = f"generate ms, batch {n_prompts}, ours {'compiled step' if variant == 'compiled' else 'int8'}"
+            rows.append(dict(metric=what, ours=t_o * 1e3, peer=t_p * 1e3, higher=False, target=TARGETS[key],
+                             bound_batch=n_prompts,
+                             mem_ours=m_o, mem_peer=m_p, rss_ours=r_o, rss_peer=r_p))
+            print(f"[{name}] {what}: ours {t_o * 1e3:.1f} peer {t_p * 1e3:.1f} (compiling {compiling:.0f} s)",
+                  file=sys.stderr)
+    if limits is not None:  # the physical bound of our float32 generation rows (one image per prompt)
+        bounds = {}
+        for r in rows:
+            n = r.get("bound_batch")
+            if n is not None:
+                if n not in bounds:
+                    bounds[n] = C.generation_bound(ours, device, n, limits)["bound_ms"]
+                r["bound"] = bounds[n]
     for r in rows:
         r["speedup"] = r["ours"] / r["peer"] if r["higher"] else r["peer"] / r["ours"]
         r["met"] = None if r["target"] is None else bool(r["speedup"] >= r["target"])
@@ -166,6 +205,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="2 repeats, smaller batches for small (a minute or two)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--variants", default="eager,compiled,int8",
+                   help="our generation variants: eager (always), compiled, int8 (CPU only)")
+    p.add_argument("--no-bound", action="store_true", help="skip measuring the machine and the physical bounds")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--as-preset", action="store_true",
                    help="time our presets as configured (tiny: + conv stem and QK-norm, which the peer lacks)")
@@ -176,20 +218,28 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     device = C.pick_device(args.device)
-    rows = [r for name in args.presets.split(",") for r in bench(name.strip(), args, device)]
+    args.variants = [v for v in args.variants.split(",") if v]
+    if device.type != "cpu" and "int8" in args.variants:
+        args.variants.remove("int8")  # int8 is for CPUs
+    limits = None if args.no_bound else C.machine_limits(device)
+    rows = [r for name in args.presets.split(",") for r in bench(name.strip(), args, device, limits)]
     print(f"\n{C.environment(device)}, median of {args.repeats} alternating repeats (x4 where a pair of runs takes < 1 s)\n")
     fmt = lambda v: f"{v:.1f}" if v >= 10 else f"{v:.2f}"  # noqa: E731
     cpu = device.type == "cpu"
+    if limits is not None:
+        print(f"machine: {limits['bandwidth'] / 1e9:.1f} GB/s memory read, {limits['gemm'] / 1e9:.0f} GFLOP/s GEMM; "
+              "bound: the least time our generation can take here (scripts/bench.py's docstring)\n")
     print(C.table(
-        ["preset", "metric", "ours", "peer", "speed-up ours/peer", "target", "tensor peak MiB ours / peer",
-         "memory ours/peer"] + (["peak RSS rise MiB ours / peer"] if cpu else []),
+        ["preset", "metric", "ours", "peer", "speed-up ours/peer", "target", "ours / bound",
+         "tensor peak MiB ours / peer", "memory ours/peer"] + (["peak RSS rise MiB ours / peer"] if cpu else []),
         [[r["preset"], r["metric"], fmt(r["ours"]), fmt(r["peer"]), f"{r['speedup']:.2f}x",
           "-" if r["target"] is None else f">= {r['target']:g}x " + ("met" if r["met"] else "MISSED"),
+          f"{r['ours'] / r['bound']:.2f}x ({fmt(r['bound'])})" if r.get("bound") else "-",
           f"{C.mib(r['mem_ours'])} / {C.mib(r['mem_peer'])}",
           f"{r['mem_ratio']:.2f}" + (" ok" if r["mem_ratio"] <= 1 else " HIGHER")]
          + ([f"{C.mib(r['rss_ours'])} / {C.mib(r['rss_peer'])}"] if cpu else []) for r in rows]))
     if args.json:
-        C.write_json(args.json, device, args.repeats, rows=rows)
+        C.write_json(args.json, device, args.repeats, limits=limits, rows=rows)
     return 0
 
 

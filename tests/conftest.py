@@ -23,3 +23,12 @@ def shapes_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("shapes")
     generate_shapes(out, n_train=24, n_val=8, size=64, seed=0, progress=False, workers=1)
     return out
+
+
+@pytest.fixture
+def quick_compile(monkeypatch):
+    """Compile the decode step without inductor's GEMM autotuning on the CPU: the same code, the matmul kernels
+    picked without benchmarking them (a minute less per test; scripts/bench.py times the autotuned ones)."""
+    import vqa.compiled
+
+    monkeypatch.setattr(vqa.compiled, "INDUCTOR_CPU", vqa.compiled.INDUCTOR)

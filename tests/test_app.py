@@ -366,7 +366,7 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch
     try:
         assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port)]) == 0
         out = capsys.readouterr().out
-        assert f"serving model {shared_checkpoint()} on cpu at http://127.0.0.1:{port}/" in out, out
+        assert f"serving model {shared_checkpoint()} on cpu (float32) at http://127.0.0.1:{port}/" in out, out
         assert "batches of up to 16, 32 at once, 64 waiting" in out
         img = handle_file(str(write_pictures(tmp_path)["red_circle"]))
         assert Client(f"http://127.0.0.1:{port}/", verbose=False).predict(img, COLOR_Q, 1, api_name="/ask")[0] == "red"

@@ -495,3 +495,91 @@ def test_bad_sampling_and_ranking_inputs_are_clear_errors():
         generate(model, [[1]], images=images, method="sample", top_p=0.0)
     with pytest.raises(InputError, match="outside the vocabulary"):
         score_candidates(model, [1, 5], [[3], [model.cfg.vocab_size + 7]], images=images)
+
+
+# ---------------------------------------------------------------- the compiled decode step
+
+
+@torch.inference_mode()
+def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
+    """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
+    at every step for padded prompts, then the same greedy and beam results (9 beams padded to 16 rows)."""
+    from vqa.generate import _Decoder
+
+    kv = model.memory_kv(model.encode(images))
+    config = GenerationConfig(max_new_tokens=8)
+    eager, compiled = _Decoder(model, kv, PROMPTS, config), _Decoder(model, kv, PROMPTS, config, compiled=True)
+    torch.testing.assert_close(compiled.logits, eager.logits)
+    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache rounded up to 32 slots
+    assert compiled.state.batch == 4 and compiled.state.slots == 32 and compiled.logits.shape[0] == 3
+    for t in range(8):
+        tok = eager.logits.argmax(-1)
+        torch.testing.assert_close(compiled.step(tok), eager.step(tok), atol=1e-5, rtol=1e-5, msg=f"step {t}")
+    assert compiled.compiled.failed is None  # really compiled, no fallback
+    for kw in (dict(), dict(method="beam", num_beams=3)):
+        want, got = generate(model, PROMPTS, images, max_new_tokens=10, **kw), \
+            generate(model, PROMPTS, images, max_new_tokens=10, compile=True, **kw)
+        assert got.sequences == want.sequences
+        assert [s for b in got.beams for s, _ in b] == [s for b in want.beams for s, _ in b]
+        assert got.scores == pytest.approx(want.scores, abs=1e-4)
+
+
+def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monkeypatch):
+    """Where inductor cannot compile (no C++ compiler, say): a warning, then the eager step's very result."""
+    import torch._inductor.exc
+
+    from vqa.compiled import compiled_step
+
+    step = compiled_step(model.decoder)
+    monkeypatch.setattr(step, "failed", None)
+
+    def broken(*args, **kwargs):
+        raise torch._inductor.exc.InductorError(RuntimeError("no C++ compiler"), None)
+
+    monkeypatch.setattr(step, "fn", broken)
+    want = generate(model, PROMPTS, images, max_new_tokens=10)
+    with pytest.warns(RuntimeWarning, match="could not be built.*decoding eagerly"):
+        got = generate(model, PROMPTS, images, max_new_tokens=10, compile=True)
+    assert got.sequences == want.sequences and got.scores == pytest.approx(want.scores, abs=1e-5)
+    assert "no C++ compiler" in step.failed
+
+
+# ---------------------------------------------------------------- a constrained vocabulary
+
+
+def ref_greedy_in_vocab(model, image, prompt, max_new, vocab):
+    """Uncached greedy decoding where only `vocab` may follow: log-softmax over those tokens alone."""
+    eos, seq, score = model.cfg.eos_id, [], 0.0
+    allowed = torch.as_tensor(vocab)
+    for _ in range(_room(model, prompt, max_new)):
+        with torch.no_grad():
+            logits = model(image, torch.as_tensor([prompt + seq])).logits[0, -1].float()
+        logp = logits[allowed].log_softmax(-1)
+        i = int(logp.argmax())
+        tok, score = vocab[i], score + float(logp[i])
+        if tok == eos:
+            break
+        seq.append(tok)
+    return seq, score
+
+
+def test_a_constrained_vocabulary_decodes_over_its_tokens_alone(model, images):
+    vocab = [5, 9, 17, 23, 31, 40]  # <eos> (3) is added: every output must be able to end
+    free = generate(model, PROMPTS, images, max_new_tokens=10)
+    out = generate(model, PROMPTS, images, max_new_tokens=10, vocab=vocab)
+    for i, prompt in enumerate(PROMPTS):
+        seq, score = ref_greedy_in_vocab(model, images[i : i + 1], prompt, 10, sorted(vocab + [EOS]))
+        assert out.sequences[i] == seq, f"prompt {i}"
+        assert out.scores[i] == pytest.approx(score, abs=1e-4)
+    assert all(t in vocab for s in out.sequences for t in s)
+    assert out.sequences != free.sequences  # the restriction mattered here
+    beam = generate(model, PROMPTS, images, max_new_tokens=10, vocab=vocab, method="beam", num_beams=3)
+    assert all(t in vocab for b in beam.beams for s, _ in b for t in s)
+    one = generate(model, PROMPTS, images, max_new_tokens=10, vocab=vocab, method="beam", num_beams=1,
+                   length_penalty=0.0)
+    assert one.sequences == out.sequences
+    # the whole vocabulary is no restriction
+    every = generate(model, PROMPTS, images, max_new_tokens=10, vocab=torch.arange(model.cfg.vocab_size))
+    assert every.sequences == free.sequences and every.scores == pytest.approx(free.scores, abs=1e-5)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        generate(model, PROMPTS, images, vocab=[5, model.cfg.vocab_size])

@@ -1,6 +1,7 @@
 """`vqa eval`: score a checkpoint on a split with the official metrics.
 
     vqa eval --checkpoint runs/tiny --data data/shapes --split val [--method beam --num-beams 3]
+    vqa eval ... --int8 --compile        # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
 [{"image_id", "caption"}]) and `summary.json` to `<checkpoint>/eval-<split>/` unless --out says otherwise.
@@ -29,6 +30,11 @@ def add_arguments(p) -> None:
     p.add_argument("--max-images", type=int)
     p.add_argument("--batch-size", type=int, default=64, help="images per batch")
     p.add_argument("--device", default="auto")
+    p.add_argument("--int8", action="store_true",
+                   help="score the model with dynamic int8 linear layers (CPU), as `vqa ask --int8` runs it")
+    p.add_argument("--compile", action="store_true",
+                   help="decode through the torch.compile'd step (and, for int8 or on CUDA, a compiled encoder): "
+                        "faster after seconds of compiling per batch shape")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")
 
 
@@ -43,6 +49,13 @@ def run(args) -> int:
     generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
     device = pick_device(args.device)
     model, tok, card = checkpoint.load(args.checkpoint, device)
+    precision = "float32"
+    if args.int8:
+        from .quantize import apply_precision
+
+        precision, notice = apply_precision(model, "int8", device)
+        if notice:
+            print(f"vqa eval: {notice}", file=sys.stderr)
     trained = tuple(card.get("tasks") or ("vqa", "caption"))
     tasks = parse_tasks(args.tasks) if args.tasks else trained
     untrained = [t for t in tasks if t not in trained]
@@ -62,12 +75,12 @@ def run(args) -> int:
               "these scores say nothing about unseen data", file=sys.stderr)
     split = open_split(args.data, name)
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
-                   batch_images=args.batch_size, generation=generation)
+                   batch_images=args.batch_size, generation=generation, compile=args.compile)
     label = name if not is_pattern(name) else "shards"
     out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{label}"
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=data, split=name,
+    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=data, split=name, precision=precision,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import torch
 from torch.utils.data import DataLoader
 
+from .compiled import encode as encode_images
 from .config import GenerationConfig
 from .data.collate import make_collate
 from .data.dataset import ItemMaker
@@ -35,7 +36,8 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 
 @torch.no_grad()
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
-             batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1) -> dict:
+             batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
+             compile: bool = False) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
@@ -43,7 +45,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of a folder
     split's images (image i goes to rank i % world; a shard split is read by rank 0 alone) and rank 0 gathers
     the results and scores them; the other ranks return an empty summary. The model is called directly (not
-    through DDP), so decoding holds no collective."""
+    through DDP), so decoding holds no collective. `compile`: decode (and, where it pays, encode) through
+    torch.compile (`vqa.compiled`; the weights are frozen in, so not for a model still in training)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
@@ -64,10 +67,11 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     n_images = 0
     for batch in it:
         n_images += batch.num_images
-        memory = model.encode(normalize(batch.images, None, device))  # each image once, for all its questions
+        images = normalize(batch.images, None, device)
+        memory = encode_images(model, images, compile)  # each image once, for all its questions
         for group in batch.groups:
             out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
-                           config=gen[group.task])
+                           config=gen[group.task], compile=compile)
             for meta, seq in zip(group.meta, out.sequences, strict=True):
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":
@@ -115,7 +119,8 @@ def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"{s['images']} images in {s['seconds']} s"]
+    precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
+    lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
     if "vqa_accuracy" in s:
         lines.append(f"VQA accuracy: {s['vqa_accuracy']:.2f}  ({s['questions']} questions)")
         for title, key in (("answer type", "per_answer_type"), ("question type", "per_question_type")):

@@ -5,20 +5,26 @@ The image is encoded once and each layer's cross-attention keys/values are compu
 self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
 Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
 masked, and each prompt has its own length budget (the context left after *its* prompt), so a padded batch
-gives exactly what the prompts give one by one.
+gives exactly what the prompts give one by one. Each new token goes through `vqa.decode_step.decode_step`, a
+step of fixed shapes that runs eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
 
-A decoding method is a function `(model, kv, prompts, config) -> Generation` in `METHODS`; its settings
-are fields of `GenerationConfig` (vqa.config), which validates them. Adding one touches these two places.
+A decoding method is a function `(model, kv, prompts, config, **decoding) -> Generation` in `METHODS` (the
+`decoding` keywords go to `_Decoder`); its settings are fields of `GenerationConfig` (vqa.config), which
+validates them. Adding one touches these two places.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from .compiled import compiled_step
+from .compiled import encode as encode_images
 from .config import GenerationConfig
+from .decode_step import DecodeState, decode_step, prefill
 from .errors import ConfigError, InputError
 from .model import VQAModel
 
@@ -40,65 +46,119 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
     return ids.to(device), valid.to(device)
 
 
-class _Decoder:
-    """The state of one batched decoding: caches, key validity and positions, for B rows. `budget[b]` is
-    how many tokens row b may generate: the config's max_new_tokens, capped by the context left after row
-    b's own prompt."""
+def _bucket(rows: int) -> int:
+    """Compiled: rows are padded up to a power of two (and cache slots to a multiple of 32), so a few static
+    shapes serve every batch: a graph compiled for fixed shapes runs faster than one for a dynamic batch."""
+    return 1 << (rows - 1).bit_length()
 
-    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig):
+
+SLOT_MULTIPLE = 32
+
+
+class _Decoder:
+    """The state of one batched decoding of B rows: the prompts run into preallocated caches, then one token per
+    row per `step` (`vqa.decode_step`: the same step eagerly or compiled). `budget[b]` is how many tokens row b
+    may generate: the config's max_new_tokens, capped by the context left after row b's own prompt.
+
+    With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
+    alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
+    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`_bucket`): the
+    extra rows repeat row 0 and their outputs are dropped."""
+
+    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
+                 vocab: torch.Tensor | None = None, compiled: bool = False):
         self.model, self.kv = model, kv
-        device = kv[0][0].device
+        decoder = model.decoder
+        device, dtype = kv[0][0].device, kv[0][0].dtype
         limit = model.cfg.dec_max_len
         longest = max(len(q) for q in prompts)
         if longest >= limit:
             raise InputError(f"prompt of {longest} tokens leaves no room to generate (dec_max_len={limit})")
         self.budget = [config.budget(limit - len(q)) for q in prompts]
         self.max_new = max(self.budget)
+        self.vocab, self.head, self.eos = None, None, model.cfg.eos_id
+        if vocab is not None:
+            self.vocab = vocab.to(device)
+            self.vocab_list = self.vocab.tolist()
+            self.eos = self.vocab_list.index(model.cfg.eos_id)
+            self.head = decoder.embed.weight.index_select(0, self.vocab)  # [V', D]: the tied head's rows
+        self.padded = len({len(q) for q in prompts}) > 1
+        self.rows = len(prompts)
+        self.compiled = compiled_step(decoder) if compiled else None
+        if self.compiled is not None:
+            fill = _bucket(self.rows) - self.rows
+            prompts = list(prompts) + [prompts[0]] * fill
+            self.kv = kv = self._pad_rows(kv, self.rows, fill)
+            width = max(len(q) for q in prompts)
+            slots = -(-(width + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
+            self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
         ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
         b, p = ids.shape
-        self.prompt_len = p
-        self.caches = model.decoder.new_caches(b, p + self.max_new, kv[0][0].dtype, device)
-        # Prompts of one length need no padding: a causal prefill at positions 0..P-1 and no key mask at any
-        # step (SDPA's mask-free path). Otherwise padding keys are masked and positions count real tokens.
-        self.padded = len({len(q) for q in prompts}) > 1
-        if self.padded:
-            self.key_valid = torch.zeros(b, p + self.max_new, dtype=torch.bool, device=device)
-            self.key_valid[:, :p] = valid
-            pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]: left padding does not shift positions
-            causal = torch.ones(p, p, dtype=torch.bool, device=device).tril()
-            eye = torch.eye(p, dtype=torch.bool, device=device)
-            mask = ((causal & valid[:, None, :]) | eye)[:, None]  # [B, 1, P, P]; a padding query sees itself only
-            hidden, _ = model.decoder(ids, kv, pos=pos, mask=mask, caches=self.caches)
-            self.pos = pos[:, -1]  # [B] position of the last token fed
-        else:
-            hidden, _ = model.decoder(ids, kv, pos=0, caches=self.caches)
-            self.pos = p - 1  # the position of the last token fed, the same in every row
-        self.logits = model.decoder.logits(hidden[:, -1]).float()  # [B, V]
-        self.t = 0
+        if self.compiled is None:
+            self.state = DecodeState.allocate(model.cfg, b, p + self.max_new, dtype, device)
+        self.written = p  # cache slots holding keys
+        hidden = prefill(decoder, self.state, ids, valid, self.kv, self.padded)
+        self.logits = self._head(hidden)[: self.rows]  # [B, V]
+
+    @staticmethod
+    def _pad_rows(kv, rows: int, fill: int):
+        """kv with `fill` more rows, copies of row 0."""
+        if fill == 0:
+            return kv
+        index = torch.zeros(rows + fill, dtype=torch.long, device=kv[0][0].device)
+        index[:rows] = torch.arange(rows, device=index.device)
+        return [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return (self.model.decoder.logits(hidden) if self.head is None else hidden @ self.head.t()).float()
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Feed one token per row [B]; returns the next logits [B, V]."""
-        if self.padded:
-            self.key_valid[:, self.prompt_len + self.t] = True
-            self.t += 1
-            # a row past its own budget is done (its outputs are ignored) but still fed: keep it in the table
-            self.pos = (self.pos + 1).clamp(max=self.model.cfg.dec_max_len - 1)
-            mask = self.key_valid[:, None, None, : self.prompt_len + self.t]  # [B, 1, 1, S]
-            pos = self.pos[:, None]
+        """Feed one token per row [B] (indices into `vocab` when there is one); returns the next logits [B, V]."""
+        if self.vocab is not None:
+            tokens = self.vocab[tokens]
+        s, decoder = self.state, self.model.decoder
+        self.written += 1
+        if self.compiled is not None:
+            if s.batch > self.rows:  # the padding rows are fed <eos>: their outputs are never read
+                tokens = torch.cat((tokens, tokens.new_full((s.batch - self.rows,), self.model.cfg.eos_id)))
+            self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)[: self.rows]
         else:
-            self.t += 1
-            self.pos += 1
-            mask, pos = None, self.pos
-        hidden, _ = self.model.decoder(tokens[:, None], self.kv, pos=pos, mask=mask, caches=self.caches)
-        self.logits = self.model.decoder.logits(hidden[:, 0]).float()
+            self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv,
+                                      written=self.written, padded=self.padded)
         return self.logits
 
+    def ids(self, rows: list[list[int]]) -> list[list[int]]:
+        """Token ids of rows of `vocab` indices (unchanged without a vocab)."""
+        return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
+
+    def _full(self, index: torch.Tensor) -> torch.Tensor:
+        """A row index over the B rows, extended over the state's padding rows (which keep their places)."""
+        extra = self.state.batch - index.shape[0]
+        if extra <= 0:
+            return index
+        return torch.cat((index, torch.arange(index.shape[0], self.state.batch, device=index.device)))
+
+    def expand(self, k: int) -> None:
+        """Give each row k copies (beam search: the prompt ran once, its beams continue from it)."""
+        old, rows = self.state, self.rows * k
+        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [B*K]
+        self.rows = rows
+        dtype, device = old.k[0].dtype, old.k[0].device
+        if self.compiled is not None:
+            fill = _bucket(rows) - rows
+            index = torch.cat((index, index.new_zeros(fill)))  # padding rows: copies of row 0
+            kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state, self.kv = self.compiled.state(rows + fill, old.slots, dtype, device, kv)
+        else:
+            self.kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state = DecodeState.allocate(self.model.cfg, rows, old.slots, dtype, device)
+        self.state.copy_rows(old, index)
+        self.logits = self.logits.index_select(0, index[:rows])
+
     def reorder(self, index: torch.Tensor) -> None:
-        for c in self.caches:
-            c.reorder(index)
-        self.kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.kv]
-        if self.padded:
-            self.key_valid, self.pos = self.key_valid.index_select(0, index), self.pos.index_select(0, index)
+        """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same
+        prompt, so the image's keys/values, the same in all of them, stay."""
+        self.state.reorder(self._full(index))
         self.logits = self.logits.index_select(0, index)
 
 
@@ -138,16 +198,23 @@ def generate(
     memory: torch.Tensor | None = None,  # or the encoded images [M, N, D], to reuse an encoding
     image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
     config: GenerationConfig | None = None,
+    vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
+    compile: bool = False,  # run the decode step through torch.compile (vqa.decode_step.CompiledStep)
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
-    """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`."""
+    """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`.
+
+    `vocab` restricts what may follow to those tokens (a VQA model's answer vocabulary, say): the LM head is
+    computed for them alone, and probabilities and scores are renormalized over them (the model's distribution
+    given that the output stays in the vocabulary). `compile` compiles the decode step (its weights frozen in:
+    for a model that is no longer trained); the result is that of the eager step."""
     config = _config(config, changes)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token (<bos>)")
     if memory is None:
         if images is None:
             raise InputError("generate needs images or memory")
-        memory = model.encode(images)
+        memory = encode_images(model, images, compile)
     if image_index is None:
         if memory.shape[0] != len(prompts):
             raise InputError(f"{memory.shape[0]} images for {len(prompts)} prompts and no image_index")
@@ -158,57 +225,79 @@ def generate(
         if image_index.shape != (len(prompts),) or not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]:
             raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
     _check_ids(model, prompts)
+    allowed = None if vocab is None else answer_vocab(model, vocab)
     kv = model.memory_kv(memory, image_index)
-    return METHODS[config.method](model, kv, prompts, config)
+    if not compile:
+        return METHODS[config.method](model, kv, prompts, config, vocab=allowed)
+    with compiled_step(model.decoder).lock:  # its state buffers serve one decoding at a time
+        return METHODS[config.method](model, kv, prompts, config, vocab=allowed, compiled=True)
 
 
-def _greedy(model, kv, prompts, config: GenerationConfig) -> Generation:
-    return _greedy_or_sample(model, kv, prompts, config, sample=False)
+def answer_vocab(model: VQAModel, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """The sorted, distinct token ids of `ids` and <eos> (every output must be able to end), as a tensor on the
+    model's device; raises InputError for ids outside the vocabulary."""
+    ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
+    _check_ids(model, [ids])
+    device = model.decoder.embed.weight.device
+    return torch.as_tensor(sorted({int(i) for i in ids} | {model.cfg.eos_id}), dtype=torch.long, device=device)
 
 
-def _sample(model, kv, prompts, config: GenerationConfig) -> Generation:
-    return _greedy_or_sample(model, kv, prompts, config, sample=True)
+def _greedy(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
+    return _greedy_or_sample(model, kv, prompts, config, sample=False, **decoding)
 
 
-def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool) -> Generation:
-    eos = model.cfg.eos_id
-    dec = _Decoder(model, kv, prompts, config)
-    b = len(prompts)
+def _sample(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
+    return _greedy_or_sample(model, kv, prompts, config, sample=True, **decoding)
+
+
+def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool, **decoding) -> Generation:
+    dec = _Decoder(model, kv, prompts, config, **decoding)
+    eos, b, n = dec.eos, len(prompts), dec.max_new
     device = dec.logits.device
     generator = None
     if sample and config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(int(config.seed))
-    out = torch.full((b, dec.max_new), eos, dtype=torch.long, device=device)
-    budget = torch.as_tensor(dec.budget, device=device)
-    done = torch.zeros(b, dtype=torch.bool, device=device)
-    score = torch.zeros(b, device=device)
+    # per step: the tokens chosen [B] and their log-probabilities; a row's tokens after its first <eos> are
+    # ignored (the row is still fed, so the batch keeps its shape), so the loop does no per-row bookkeeping
+    toks, lps = [], []
+    spent = torch.as_tensor(dec.budget, device=device) <= torch.arange(1, n + 1, device=device)[:, None]  # [T, B]
+    done = torch.zeros(b, dtype=torch.bool, device=device)  # the row produced <eos>
     logits = dec.logits
-    for t in range(dec.max_new):
+    for t in range(n):
         if t < config.min_new_tokens:
             logits[:, eos] = float("-inf")
         logp = logits.log_softmax(-1)  # [B, V]
         if sample:
             probs = filter_logits(logits / config.temperature, config.top_k, config.top_p).softmax(-1)
-            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            tok = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
+            lp, tok = logp.gather(1, tok)[:, 0], tok[:, 0]
         else:
-            tok = logp.argmax(-1)
-        tok = tok.masked_fill(done, eos)
-        score += logp.gather(1, tok[:, None])[:, 0].masked_fill(done, 0.0)
-        out[:, t] = tok
-        done |= (tok == eos) | (budget <= t + 1)  # a row out of budget ends here (its last token kept)
-        if bool(done.all()) or t == dec.max_new - 1:
+            lp, tok = logp.max(-1)
+        toks.append(tok)
+        lps.append(lp)
+        if t == n - 1:
             break
+        # every row ended or used its budget? (no row can end while <eos> is still forbidden)
+        if t + 1 >= config.min_new_tokens:
+            done |= tok == eos
+            if bool((done | spent[t]).all()):
+                break
         logits = dec.step(tok)
-    rows = out.tolist()
-    return Generation(sequences=[_until_eos(r[: dec.budget[i]], eos) for i, r in enumerate(rows)],
-                      scores=score.tolist())
+    tokens, logps = torch.stack(toks, 1).tolist(), torch.stack(lps, 1).tolist()  # [B, T]
+    sequences, scores = [], []
+    for i in range(b):
+        row = tokens[i][: dec.budget[i]]
+        end = row.index(eos) if eos in row else len(row)  # the sequence stops before <eos> ...
+        sequences.append(row[:end])
+        scores.append(sum(logps[i][: min(end + 1, len(row))]))  # ... and its score counts <eos>
+    return Generation(sequences=dec.ids(sequences), scores=scores)
 
 
 def _until_eos(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def _beam_search(model, kv, prompts, config: GenerationConfig) -> Generation:
+def _beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
     """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
     k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability
     divided by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended
@@ -220,11 +309,12 @@ def _beam_search(model, kv, prompts, config: GenerationConfig) -> Generation:
     prompt's budget are ended there. One beam is greedy decoding at length_penalty 0 (exact bound) or with
     early_stopping; at length_penalty > 0 the exact search may find a longer hypothesis that greedy's
     first <eos> cut off, scoring higher per token."""
-    eos, k, lp = model.cfg.eos_id, config.num_beams, config.length_penalty
+    k, lp = config.num_beams, config.length_penalty
     b = len(prompts)
-    dec = _Decoder(model, kv, prompts, config)  # the prompt is run once per prompt, not per beam
-    device = dec.logits.device
-    dec.reorder(torch.arange(b, device=device).repeat_interleave(k))  # [B*K] rows, beams share the image
+    dec = _Decoder(model, kv, prompts, config, **decoding)  # the prompt is run once per prompt, not per beam
+    eos, device = dec.eos, dec.logits.device
+    if k > 1:
+        dec.expand(k)  # [B*K] rows, the beams of a prompt share its image
     beam_score = torch.full((b, k), float("-inf"), device=device)
     beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
     seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
@@ -281,7 +371,7 @@ def _beam_search(model, kv, prompts, config: GenerationConfig) -> Generation:
         beam_score = new_score
         dec.reorder(flat)
         logits = dec.step(new_tok.view(-1))
-    beams = [[(seq, raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
+    beams = [[(dec.ids([seq])[0], raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
     return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
 
 
@@ -336,4 +426,4 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]
 
 
-__all__ = ["Generation", "METHODS", "generate", "filter_logits", "score_candidates", "cross_attention_maps"]
+__all__ = ["Generation", "METHODS", "generate", "answer_vocab", "filter_logits", "score_candidates", "cross_attention_maps"]

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from einops import rearrange
 from PIL import Image
 
 from .checkpoint import load as load_checkpoint
+from .compiled import encode as encode_images
 from .config import GenerationConfig
 from .data.images import load_image
 from .data.transforms import build_transform
@@ -133,9 +135,28 @@ class Predictor:
     """A loaded model with its tokenizer, card and image transform; thread-safe (calls are serialized)."""
 
     def __init__(self, model, tokenizer, card: dict | None = None, device=None, cache_size: int = 8,
-                 max_pixels: int | None = None):
+                 max_pixels: int | None = None, quantize: str | None = None, dtype: torch.dtype | str | None = None,
+                 compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
+        """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.quantize`; where int8 cannot run, a
+        warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype, e.g. torch.bfloat16 on a
+        GPU. `compile`: decode through the torch.compile'd step (`vqa.decode_step`; default: on CUDA only, where
+        CUDA graphs replay a step; on a CPU it pays for long-running use, after seconds of compiling per batch
+        shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
+        tokens only (`generate(vocab=...)`), their probabilities renormalized over them."""
+        from .quantize import ACTIVATION_DTYPE, apply_precision, precision_of
+
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
+        if quantize not in (None, "int8"):
+            raise InputError(f"quantize must be 'int8' or None, not {quantize!r}")
+        if quantize is not None and dtype is not None:
+            raise InputError("choose quantize='int8' (CPUs) or a dtype (GPUs), not both")
+        precision = "int8" if quantize else precision_of(dtype if dtype is not None else torch.float32)
+        self.precision, self.notice = apply_precision(self.model, precision, self.device)
+        if self.notice:
+            warnings.warn(self.notice, RuntimeWarning, stacklevel=2)
+        self.dtype = ACTIVATION_DTYPE[self.precision]  # what the images go in as
+        self.compile = self.device.type == "cuda" if compile is None else bool(compile)
         self.tokenizer = tokenizer
         self.card = dict(card or {})
         self.cfg = model.cfg
@@ -146,11 +167,24 @@ class Predictor:
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._lock = threading.RLock()
         self.path: Path | None = None
+        self.answer_vocab: list[int] | None = None
+        if answer_vocab is not None:
+            self.set_answer_vocab(answer_vocab)
+
+    def set_answer_vocab(self, answers: Sequence[str] | None) -> None:
+        """Decode answers over the tokens of `answers` (texts) only, or over the whole vocabulary (None)."""
+        if answers is None:
+            self.answer_vocab = None
+            return
+        answers = [a for a in answers if isinstance(a, str) and a.strip()]
+        if not answers:
+            raise InputError("answer_vocab needs at least one non-empty answer")
+        self.answer_vocab = sorted({t for a in answers for t in self.tokenizer.target(a)})
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None, **kwargs) -> Predictor:
         """Load a checkpoint folder or a run folder (its best/, else last/) onto `device` (default: CUDA,
-        else MPS, else CPU)."""
+        else MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
         dev = pick_device(device)
         model, tokenizer, card = load_checkpoint(path, device=dev)
         p = cls(model, tokenizer, card, device=dev, **kwargs)
@@ -158,7 +192,8 @@ class Predictor:
         return p
 
     def __repr__(self) -> str:
-        return f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.model.num_parameters():,} parameters)"
+        return (f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.precision}, "
+                f"{self.model.num_parameters():,} parameters)")
 
     # ---- images and their encodings ----
     def load(self, image: Any) -> Image.Image:
@@ -182,9 +217,9 @@ class Predictor:
             index.append(keys.index(key))
         missing = [k for k in keys if k not in self._cache]
         if missing:
-            batch = torch.stack([self.transform.finish(prepared[k]) for k in missing]).to(self.device)
+            batch = torch.stack([self.transform.finish(prepared[k]) for k in missing]).to(self.device, self.dtype)
             with torch.no_grad():
-                memory = self.model.encode(batch)
+                memory = encode_images(self.model, batch, self.compile)
             for k, m in zip(missing, memory, strict=True):
                 self._cache[k] = m
         rows = []
@@ -251,7 +286,7 @@ class Predictor:
                 memory, index = self._encode(images)
             tokens = memory[torch.as_tensor(index, device=memory.device)]
         else:
-            x = torch.stack([self.transform(self.load(i)) for i in images]).to(self.device)
+            x = torch.stack([self.transform(self.load(i)) for i in images]).to(self.device, self.dtype)
             with self._lock, torch.inference_mode():
                 tokens = self.model.encode(x)
         return torch.nn.functional.normalize(tokens.float().mean(1), dim=-1).cpu().numpy()
@@ -292,7 +327,8 @@ class Predictor:
         prompts, truncated = zip(*(self._question_prompt(q) for q in questions), strict=True)
         with self._lock:
             memory, index = self._encode(images)
-            gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings)
+            gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings,
+                           vocab=self.answer_vocab, compile=self.compile)
             results = []
             for b, question in enumerate(questions):
                 hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
@@ -348,7 +384,8 @@ class Predictor:
         prompt = self.tokenizer.caption_prompt()
         with self._lock:
             memory, index = self._encode(images)
-            gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings)
+            gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings,
+                           compile=self.compile)
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
@@ -379,7 +416,7 @@ class Predictor:
         if not result.prompt_ids:
             raise InputError("this result does not say which prompt it was generated after")
         pil = self.load(image)
-        x = self.transform(pil)[None].to(self.device)  # [1, 3, S, S]
+        x = self.transform(pil)[None].to(self.device, self.dtype)  # [1, 3, S, S]
         with self._lock:
             arrays = explain_tokens(self.model, x, result.prompt_ids, result.ids)
         n = arrays["cross_weights"].shape[-1]

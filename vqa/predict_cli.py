@@ -3,6 +3,7 @@
     vqa ask --checkpoint runs/tiny image.png "what color is the circle?" [--top-k 3] [--json]
     vqa caption --checkpoint runs/tiny image.png [--method beam --num-beams 3 | --method sample --top-p 0.9]
     vqa ask ... --attention-out DIR      # also every attention weight behind the answer: .npz + PNG pictures
+    vqa ask ... --int8                   # dynamic int8 linear layers (CPU): 4x smaller weights
 
 The decoding options are GenerationConfig's fields (`vqa caption --help` lists them). On `vqa ask`,
 `--top-k` is the number of answers to list, so sampling's top-k is `--sample-top-k` there.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from .config import GenerationConfig
@@ -28,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                    help=f"a run or checkpoint folder (default: {DEFAULT_CHECKPOINT})")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: CUDA, else MPS, else CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--int8", action="store_true",
+                   help="dynamic int8 linear layers (CPU; where int8 cannot run: a notice and float32). One answer "
+                        "runs them eagerly, about as fast as float32; docs/performance.md has the figures")
     p.add_argument("--attention-out", metavar="DIR", default=None,
                    help="write the attention behind the result into DIR: attention.npz (the decoder's masked "
                         "self-attention, cross-attention weights and raw scores, the ViT's self-attention) and "
@@ -46,7 +51,13 @@ def _load(args):
     from .predict import Predictor
 
     try:
-        return Predictor.from_pretrained(args.checkpoint, device=args.device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            pred = Predictor.from_pretrained(args.checkpoint, device=args.device,
+                                             quantize="int8" if args.int8 else None)
+        for w in caught:  # int8 that cannot run here: one line on stderr, then float32
+            print(f"vqa {args.command}: {w.message}", file=sys.stderr)
+        return pred
     except CheckpointError as e:
         hint = ""
         if not Path(args.checkpoint).exists():

@@ -1,0 +1,183 @@
+"""torch.compile for inference: the decode step (`vqa.decode_step`) and, where it pays, the image encoder, with
+the model's weights frozen into the compiled code.
+
+Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
+prepacked for oneDNN / MKL, and int8 weights (`vqa.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
+int8 matmuls are slower than float32 ones. So compile only a model whose weights no longer change (a Predictor,
+not a model in training). Compiling takes seconds per new batch shape (batches are padded to a power of two
+rows, so a few static shapes serve all); where the compiler itself cannot run (no C++ compiler for inductor's
+CPU code, say), a warning says so and decoding runs eagerly.
+
+The image encoder is compiled where that pays: on CUDA, and for int8 weights on a CPU. A float32 ViT on a CPU
+runs the same MKL matmuls compiled or not (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+
+import torch
+from torch import nn
+
+from .decode_step import DecodeState, decode_step
+
+
+def _compile_errors() -> tuple[type[Exception], ...]:
+    """What torch.compile raises when it cannot build the code (before anything ran)."""
+    import torch._dynamo.exc
+    import torch._inductor.exc as ie
+
+    return (torch._dynamo.exc.BackendCompilerFailed, ie.InductorError, ie.CppCompileError, ie.InvalidCxxCompiler)
+
+
+# inductor's settings while compiling (read when a graph is compiled, which can be any call). On a CPU,
+# max_autotune with inductor's C++ GEMM template: for the decode step's small matmuls a generated kernel beats a
+# call into MKL (docs/performance.md); it costs seconds more compiling, once per batch shape.
+INDUCTOR = {"freezing": True}
+INDUCTOR_CPU = {**INDUCTOR, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # no tables on stderr
+
+
+RECOMPILE_LIMIT = 64  # graphs per compiled function (torch's default, 8, is a few batch shapes of one model)
+
+
+class CompiledStep:
+    """`decode_step` compiled for one model, with its state buffers pooled per (batch, slots): a decoding takes a
+    state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
+    was captured with. One decoding at a time per model (a lock)."""
+
+    POOL = 4  # state shapes kept per model
+
+    def __init__(self, decoder: nn.Module):
+        import torch._inductor.config  # noqa: F401 (patched around each call)
+
+        self.cfg = decoder.cfg  # no reference to the decoder itself: the cache of these is keyed weakly by it
+        self.cuda = next(decoder.parameters()).device.type == "cuda"
+        options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
+        # dynamic=False: one graph per batch shape (generate pads batches to a few sizes); a graph for a dynamic
+        # batch size runs slower (docs/performance.md)
+        self.fn = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
+        self.lock = threading.Lock()
+        self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
+        self._states: dict[tuple, tuple[DecodeState, list | None]] = {}
+        self._compiled_shapes: set[tuple] = set()
+
+    def state(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[DecodeState, list]:
+        """A reset state for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
+        pooled copy of `memory_kv` (a CUDA graph reads its inputs from fixed addresses), else `memory_kv`."""
+        n = memory_kv[0][0].shape[2]
+        key = (batch, slots, n, dtype, str(device))
+        if key not in self._states:
+            if len(self._states) >= self.POOL:
+                self._states.pop(next(iter(self._states)))
+            state = DecodeState.allocate(self.cfg, batch, slots, dtype, device)
+            kv = None
+            if self.cuda:  # CUDA graphs read and write these in place: their addresses must not change
+                kv = [(torch.empty_like(k), torch.empty_like(v)) for k, v in memory_kv]
+                for t in (*state.tensors(), *(x for pair in kv for x in pair)):
+                    torch._dynamo.mark_static_address(t)
+            self._states[key] = (state, kv)
+        state, kv = self._states[key]
+        state.reset()
+        if kv is None:
+            return state, memory_kv
+        for (k, v), (k_new, v_new) in zip(kv, memory_kv, strict=True):
+            k.copy_(k_new)
+            v.copy_(v_new)
+        return state, kv
+
+    def __call__(self, decoder, head, tokens, state: DecodeState, memory_kv) -> torch.Tensor:
+        args = (decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, memory_kv)
+        if self.failed is None:
+            if self.cuda:
+                torch.compiler.cudagraph_mark_step_begin()
+            # inductor's settings must be in place whenever a graph is compiled (dynamo reads `freezing` while
+            # tracing), but patching them costs more than a whole step: only the first call of each kind of input
+            # (shapes, and the global state dynamo guards on), which is when torch.compile (re)compiles, runs
+            # under them. A recompile this misses would give an unfrozen graph: slower, the same results.
+            shapes = (state.batch, state.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
+                      state.k[0].dtype, tokens.is_inference(), torch.is_grad_enabled(),
+                      torch.is_autocast_enabled(tokens.device.type))
+            try:
+                if shapes in self._compiled_shapes:
+                    logits = self.fn(*args)
+                else:
+                    with torch._inductor.config.patch(INDUCTOR if self.cuda else INDUCTOR_CPU), \
+                            torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                        logits = self.fn(*args)
+                    self._compiled_shapes.add(shapes)
+                return logits.clone() if self.cuda else logits  # a CUDA graph's output is overwritten by its next replay
+            except _compile_errors() as e:
+                # compiling happens before the step runs: nothing was written yet, the eager step can take over
+                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                warnings.warn(f"the compiled decode step could not be built ({self.failed}); decoding eagerly",
+                              RuntimeWarning, stacklevel=2)
+        return decode_step(*args)
+
+
+_compiled: weakref.WeakKeyDictionary[nn.Module, CompiledStep] = weakref.WeakKeyDictionary()
+_compiled_lock = threading.Lock()
+
+
+def compiled_step(decoder: nn.Module) -> CompiledStep:
+    """The CompiledStep of `decoder`, made on first use (compilation itself happens on the first step of each
+    new batch shape)."""
+    with _compiled_lock:
+        step = _compiled.get(decoder)
+        if step is None:
+            step = _compiled[decoder] = CompiledStep(decoder)
+        return step
+
+
+class CompiledEncoder:
+    """`model.encode` compiled (weights frozen in) for image batches padded to a power of two, falling back to
+    the eager encoder if compiling fails."""
+
+    def __init__(self, model: nn.Module):
+        import torch._inductor.config  # noqa: F401
+
+        self.fn = torch.compile(type(model).encode, dynamic=False)  # unbound: no reference to the model, the key
+        self.failed: str | None = None
+
+    def __call__(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        if self.failed is None:
+            m = images.shape[0]
+            fill = (1 << (m - 1).bit_length()) - m
+            if fill:  # [M, 3, S, S] -> [2^k, 3, S, S]: zero images, whose encodings are dropped
+                images = torch.cat((images, images.new_zeros((fill, *images.shape[1:]))))
+            try:
+                with torch._inductor.config.patch(INDUCTOR), \
+                        torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    return self.fn(model, images)[:m]
+            except _compile_errors() as e:
+                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                warnings.warn(f"the compiled image encoder could not be built ({self.failed}); encoding eagerly",
+                              RuntimeWarning, stacklevel=2)
+                images = images[:m]
+        return model.encode(images)
+
+
+_encoders: weakref.WeakKeyDictionary[nn.Module, CompiledEncoder] = weakref.WeakKeyDictionary()
+
+
+def encoder_pays(model: nn.Module) -> bool:
+    """Whether compiling the image encoder makes it faster: on CUDA, and on a CPU for int8 weights."""
+    from .quantize import is_int8
+
+    return next(model.parameters()).device.type == "cuda" or is_int8(model.vision)
+
+
+def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> torch.Tensor:
+    """model.encode(images) [M, N, D], through the compiled encoder when `compile` and it pays."""
+    if not (compile and encoder_pays(model)):
+        return model.encode(images)
+    with _compiled_lock:
+        enc = _encoders.get(model)
+        if enc is None:
+            enc = _encoders[model] = CompiledEncoder(model)
+    return enc(model, images)
+
+
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "CompiledStep", "compiled_step", "CompiledEncoder", "encoder_pays", "encode"]

@@ -61,12 +61,62 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return _GatherRows.apply(x, index) if torch.is_grad_enabled() and x.requires_grad else x.index_select(0, index)
 
 
+def rotary_table(max_len: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [max_len, dim / 2] of rotary position embeddings (Su et al. 2021, "RoFormer"): pair i of a
+    head's features turns by angle pos * base^(-2i/dim)."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # [dim / 2]
+    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # [L, dim / 2]
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [..., T, Dh] by per-position angles (cos, sin broadcastable to [..., T, Dh / 2]); feature j
+    pairs with j + Dh / 2 (the GPT-NeoX layout: two contiguous halves, no interleaving)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def grid_frequencies(grid: int, pairs: int) -> torch.Tensor:
+    """Angular frequencies [pairs] for positions measured in patches on a `grid`-wide image: from pi per patch
+    (neighbours opposite) down to pi / grid (one half-turn across the image: monotone, no wrap-around)."""
+    return math.pi * torch.logspace(0, -math.log10(grid), pairs, dtype=torch.float64).float()
+
+
+def rotate_2d(x: torch.Tensor, angles_x: torch.Tensor, angles_y: torch.Tensor) -> torch.Tensor:
+    """2-D rotary positions on half of each head's features x [..., Dh]: the first quarter turns with x, the
+    second with y (angles [..., Dh / 8] each, broadcastable), the second half stays as it is, so that a head
+    can still match content wherever it lies (a fully rotated key would match a query only near its point)."""
+    xa, xb, rest = x.split([x.shape[-1] // 4, x.shape[-1] // 4, x.shape[-1] // 2], dim=-1)
+    return torch.cat([apply_rotary(xa, angles_x.cos(), angles_x.sin()),
+                      apply_rotary(xb, angles_y.cos(), angles_y.sin()), rest], dim=-1)
+
+
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False):
+    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False,
+                 rope_grid: int | None = None):
+        """`rope_grid` (cross-attention on a grid x grid patch memory): 2-D rotary positions. Each image key
+        turns by its patch's (column, row), counted from the image centre; each query turns by a point that
+        its head computes from the text state (a linear map, starting at zero: the centre). A score then
+        depends on the key's offset from that point, so one learned query finds "what lies left of the point"
+        wherever the point is. The memory's leading (CLS) tokens stay unturned."""
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.heads, self.head_dim, self.cross, self.dropout = heads, dim // heads, cross, dropout
+        self.rope_grid = rope_grid
+        if rope_grid is not None:
+            if not cross or self.head_dim % 8:
+                raise ValueError(f"2-D rotary positions need cross-attention and a head width divisible by 8, "
+                                 f"not {self.head_dim}")
+            freq = grid_frequencies(rope_grid, self.head_dim // 8)  # [Dh / 8]
+            centre = torch.arange(rope_grid, dtype=torch.float32) - (rope_grid - 1) / 2
+            rows, cols = torch.meshgrid(centre, centre, indexing="ij")
+            self.register_buffer("rope_freq", freq, persistent=False)
+            # [G*G, Dh / 8] angles of each patch (row-major, as the tokens), per axis
+            self.register_buffer("key_angles_x", cols.reshape(-1, 1) * freq, persistent=False)
+            self.register_buffer("key_angles_y", rows.reshape(-1, 1) * freq, persistent=False)
+            # the query points: a plain parameter (AdamW, not Muon), zero so that every head starts at the centre
+            self.q_point = nn.Parameter(torch.zeros(2 * heads, dim))
         if cross:
             self.q = nn.Linear(dim, dim)
             self.kv = nn.Linear(dim, 2 * dim)
@@ -83,7 +133,20 @@ class Attention(nn.Module):
         """Cross-attention keys and values of the image tokens: [B, N, D] -> 2 x [B, H, N, Dh]."""
         b, n, _ = memory.shape
         k, v = self.kv(memory).view(b, n, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        return self.k_norm(k), v
+        k = self.k_norm(k)
+        if self.rope_grid is not None:
+            prefix = n - self.key_angles_x.shape[0]  # CLS / register tokens first: angle 0
+            pad = self.key_angles_x.new_zeros(prefix, self.key_angles_x.shape[1])
+            k = rotate_2d(k, torch.cat([pad, self.key_angles_x]), torch.cat([pad, self.key_angles_y]))
+        return k, v
+
+    def query_angles(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each head's query point from the text state x [B, T, D], as angles 2 x [B, H, T, Dh / 8]; the point
+        stays on the grid (tanh, +- half the grid from the centre)."""
+        b, t, _ = x.shape
+        half = self.rope_grid / 2
+        point = half * torch.tanh(F.linear(x, self.q_point)).view(b, t, self.heads, 2).transpose(1, 2)  # [B, H, T, 2]
+        return point[..., :1] * self.rope_freq, point[..., 1:] * self.rope_freq
 
     def forward(
         self,
@@ -92,16 +155,21 @@ class Attention(nn.Module):
         mask: torch.Tensor | None = None,  # bool [B or 1, 1, T, S], True = may attend; None + self = causal
         cache: KVCache | None = None,  # self-attention: past keys/values, extended in place
         need_weights: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # self: cos, sin [B or 1, 1, T, Dh / 2]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
         b, t, d = x.shape
         if self.cross:
             q = self.q_norm(self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2))
+            if self.rope_grid is not None:
+                q = rotate_2d(q, *self.query_angles(x))
             k, v = kv
             causal = False
         else:
             q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             q, k = self.q_norm(q), self.k_norm(k)
+            if rope is not None:  # rotated by their own positions before caching: cached == uncached
+                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
             past = 0
             if cache is not None:
                 past = cache.len

@@ -1,0 +1,165 @@
+"""Rotary positions: `dec_rope` (1-D, in the decoder's self-attention) and `dec_cross_rope` (2-D, in its
+cross-attention: keys by patch, queries by a point each head computes). Scores depend on offsets; cached
+decoding, padded batches, causality and the weights path keep their guarantees; old configs load; the decoder
+step still exports."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import lively_model, random_images, tiny_model
+from test_generate import EOS, PROMPTS, ref_beam, ref_greedy
+
+from vqa.config import ModelConfig
+from vqa.errors import ConfigError
+from vqa.generate import generate
+from vqa.model import VQAModel
+from vqa.model.attention import Attention, apply_rotary, rotary_table, rotate_2d
+
+FLAGS = [dict(dec_rope=True), dict(dec_cross_rope=True), dict(dec_rope=True, dec_cross_rope=True, dec_qk_norm=True)]
+
+
+def _with_points(model: VQAModel, std: float = 0.3) -> VQAModel:
+    """Give every cross-attention head a query point that moves with the text (they start at zero)."""
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for blk in model.decoder.blocks:
+            if blk.cross_attn.rope_grid is not None:
+                blk.cross_attn.q_point.copy_(torch.randn(blk.cross_attn.q_point.shape, generator=g) * std)
+    return model
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    cos, sin = rotary_table(32, 8)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+
+    def score(m: int, n: int) -> float:
+        return float(apply_rotary(q, cos[m], sin[m]) @ apply_rotary(k, cos[n], sin[n]))
+
+    for m, n, shift in ((3, 1, 5), (10, 0, 7), (2, 9, 20)):
+        assert score(m, n) == pytest.approx(score(m + shift, n + shift), abs=1e-5)
+    assert abs(score(3, 1) - score(3, 2)) > 1e-3  # and the offset does matter
+
+
+def test_cross_rope_scores_depend_on_the_keys_offset_from_the_query_point_and_content_matches_anywhere():
+    attn = Attention(32, 4, cross=True, rope_grid=4)  # head width 8: one frequency per axis, 4 features kept
+    freq = attn.rope_freq
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+
+    def score(point: tuple[float, float], patch: int, qv=q, kv=k) -> float:
+        qr = rotate_2d(qv, point[0] * freq, point[1] * freq)
+        kr = rotate_2d(kv, attn.key_angles_x[patch], attn.key_angles_y[patch])
+        return float(qr @ kr)
+
+    # patch = row * 4 + col; columns and rows are counted from the centre (-1.5 .. 1.5)
+    assert score((0.0, 0.0), 0) == pytest.approx(score((1.0, 0.0), 1), abs=1e-5)  # one column right, both
+    assert score((0.5, -0.5), 5) == pytest.approx(score((1.5, 1.5), 4 * 3 + 2), abs=1e-5)  # (+1, +2)
+    assert abs(score((0.0, 0.0), 0) - score((0.0, 0.0), 3)) > 1e-3
+    content_q, content_k = q.clone(), k.clone()
+    content_q[:4], content_k[:4] = 0, 0  # only the unrotated half: the same score at every patch and point
+    scores = [score(p, n, content_q, content_k) for p in ((0.0, 0.0), (1.3, -0.7)) for n in range(16)]
+    assert max(scores) - min(scores) < 1e-5
+
+
+@torch.no_grad()
+def test_cross_rope_query_points_start_at_the_centre_and_stay_on_the_grid():
+    attn = Attention(32, 4, cross=True, rope_grid=4)
+    x = torch.randn(2, 5, 32)
+    ax, ay = attn.query_angles(x)
+    assert ax.shape == (2, 4, 5, 1) and torch.count_nonzero(ax) == 0 and torch.count_nonzero(ay) == 0
+    attn.q_point.normal_(0, 10.0)
+    ax, _ = attn.query_angles(x)
+    assert 0 < float(ax.abs().max()) <= 2.0 * float(attn.rope_freq.max()) + 1e-6  # at most half the grid away
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_weights_path_equals_sdpa_with_rotary_positions(flags):
+    model = _with_points(lively_model(eos_id=EOS, **flags))
+    images = random_images(2, model.cfg)
+    ids = torch.tensor([[1, 5, 9, 13, 17], [1, 6, 10, 14, 18]])
+    kv = model.memory_kv(model.encode(images))
+    with torch.no_grad():
+        plain, _ = model.decoder(ids, kv)
+        weighted, maps = model.decoder(ids, kv, need_weights=True)
+    torch.testing.assert_close(weighted, plain, atol=1e-5, rtol=1e-5)
+    assert len(maps) == model.cfg.dec_depth
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_cached_generation_equals_uncached_with_rotary_positions(flags):
+    model = _with_points(lively_model(eos_id=EOS, **flags))
+    images = random_images(len(PROMPTS), model.cfg)
+    out = generate(model, PROMPTS, images, max_new_tokens=10)
+    beams = generate(model, PROMPTS, images, max_new_tokens=7, method="beam", num_beams=3)
+    assert len({tuple(s) for s in out.sequences}) > 1
+    for i, prompt in enumerate(PROMPTS):
+        seq, score = ref_greedy(model, images[i : i + 1], prompt, 10)
+        assert out.sequences[i] == seq and out.scores[i] == pytest.approx(score, abs=1e-4)
+        ref = ref_beam(model, images[i : i + 1], prompt, 7, 3, 1.0)
+        assert [s for s, _ in beams.beams[i]] == [s for s, _ in ref]
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_padded_batch_equals_prompts_one_by_one_with_rotary_positions(flags):
+    """Left padding shifts a row's tokens, not its positions: the rotation follows the position ids."""
+    model = _with_points(lively_model(eos_id=EOS, **flags))
+    images = random_images(len(PROMPTS), model.cfg)
+    batch = generate(model, PROMPTS, images, max_new_tokens=10)
+    for i, prompt in enumerate(PROMPTS):
+        alone = generate(model, [prompt], images[i : i + 1], max_new_tokens=10)
+        assert batch.sequences[i] == alone.sequences[0]
+        assert batch.scores[i] == pytest.approx(alone.scores[0], abs=1e-4)
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_rotary_decoder_is_still_causal(flags):
+    model = _with_points(tiny_model(**flags))
+    images = random_images(1, model.cfg)
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]])
+    with torch.no_grad():
+        base = model(images, ids).logits
+        for j in (1, 4, 7):
+            changed = ids.clone()
+            changed[0, j] = 40 + j
+            out = model(images, changed).logits
+            torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
+            assert (out[:, j:] - base[:, j:]).abs().amax(-1).min() > 1e-5
+
+
+def test_the_flags_change_the_model_and_old_configs_load_without_them(tmp_path):
+    plain = tiny_model()
+    for flags in FLAGS:
+        other = _with_points(tiny_model(**flags))
+        same = tiny_model(dec_qk_norm=flags.get("dec_qk_norm", False))  # the model without the rotations
+        missing, unexpected = other.load_state_dict(same.state_dict(), strict=False)
+        assert unexpected == [] and all(m.endswith("q_point") for m in missing)
+        images = random_images(1, plain.cfg)
+        ids = torch.tensor([[1, 5, 9, 13]])
+        with torch.no_grad():
+            assert (other(images, ids).logits - same(images, ids).logits).abs().max() > 1e-4
+    plain.save_pretrained(tmp_path)
+    cfg = (tmp_path / "config.json").read_text()
+    assert '"dec_rope"' in cfg
+    old = "\n".join(line for line in cfg.splitlines() if "dec_rope" not in line and "dec_cross_rope" not in line)
+    (tmp_path / "config.json").write_text(old)
+    again = VQAModel.from_pretrained(tmp_path)
+    assert not again.cfg.dec_rope and not again.cfg.dec_cross_rope
+    with pytest.raises(ConfigError, match="head width divisible by 8"):
+        ModelConfig(**{**plain.cfg.to_dict(), "dec_heads": 8, "dec_cross_rope": True})
+    with pytest.raises(ConfigError, match="even head width"):
+        ModelConfig(**{**plain.cfg.to_dict(), "dec_width": 36, "dec_heads": 4, "dec_rope": True, "vit_memory_pos": False})
+
+
+def test_the_decoder_step_exports_with_rotary_positions():
+    """torch.export of the decode step (what the ONNX export traces): no data-dependent Python in forward."""
+    from vqa.export import DecoderStepGraph, example_inputs
+
+    model = _with_points(tiny_model(dec_rope=True, dec_cross_rope=True, dec_qk_norm=True))
+    step = DecoderStepGraph(model).eval()
+    inputs = example_inputs(model)
+    program = torch.export.export(step, tuple(inputs.values()), strict=False)
+    with torch.no_grad():
+        for a, b in zip(program.module()(*inputs.values()), step(*inputs.values()), strict=True):
+            torch.testing.assert_close(a, b)

@@ -1,5 +1,6 @@
 """Rotary positions: `dec_rope` (1-D, in the decoder's self-attention) and `dec_cross_rope` (2-D, in its
-cross-attention: keys by patch, queries by a point each head computes). Scores depend on offsets; cached
+cross-attention: keys by patch, queries by a point each head computes; with `dec_cross_rope_follow` that point
+starts at the centroid of the same head's attention one layer below). Scores depend on offsets; cached
 decoding, padded batches, causality and the weights path keep their guarantees; old configs load; the decoder
 step still exports."""
 
@@ -16,7 +17,8 @@ from vqa.generate import generate
 from vqa.model import VQAModel
 from vqa.model.attention import Attention, apply_rotary, rotary_table, rotate_2d
 
-FLAGS = [dict(dec_rope=True), dict(dec_cross_rope=True), dict(dec_rope=True, dec_cross_rope=True, dec_qk_norm=True)]
+FLAGS = [dict(dec_rope=True), dict(dec_cross_rope=True), dict(dec_cross_rope=True, dec_cross_rope_follow=True),
+         dict(dec_rope=True, dec_cross_rope=True, dec_cross_rope_follow=True, dec_qk_norm=True)]
 
 
 def _with_points(model: VQAModel, std: float = 0.3) -> VQAModel:
@@ -156,10 +158,38 @@ def test_the_decoder_step_exports_with_rotary_positions():
     """torch.export of the decode step (what the ONNX export traces): no data-dependent Python in forward."""
     from vqa.export import DecoderStepGraph, example_inputs
 
-    model = _with_points(tiny_model(dec_rope=True, dec_cross_rope=True, dec_qk_norm=True))
+    model = _with_points(tiny_model(dec_rope=True, dec_cross_rope=True, dec_cross_rope_follow=True, dec_qk_norm=True))
     step = DecoderStepGraph(model).eval()
     inputs = example_inputs(model)
     program = torch.export.export(step, tuple(inputs.values()), strict=False)
     with torch.no_grad():
         for a, b in zip(program.module()(*inputs.values()), step(*inputs.values()), strict=True):
             torch.testing.assert_close(a, b)
+
+
+@torch.no_grad()
+def test_follow_passes_each_heads_attention_centroid_to_the_layer_above():
+    """The centroid a layer returns is the attention-weighted mean of the patches' (x, y) (the CLS token counts
+    as the centre), and the layer above starts its query points there."""
+    model = _with_points(tiny_model(dec_cross_rope=True, dec_cross_rope_follow=True))
+    images = random_images(2, model.cfg)
+    ids = torch.tensor([[1, 5, 9, 13], [1, 6, 10, 14]])
+    kv = model.memory_kv(model.encode(images))
+    attn = model.decoder.blocks[0].cross_attn
+    x = torch.randn(2, 4, model.cfg.dec_width)
+    out, w, centroid = attn(x, kv=kv[0], need_weights=True)
+    xy = torch.cat([torch.zeros(1, 2), attn.patch_xy])  # [1 + 16, 2]
+    torch.testing.assert_close(centroid, w @ xy, atol=1e-5, rtol=1e-5)
+    out2, _, centroid2 = attn(x, kv=kv[0])
+    torch.testing.assert_close(out2, out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(centroid2, centroid, atol=1e-5, rtol=1e-5)
+    # the layer above with the centroid as its start equals a layer whose learned point adds it by hand
+    above = model.decoder.blocks[1].cross_attn
+    ax, ay = above.query_angles(x, centroid)
+    bx, by = above.query_angles(x)
+    torch.testing.assert_close(ax - bx, centroid[..., :1] * above.rope_freq)
+    torch.testing.assert_close(ay - by, centroid[..., 1:] * above.rope_freq)
+    hidden, maps = model.decoder(ids, kv, need_weights=True)
+    assert len(maps) == 2 and hidden.shape == (2, 4, model.cfg.dec_width)
+    with pytest.raises(ConfigError, match="needs dec_cross_rope"):
+        ModelConfig(**{**model.cfg.to_dict(), "dec_cross_rope": False})

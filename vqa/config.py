@@ -119,6 +119,7 @@ class ModelConfig(_Config):
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
     dec_rope: bool = False  # rotary positions in self-attention too: a head can attend by offset ("the last words")
     dec_cross_rope: bool = False  # 2-D rotary positions in cross-attention: keys by patch, queries by a computed point
+    dec_cross_rope_follow: bool = False  # ... whose point starts where the same head one layer below looked
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
     dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
@@ -146,6 +147,8 @@ class ModelConfig(_Config):
             raise ConfigError(f"dec_rope needs an even head width, not {self.dec_width // self.dec_heads}")
         if self.dec_cross_rope and (self.dec_width // self.dec_heads) % 8:
             raise ConfigError(f"dec_cross_rope needs a head width divisible by 8, not {self.dec_width // self.dec_heads}")
+        if self.dec_cross_rope_follow and not self.dec_cross_rope:
+            raise ConfigError("dec_cross_rope_follow needs dec_cross_rope")
         if self.vit_memory_pos and self.dec_width % 4:
             raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:

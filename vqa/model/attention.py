@@ -93,17 +93,22 @@ def rotate_2d(x: torch.Tensor, angles_x: torch.Tensor, angles_y: torch.Tensor) -
 
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False,
-                 rope_grid: int | None = None):
+                 rope_grid: int | None = None, rope_follow: bool = False):
         """`rope_grid` (cross-attention on a grid x grid patch memory): 2-D rotary positions. Each image key
         turns by its patch's (column, row), counted from the image centre; each query turns by a point that
         its head computes from the text state (a linear map, starting at zero: the centre). A score then
         depends on the key's offset from that point, so one learned query finds "what lies left of the point"
-        wherever the point is. The memory's leading (CLS) tokens stay unturned."""
+        wherever the point is. The memory's leading (CLS) tokens stay unturned (and count as the centre).
+        `rope_follow`: the point starts where the same head of the layer below looked (the centroid of its
+        attention, passed in as `point`), the learned part moving it from there; the call then also returns
+        this layer's centroid, for the layer above."""
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.heads, self.head_dim, self.cross, self.dropout = heads, dim // heads, cross, dropout
-        self.rope_grid = rope_grid
+        self.rope_grid, self.rope_follow = rope_grid, rope_follow
+        if rope_follow and rope_grid is None:
+            raise ValueError("rope_follow needs rope_grid")
         if rope_grid is not None:
             if not cross or self.head_dim % 8:
                 raise ValueError(f"2-D rotary positions need cross-attention and a head width divisible by 8, "
@@ -115,6 +120,7 @@ class Attention(nn.Module):
             # [G*G, Dh / 8] angles of each patch (row-major, as the tokens), per axis
             self.register_buffer("key_angles_x", cols.reshape(-1, 1) * freq, persistent=False)
             self.register_buffer("key_angles_y", rows.reshape(-1, 1) * freq, persistent=False)
+            self.register_buffer("patch_xy", torch.stack([cols.reshape(-1), rows.reshape(-1)], 1), persistent=False)
             # the query points: a plain parameter (AdamW, not Muon), zero so that every head starts at the centre
             self.q_point = nn.Parameter(torch.zeros(2 * heads, dim))
         if cross:
@@ -138,14 +144,19 @@ class Attention(nn.Module):
             prefix = n - self.key_angles_x.shape[0]  # CLS / register tokens first: angle 0
             pad = self.key_angles_x.new_zeros(prefix, self.key_angles_x.shape[1])
             k = rotate_2d(k, torch.cat([pad, self.key_angles_x]), torch.cat([pad, self.key_angles_y]))
+            if self.rope_follow:  # two more value columns, each token's (x, y): the output's are the centroid
+                xy = torch.cat([self.patch_xy.new_zeros(prefix, 2), self.patch_xy]).to(v.dtype)  # [N, 2]
+                v = torch.cat([v, xy.expand(b, self.heads, n, 2)], dim=-1)  # [B, H, N, Dh + 2]
         return k, v
 
-    def query_angles(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each head's query point from the text state x [B, T, D], as angles 2 x [B, H, T, Dh / 8]; the point
-        stays on the grid (tanh, +- half the grid from the centre)."""
+    def query_angles(self, x: torch.Tensor, start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each head's query point from the text state x [B, T, D], as angles 2 x [B, H, T, Dh / 8]: `start`
+        [B, H, T, 2] (default the centre) moved by at most half the grid (tanh of a linear map)."""
         b, t, _ = x.shape
         half = self.rope_grid / 2
         point = half * torch.tanh(F.linear(x, self.q_point)).view(b, t, self.heads, 2).transpose(1, 2)  # [B, H, T, 2]
+        if start is not None:
+            point = point + start
         return point[..., :1] * self.rope_freq, point[..., 1:] * self.rope_freq
 
     def forward(
@@ -156,13 +167,16 @@ class Attention(nn.Module):
         cache: KVCache | None = None,  # self-attention: past keys/values, extended in place
         need_weights: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # self: cos, sin [B or 1, 1, T, Dh / 2]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        point: torch.Tensor | None = None,  # cross with rope_follow: [B, H, T, 2] the layer below's centroids
+    ) -> tuple[torch.Tensor, ...]:
+        """(output [B, T, D], weights [B, H, T, S] or None); with rope_follow also this layer's attention
+        centroids [B, H, T, 2] (patches from the centre)."""
         # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
         b, t, d = x.shape
         if self.cross:
             q = self.q_norm(self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2))
             if self.rope_grid is not None:
-                q = rotate_2d(q, *self.query_angles(x))
+                q = rotate_2d(q, *self.query_angles(x, point))
             k, v = kv
             causal = False
         else:
@@ -185,6 +199,9 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
             weights = None
+        if self.rope_follow:  # [B, H, T, Dh + 2]: the values, then where the attention went
+            out, centroid = out.split([self.head_dim, 2], dim=-1)
+            return self.proj(out.transpose(1, 2).reshape(b, t, d)), weights, centroid
         return self.proj(out.transpose(1, 2).reshape(b, t, d)), weights
 
 

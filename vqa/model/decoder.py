@@ -51,16 +51,18 @@ class DecoderBlock(nn.Module):
         self.self_attn = Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
         self.ln2 = nn.LayerNorm(d, eps=eps)
         self.cross_attn = Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm,
-                                    rope_grid=cfg.grid if cfg.dec_cross_rope else None)
+                                    rope_grid=cfg.grid if cfg.dec_cross_rope else None,
+                                    rope_follow=cfg.dec_cross_rope_follow)
         self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, rope=None):
+    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, rope=None, point=None):
+        """-> (x, cross-attention weights or None, this layer's attention centroids or None)."""
         h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache, rope=rope)
         x = x + _dropout(self.drop, h)
-        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights)
+        h, weights, *centroid = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights, point=point)
         x = x + _dropout(self.drop, h)
-        return x + self.mlp(self.ln3(x)), weights
+        return x + self.mlp(self.ln3(x)), weights, (centroid[0] if centroid else None)
 
 
 class TextDecoder(nn.Module):
@@ -130,9 +132,10 @@ class TextDecoder(nn.Module):
             x = x * self.embed_scale
         x = _dropout(self.drop, x + pe)
         maps = [] if need_weights else None
+        point = None  # dec_cross_rope_follow: each layer's cross-attention starts where the one below looked
         for i, blk in enumerate(self.blocks):
-            x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
-                       need_weights=need_weights, rope=rope)
+            x, w, point = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
+                              need_weights=need_weights, rope=rope, point=point)
             if need_weights:
                 maps.append(w)
         return self.ln_f(x), maps

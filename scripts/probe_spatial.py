@@ -9,6 +9,9 @@ Two modes:
   # probe checkpoints (one row each)
   python scripts/probe_spatial.py probe --data data/shapes RUN/step400 RUN/step800 ...
 
+  # accuracy per relation (left of, right of, above, below) from `vqa eval`'s answers
+  python scripts/probe_spatial.py relations --data data/shapes RUN ...
+
 The probe reads the val spatial questions (and, to fit its linear read-outs, those of the first --fit-images
 train images), finds the two objects each names in the scene ground truth, and reports for each checkpoint:
 
@@ -249,6 +252,35 @@ def probe(args: argparse.Namespace) -> None:
             print(f"  layer {layer + 1:<3}" + "".join(f"{r:10.3f}" for r in accs))
 
 
+# ----------------------------------------------------------------------------------------- relations
+
+
+def relations(args: argparse.Namespace) -> None:
+    """Accuracy on the val spatial questions per relation, from `vqa eval`'s answers (RUN/eval-val)."""
+    data = Path(args.data)
+    questions = {q["question_id"]: q["question"] for q in json.loads(
+        (data / "v2_OpenEnded_mscoco_val_questions.json").read_text())["questions"]}
+    truth = {a["question_id"]: a for a in json.loads((data / "v2_mscoco_val_annotations.json").read_text())["annotations"]}
+    print(f"{'run':<60}" + "".join(f"{r:>10}" for r in ("left of", "right of", "above", "below", "x", "y")))
+    for run in args.runs:
+        from vqa import checkpoint
+
+        results = checkpoint.resolve(run) / "eval-val" / "vqa_results.json"
+        if not results.is_file():
+            raise SystemExit(f"{results}: run `vqa eval --checkpoint {run} --data {data} --split val` first")
+        right: dict[str, list[int]] = {}
+        for r in json.loads(results.read_text()):
+            a = truth[r["question_id"]]
+            if a["question_type"] != "spatial":
+                continue
+            rel = RELATION.match(questions[r["question_id"]]).group(2)
+            ok = int(r["answer"] == a["multiple_choice_answer"])
+            for key in (rel, "x" if rel in ("left of", "right of") else "y"):
+                right.setdefault(key, []).append(ok)
+        print(f"{run:<60}" + "".join(f"{100 * np.mean(right[k]):10.1f}" for k in
+                                     ("left of", "right of", "above", "below", "x", "y")))
+
+
 # ----------------------------------------------------------------------------------------- snapshots
 
 
@@ -296,11 +328,16 @@ def main() -> None:
     q.add_argument("--data", default="data/shapes")
     q.add_argument("--fit-images", type=int, default=4000, help="train images whose spatial questions fit the read-outs")
     q.add_argument("--val-images", type=int, default=None, help="val images scored (default: all)")
+    r = sub.add_parser("relations", help="accuracy per relation from the runs' `vqa eval` answers")
+    r.add_argument("runs", nargs="+")
+    r.add_argument("--data", default="data/shapes")
     a = p.parse_args(argv)
     torch.set_grad_enabled(False)
     if a.mode == "snapshots":
         torch.set_grad_enabled(True)
         snapshots(a, train_argv)
+    elif a.mode == "relations":
+        relations(a)
     else:
         probe(a)
 

@@ -393,6 +393,11 @@ class TrainConfig(_Config):
         "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)"))
     image_cache_budget: str = field(default="25%", metadata=_opt(
         "largest image cache that auto makes: a share of RAM (25%) or a size (8G)"))
+    transpose: float = field(default=0.0, metadata=_opt(
+        "chance that a training image is transposed (x and y swapped), its questions and captions rewritten to "
+        "match (left of <-> above, on the right <-> at the bottom, ...: the phrasing of `vqa data shapes`; an "
+        "image with any other spatial word is never transposed). Shapes' captions list objects left to right; "
+        "transposed, they teach vertical order too (docs/shapes-10min.md, section 7)"))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 
@@ -418,6 +423,8 @@ class TrainConfig(_Config):
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.time_limit is not None:
             parse_duration(self.time_limit)
+        if not 0 <= self.transpose <= 1:
+            raise ConfigError(f"transpose must be a chance between 0 and 1, got {self.transpose}")
         if self.train_only is not None:
             self.train_only = _parts(self.train_only)
             for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):

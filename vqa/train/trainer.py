@@ -167,7 +167,7 @@ class Trainer:
             captions_per_image=c.captions_per_image, seed=c.seed,
             layout=Layout(d.rank, d.world, self.workers, c.batch_size, c.accum), collate=self.collate,
             pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
-            quiet=not d.main,
+            quiet=not d.main, transpose=c.transpose,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:

@@ -23,7 +23,9 @@ train images), finds the two objects each names in the scene ground truth, and r
 - read-outs (ridge regression fitted on train questions, R^2 on val): from the residual stream at the
   answer position after each decoder layer, A's x and y, B's, the difference along the asked axis
   (x for left / right, y for above / below), and the signed margin the answer depends on (positive = yes).
-  The yes / no accuracy of a linear read-out of the same state says how far the comparison has got.
+  The yes / no accuracy of a linear read-out of the same state says how far the comparison has got. Then
+  each object's x and y at its own phrase's last word (where a head finds it), and the two objects'
+  colours and shapes at the answer position.
 
 docs/shapes-10min.md, section 7, holds what it found.
 """
@@ -113,7 +115,8 @@ def run_model(model, tok, data: Path, questions: list[dict], side: float, batch:
     grid, prefix = model.vision.grid, (model.vision.num_prefix if cfg.vit_keep_prefix else 0)
     states: list[torch.Tensor] = []
     hooks = [blk.register_forward_hook(lambda m, i, o: states.append(o[0])) for blk in dec.blocks]
-    rows: dict[str, list] = {k: [] for k in ("hidden", "ans_a", "ans_b", "ans_c", "noun_a", "noun_b", "max")}
+    rows: dict[str, list] = {k: [] for k in ("hidden", "hidden_a", "hidden_b", "ans_a", "ans_b", "ans_c", "noun_a",
+                                              "noun_b", "max")}
     try:
         for k in range(0, len(questions), batch):
             chunk = questions[k : k + batch]
@@ -145,6 +148,8 @@ def run_model(model, tok, data: Path, questions: list[dict], side: float, batch:
                     else:
                         sel[r] = float("nan")  # no third object: left out of the control's mean
                 mass[key] = (maps * sel[:, None, None, None]).sum(-1)  # [B, L, H, T]
+            rows["hidden_a"].append(torch.stack([s[rr, noun_a] for s in states], 1))  # [B, L, D] at A's last word
+            rows["hidden_b"].append(torch.stack([s[rr, noun_b] for s in states], 1))
             rows["ans_a"].append(mass["a"][rr, :, :, last])  # [B, L, H]
             rows["ans_b"].append(mass["b"][rr, :, :, last])
             rows["ans_c"].append(mass["c"][rr, :, :, last])
@@ -242,6 +247,12 @@ def probe(args: argparse.Namespace) -> None:
             r2s = [ridge_r2(xf, tf[k], xv, tv[k]) for k in tv]
             acc = ridge_accuracy(xf, yes_f, xv, yes_v)
             print(f"  layer {layer + 1:<3}" + "".join(f"{r:13.3f}" for r in r2s) + f"{acc:9.3f}")
+        print("each object's own position, read at its phrase's last word (R^2 on val): A.x / A.y at A's, "
+              "B.x / B.y at B's")
+        for layer in range(n_layers):
+            cells = [ridge_r2(f[h][:, layer], tf[k], v[h][:, layer], tv[k]) for h, k in
+                     (("hidden_a", "A.x"), ("hidden_a", "A.y"), ("hidden_b", "B.x"), ("hidden_b", "B.y"))]
+            print(f"  layer {layer + 1:<3}" + "".join(f"{r:13.3f}" for r in cells))
         print("the two objects' attributes read from the same states (accuracy; chance 0.17 colour, 0.25 shape): "
               "from the question's words where the phrase names them, else only from the image")
         print(f"  {'after':<9}" + "".join(f"{k:>10}" for k in CATEGORIES))

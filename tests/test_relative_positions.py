@@ -18,7 +18,8 @@ from vqa.model import VQAModel
 from vqa.model.attention import Attention, apply_rotary, rotary_table, rotate_2d
 
 FLAGS = [dict(dec_rope=True), dict(dec_cross_rope=True), dict(dec_cross_rope=True, dec_cross_rope_follow=True),
-         dict(dec_rope=True, dec_cross_rope=True, dec_cross_rope_follow=True, dec_qk_norm=True)]
+         dict(dec_cross_coords=True),
+         dict(dec_rope=True, dec_cross_rope=True, dec_cross_rope_follow=True, dec_cross_coords=True, dec_qk_norm=True)]
 
 
 def _with_points(model: VQAModel, std: float = 0.3) -> VQAModel:
@@ -26,7 +27,7 @@ def _with_points(model: VQAModel, std: float = 0.3) -> VQAModel:
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for blk in model.decoder.blocks:
-            if blk.cross_attn.rope_grid is not None:
+            if blk.cross_attn.rope2d:
                 blk.cross_attn.q_point.copy_(torch.randn(blk.cross_attn.q_point.shape, generator=g) * std)
     return model
 
@@ -45,7 +46,7 @@ def test_rotary_scores_depend_only_on_the_offset():
 
 
 def test_cross_rope_scores_depend_on_the_keys_offset_from_the_query_point_and_content_matches_anywhere():
-    attn = Attention(32, 4, cross=True, rope_grid=4)  # head width 8: one frequency per axis, 4 features kept
+    attn = Attention(32, 4, cross=True, grid=4, rope2d=True)  # head width 8: one frequency per axis, 4 kept
     freq = attn.rope_freq
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
@@ -67,7 +68,7 @@ def test_cross_rope_scores_depend_on_the_keys_offset_from_the_query_point_and_co
 
 @torch.no_grad()
 def test_cross_rope_query_points_start_at_the_centre_and_stay_on_the_grid():
-    attn = Attention(32, 4, cross=True, rope_grid=4)
+    attn = Attention(32, 4, cross=True, grid=4, rope2d=True)
     x = torch.randn(2, 5, 32)
     ax, ay = attn.query_angles(x)
     assert ax.shape == (2, 4, 5, 1) and torch.count_nonzero(ax) == 0 and torch.count_nonzero(ay) == 0
@@ -136,7 +137,7 @@ def test_the_flags_change_the_model_and_old_configs_load_without_them(tmp_path):
         other = _with_points(tiny_model(**flags))
         same = tiny_model(dec_qk_norm=flags.get("dec_qk_norm", False))  # the model without the rotations
         missing, unexpected = other.load_state_dict(same.state_dict(), strict=False)
-        assert unexpected == [] and all(m.endswith("q_point") for m in missing)
+        assert unexpected == [] and all(m.endswith(("q_point", "coord_proj.weight")) for m in missing)
         images = random_images(1, plain.cfg)
         ids = torch.tensor([[1, 5, 9, 13]])
         with torch.no_grad():
@@ -193,3 +194,23 @@ def test_follow_passes_each_heads_attention_centroid_to_the_layer_above():
     assert len(maps) == 2 and hidden.shape == (2, 4, model.cfg.dec_width)
     with pytest.raises(ConfigError, match="needs dec_cross_rope"):
         ModelConfig(**{**model.cfg.to_dict(), "dec_cross_rope": False})
+
+
+@torch.no_grad()
+def test_coords_add_each_heads_attention_centroid_through_its_own_map():
+    """dec_cross_coords: the output is the plain head output plus coord_proj of every head's centroid (x, y),
+    in half-grids, whatever the value projection keeps."""
+    model = tiny_model(dec_cross_coords=True)
+    attn = model.decoder.blocks[0].cross_attn
+    kv = model.memory_kv(model.encode(random_images(2, model.cfg)))[0]
+    assert kv[1].shape[-1] == attn.head_dim + 2
+    x = torch.randn(2, 5, model.cfg.dec_width)
+    out, w = attn(x, kv=kv, need_weights=True)
+    xy = torch.cat([torch.zeros(1, 2), attn.patch_xy]) / 2  # CLS at the centre; grid 4: half a grid is 2 patches
+    centroid = (w @ xy).transpose(1, 2).reshape(2, 5, -1)  # [B, T, 2H]
+    saved = attn.coord_proj.weight.clone()
+    attn.coord_proj.weight.zero_()
+    plain, _ = attn(x, kv=kv)
+    attn.coord_proj.weight.copy_(saved)
+    torch.testing.assert_close(out - plain, centroid @ saved.t(), atol=1e-5, rtol=1e-5)
+    assert float((out - plain).abs().max()) > 1e-3

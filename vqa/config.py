@@ -120,6 +120,7 @@ class ModelConfig(_Config):
     dec_rope: bool = False  # rotary positions in self-attention too: a head can attend by offset ("the last words")
     dec_cross_rope: bool = False  # 2-D rotary positions in cross-attention: keys by patch, queries by a computed point
     dec_cross_rope_follow: bool = False  # ... whose point starts where the same head one layer below looked
+    dec_cross_coords: bool = False  # each cross-attention head also outputs where it looked (its centroid x, y)
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
     dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon

@@ -50,9 +50,10 @@ class DecoderBlock(nn.Module):
         self.ln1 = nn.LayerNorm(d, eps=eps)
         self.self_attn = Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
         self.ln2 = nn.LayerNorm(d, eps=eps)
+        where = cfg.dec_cross_rope or cfg.dec_cross_coords
         self.cross_attn = Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm,
-                                    rope_grid=cfg.grid if cfg.dec_cross_rope else None,
-                                    rope_follow=cfg.dec_cross_rope_follow)
+                                    grid=cfg.grid if where else None, rope2d=cfg.dec_cross_rope,
+                                    follow=cfg.dec_cross_rope_follow, coords=cfg.dec_cross_coords)
         self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 

@@ -32,6 +32,8 @@ demo: $(STAMP)
 	@test -f $(RUN)/.done || \
 		( $(VENV)/bin/vqa train --data $(DATA) --out $(RUN) --preset tiny --time-limit $(TIME) --resume && touch $(RUN)/.done )
 	$(VENV)/bin/vqa eval --checkpoint $(RUN) --data $(DATA) --split val
+	@# the steps this machine reached in $(TIME), and the --max-steps command that repeats them anywhere
+	@cat $(RUN)/max_steps_command.txt 2>/dev/null || true
 	$(PY) app.py --checkpoint $(RUN)
 
 bench: $(STAMP)

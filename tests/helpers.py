@@ -46,7 +46,8 @@ def lively_model(seed: int = 3, std: float = 0.3, **overrides) -> VQAModel:
         for mod in model.decoder.modules():
             if isinstance(mod, torch.nn.Linear):
                 mod.weight.copy_(torch.randn(mod.weight.shape, generator=g) * std)
-                mod.bias.copy_(torch.randn(mod.bias.shape, generator=g) * std)
+                if mod.bias is not None:
+                    mod.bias.copy_(torch.randn(mod.bias.shape, generator=g) * std)
             elif isinstance(mod, torch.nn.LayerNorm):
                 mod.weight.copy_(torch.randn(mod.weight.shape, generator=g))
     return model

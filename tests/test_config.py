@@ -158,3 +158,35 @@ def test_a_config_json_from_before_the_timm_statistics_still_loads(tmp_path):
     old.update(vit_mean=[0.5, 0.5, 0.5], vit_std=[0.5, 0.5, 0.5])  # written explicitly, as every checkpoint was
     (tmp_path / "config.json").write_text(json.dumps(old))
     assert ModelConfig.load(tmp_path / "config.json") == preset("tiny")
+
+
+def test_question_weights_are_pairs_that_layer_like_set_and_bad_ones_are_config_errors(tmp_path):
+    cfg = _resolve(["--data", "d", "--out", "o", "--question-weight", "spatial=2", "--question-weight", "count=0.5"])
+    assert cfg.question_weights == {"spatial": 2, "count": 0.5}
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("question_weights:\n  spatial: 3\n  count: 2\n")
+    both = _resolve(["--data", "d", "--out", "o", "--config", str(yaml_file), "--question-weight", "spatial=1.5"])
+    assert both.question_weights == {"spatial": 1.5, "count": 2}  # merged, the flag wins
+    for bad in ("spatial=-1", "spatial=abc", "spatial=true"):
+        with pytest.raises(ConfigError, match="--question-weight spatial="):
+            _resolve(["--data", "d", "--out", "o", "--question-weight", bad])
+
+
+def test_command_line_gives_back_the_config_it_was_made_from(tmp_path):
+    """The `--max-steps` command a time-limited run prints: parsed again, it is the same configuration with
+    the time limit replaced by the steps, and it names only what differs from the preset's defaults."""
+    import shlex
+
+    from vqa.train.cli import command_line
+
+    typed = ["--data", "data/shapes", "--out", "runs/t", "--time-limit", "10m", "--set", "dec_depth=2", "--seed", "1",
+             "--question-weight", "spatial=2", "--tasks", "vqa", "--hflip", "--lr", "0.002", "--resume"]
+    cfg = _resolve(typed)
+    cmd = command_line(cfg, time_limit=None, max_steps=1837, out="runs/t-1837")
+    words = shlex.split(cmd)
+    assert words[:2] == ["vqa", "train"] and "--time-limit" not in words and "--resume" not in words
+    again = _resolve(words[2:])
+    assert again == dataclasses.replace(cfg, time_limit=None, max_steps=1837, out="runs/t-1837", resume=False)
+    plain = _resolve(["--data", "data/shapes", "--out", "runs/tiny", "--time-limit", "10m"])
+    assert command_line(plain, time_limit=None, max_steps=900) == (
+        "vqa train --data data/shapes --out runs/tiny --preset tiny --max-steps 900")

@@ -439,3 +439,23 @@ def test_eval_tasks_are_validated(shapes_dir, tmp_path, capsys):
     assert main([*base, "--tasks", " vqa "]) == 0
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["questions"] > 0 and "CIDEr-D" not in summary
+
+
+def test_a_time_limited_run_prints_its_steps_and_the_command_that_repeats_them(shapes_dir, tmp_path, capsys):
+    """`make demo` prints how far the time limit got and the `--max-steps` command that trains the same
+    schedule on any machine; that command, run, trains exactly that many steps."""
+    import shlex
+
+    run = tmp_path / "timed"
+    capsys.readouterr()
+    assert main(train_args(shapes_dir, run, "--time-limit", "4s", "--eval-every", "100000")) == 0
+    err = capsys.readouterr().err
+    steps = checkpoint.load_train_state(run / "last")["step"]
+    text = (run / "max_steps_command.txt").read_text()
+    assert text.startswith(f"--time-limit 4s reached step {steps} (4 images a step)") and text.strip() in err
+    words = shlex.split(text.splitlines()[1])
+    assert words[:2] == ["vqa", "train"] and words[words.index("--max-steps") + 1] == str(steps)
+    assert words[words.index("--out") + 1] == f"{run}-{steps}" and "--time-limit" not in words
+    assert main(words[1:]) == 0
+    assert checkpoint.load_train_state(Path(f"{run}-{steps}") / "last")["step"] == steps
+    assert not (Path(f"{run}-{steps}") / "max_steps_command.txt").exists()  # a run by steps has nothing to add

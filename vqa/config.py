@@ -117,6 +117,10 @@ class ModelConfig(_Config):
     dec_positions: str = "sinusoidal"  # or "learned"
     dec_dropout: float = 0.0
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
+    dec_rope: bool = False  # rotary positions in self-attention too: a head can attend by offset ("the last words")
+    dec_cross_rope: bool = False  # 2-D rotary positions in cross-attention: keys by patch, queries by a computed point
+    dec_cross_rope_follow: bool = False  # ... whose point starts where the same head one layer below looked
+    dec_cross_coords: bool = False  # each cross-attention head also outputs where it looked (its centroid x, y)
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
     dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
@@ -140,6 +144,12 @@ class ModelConfig(_Config):
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")
+        if self.dec_rope and (self.dec_width // self.dec_heads) % 2:
+            raise ConfigError(f"dec_rope needs an even head width, not {self.dec_width // self.dec_heads}")
+        if self.dec_cross_rope and (self.dec_width // self.dec_heads) % 8:
+            raise ConfigError(f"dec_cross_rope needs a head width divisible by 8, not {self.dec_width // self.dec_heads}")
+        if self.dec_cross_rope_follow and not self.dec_cross_rope:
+            raise ConfigError("dec_cross_rope_follow needs dec_cross_rope")
         if self.vit_memory_pos and self.dec_width % 4:
             raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:
@@ -325,6 +335,10 @@ class TrainConfig(_Config):
     caption_weight: float = field(default=0.5, metadata=_opt(
         "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
         "see docs/shapes-10min.md for the values tried)"))
+    question_weights: dict = field(default_factory=dict, metadata=_opt(
+        "loss weight of the answers to one question type (the annotations' question_type; on Shapes its "
+        "families, e.g. spatial=2), relative to 1 for the others (repeatable)",
+        flag="--question-weight", metavar="TYPE=W"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's)"))
@@ -380,6 +394,11 @@ class TrainConfig(_Config):
         "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
     image_cache_budget: str = field(default="25%", metadata=_opt(
         "largest image cache that auto makes: a share of RAM (25%) or a size (8G)", metavar='SIZE'))
+    transpose: float = field(default=0.0, metadata=_opt(
+        "chance that a training image is transposed (x and y swapped), its questions and captions rewritten to "
+        "match (left of <-> above, on the right <-> at the bottom, ...: the phrasing of `vqa data shapes`; an "
+        "image with any other spatial word is never transposed). Shapes' captions list objects left to right; "
+        "transposed, they teach vertical order too (docs/shapes-10min.md, section 7)"))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 
@@ -388,6 +407,11 @@ class TrainConfig(_Config):
         if not isinstance(self.model, dict):
             raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
         check_fields(ModelConfig, self.model, "model config")
+        if not isinstance(self.question_weights, dict):
+            raise ConfigError(f"question_weights must map question types to weights, got {self.question_weights!r}")
+        for qtype, w in self.question_weights.items():
+            if isinstance(w, bool) or not isinstance(w, int | float) or not w >= 0:
+                raise ConfigError(f"--question-weight {qtype}={w!r}: the weight must be a number >= 0")
         given = [f for f in LENGTH_FIELDS if getattr(self, f) is not None]
         if len(given) > 1:
             raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
@@ -400,6 +424,8 @@ class TrainConfig(_Config):
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.time_limit is not None:
             parse_duration(self.time_limit)
+        if not 0 <= self.transpose <= 1:
+            raise ConfigError(f"transpose must be a chance between 0 and 1, got {self.transpose}")
         if self.train_only is not None:
             self.train_only = _parts(self.train_only)
             for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):

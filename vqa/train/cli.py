@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..options import add_dataclass_arguments, given, read_config_file
 
 SAVED = "train_config.json"
+REPEAT = "max_steps_command.txt"  # a time-limited run's step count and the command that repeats it by steps
 FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only")
 
 
@@ -33,13 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _layer(base: dict, top: dict) -> dict:
-    """`top` over `base`; `model` overrides merge; one length option (epochs / steps / time) replaces another."""
+    """`top` over `base`; mappings (`model`, `question_weights`) merge; one length option (epochs / steps / time) replaces another."""
     out = dict(base)
     if any(k in top for k in LENGTH_FIELDS):
         for k in LENGTH_FIELDS:
             out.pop(k, None)
     for k, v in top.items():
-        out[k] = {**out.get(k, {}), **v} if k == "model" and isinstance(v, dict) else v
+        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -90,6 +91,37 @@ def resolve(flags: dict, config_file: str | None = None, quiet: bool = False) ->
     return cfg.with_preset_defaults()
 
 
+def _flag(f) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def command_line(cfg: TrainConfig, **changes) -> str:
+    """The `vqa train` command that trains `cfg` (with `changes`) from scratch: --data, --out and --preset,
+    then every option whose value differs from what the preset gives by default. A time-limited run's
+    `command_line(cfg, time_limit=None, max_steps=N, ...)` repeats it by steps, on any machine."""
+    import dataclasses
+    import shlex
+
+    cfg = dataclasses.replace(cfg, **changes)
+    base = TrainConfig.from_dict({**train_defaults(cfg.preset), "preset": cfg.preset}).with_preset_defaults()
+    words = ["vqa", "train", "--data", cfg.data, "--out", cfg.out, "--preset", cfg.preset]
+    for f in dataclasses.fields(TrainConfig):
+        value, default = getattr(cfg, f.name), getattr(base, f.name)
+        if f.name in ("data", "out", "preset", "resume") or value == default or value is None:
+            continue
+        if isinstance(value, bool):
+            words.append(_flag(f) if value else "--no-" + _flag(f)[2:])
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if default.get(k) != v:
+                    words += [_flag(f), f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
+        elif isinstance(value, tuple):
+            words += [_flag(f), ",".join(map(str, value))]
+        else:
+            words += [_flag(f), str(value)]
+    return shlex.join(words)
+
+
 def run(args: argparse.Namespace) -> int:
     from .trainer import train
 
@@ -98,4 +130,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_arguments", "run", "resolve", "SAVED"]
+__all__ = ["add_arguments", "run", "resolve", "command_line", "SAVED", "REPEAT"]

@@ -39,7 +39,7 @@ from ..plots import plot_curves, read_metrics
 from ..tokenizer import Tokenizer, build_tokenizer
 from . import state as run_state
 from .budget import TimeBudget
-from .cli import SAVED
+from .cli import REPEAT, SAVED, command_line
 from .objective import Objective
 from .runlock import RunLock
 from .step import StepRunner
@@ -159,14 +159,15 @@ class Trainer:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else (0 if d.device.type == "cpu" else 4)
         # compiled: rows, lengths and target counts padded to multiples of 8, so an epoch sees few shapes
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1)
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1,
+                                    question_weights=c.question_weights)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
             captions_per_image=c.captions_per_image, seed=c.seed,
             layout=Layout(d.rank, d.world, self.workers, c.batch_size, c.accum), collate=self.collate,
             pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
-            quiet=not d.main,
+            quiet=not d.main, transpose=c.transpose,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:
@@ -335,7 +336,19 @@ class Trainer:
         if d.main:
             print(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}",
                   file=sys.stderr)
+            if c.time_limit and self.step != halt_at_step:
+                self._write_repeat_command()
         return 0
+
+    def _write_repeat_command(self) -> None:
+        """How many steps the time limit allowed, and the `--max-steps` command that trains the same schedule
+        on any machine (printed, and kept in the run folder for `make demo` to print again)."""
+        c = self.cfg
+        cmd = command_line(c, time_limit=None, max_steps=self.step, resume=False, out=f"{self.out}-{self.step}")
+        text = (f"--time-limit {c.time_limit} reached step {self.step} ({self.images_per_step} images a step) on this "
+                f"machine; the same run by steps, on any machine:\n  {cmd}\n")
+        (self.out / REPEAT).write_text(text)
+        print("vqa train: " + text, end="", file=sys.stderr)
 
     def _warmup(self) -> int:
         """--warmup, unless it is as long as the run: then a tenth of the run (said once), so that the run

@@ -27,7 +27,7 @@ def pred(ckpt):
 
 @pytest.fixture(scope="module")
 def int8(ckpt):
-    return Predictor.from_pretrained(ckpt, device="cpu", quantize="int8")
+    return Predictor.from_pretrained(ckpt, device="cpu", quantize="int8", compile=False)  # eager
 
 
 def _linears(model):
@@ -150,10 +150,18 @@ def test_cli_int8(ckpt, tmp_path, capsys, monkeypatch):
     assert out.out.strip() == "red" and "vqa ask: int8 is not available here: no quantized engine here" in out.err
 
 
-def test_eval_int8_reports_its_precision(ckpt, shapes_dir, tmp_path, capsys):
+def test_eval_int8_reports_its_precision(ckpt, shapes_dir, tmp_path, capsys, quick_compile):
     from vqa.cli import main
 
     assert main(["eval", "--checkpoint", str(ckpt), "--data", str(shapes_dir), "--split", "val", "--int8",
                  "--out", str(tmp_path / "int8"), "--max-images", "4"]) == 0
     summary = json.loads((tmp_path / "int8" / "summary.json").read_text())
     assert summary["precision"] == "int8" and "(int8)" in capsys.readouterr().out
+
+
+def test_int8_compiles_by_default_where_it_pays_and_the_one_shot_cli_does_not(ckpt):
+    """int8's eager matmuls are slower than float32's on a CPU: a Predictor (and `vqa eval --int8`) decodes
+    through the compiled step unless told otherwise; `vqa ask --int8` answers once, eagerly."""
+    assert Predictor.from_pretrained(ckpt, device="cpu", quantize="int8").compile
+    assert not Predictor.from_pretrained(ckpt, device="cpu", quantize="int8", compile=False).compile
+    assert not Predictor.from_pretrained(ckpt, device="cpu").compile  # float32 on a CPU: eager

@@ -1,7 +1,7 @@
 """`vqa eval`: score a checkpoint on a split with the official metrics.
 
     vqa eval --checkpoint runs/tiny --data data/shapes --split val [--method beam --num-beams 3]
-    vqa eval ... --int8 --compile        # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
+    vqa eval ... --int8                  # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
 [{"image_id", "caption"}]) and `summary.json` to `<checkpoint>/eval-<split>/` unless --out says otherwise.
@@ -11,6 +11,7 @@ Decoding options (greedy by default) apply to both tasks; answers are cut at 10 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -32,9 +33,10 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--int8", action="store_true",
                    help="score the model with dynamic int8 linear layers (CPU), as `vqa ask --int8` runs it")
-    p.add_argument("--compile", action="store_true",
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="decode through the torch.compile'd step (and, for int8 or on CUDA, a compiled encoder): "
-                        "faster after seconds of compiling per batch shape")
+                        "faster after seconds of compiling per batch shape (default: with --int8, whose eager "
+                        "matmuls are slower than float32's)")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")
 
 
@@ -75,7 +77,8 @@ def run(args) -> int:
               "these scores say nothing about unseen data", file=sys.stderr)
     split = open_split(args.data, name)
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
-                   batch_images=args.batch_size, generation=generation, compile=args.compile)
+                   batch_images=args.batch_size, generation=generation,
+                   compile=precision == "int8" if args.compile is None else args.compile)
     label = name if not is_pattern(name) else "shards"
     out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{label}"
     out.mkdir(parents=True, exist_ok=True)

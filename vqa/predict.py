@@ -139,9 +139,9 @@ class Predictor:
                  compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
         """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.quantize`; where int8 cannot run, a
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype, e.g. torch.bfloat16 on a
-        GPU. `compile`: decode through the torch.compile'd step (`vqa.decode_step`; default: on CUDA only, where
-        CUDA graphs replay a step; on a CPU it pays for long-running use, after seconds of compiling per batch
-        shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
+        GPU. `compile`: decode through the torch.compile'd step (`vqa.decode_step`; default: on CUDA, where
+        CUDA graphs replay a step, and with int8, which pays only compiled; on a CPU in float32 it pays for
+        long-running use, after seconds of compiling per batch shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
         tokens only (`generate(vocab=...)`), their probabilities renormalized over them."""
         from .quantize import ACTIVATION_DTYPE, apply_precision, precision_of
 
@@ -156,7 +156,8 @@ class Predictor:
         if self.notice:
             warnings.warn(self.notice, RuntimeWarning, stacklevel=2)
         self.dtype = ACTIVATION_DTYPE[self.precision]  # what the images go in as
-        self.compile = self.device.type == "cuda" if compile is None else bool(compile)
+        # default: compiled on CUDA, and for int8 (whose eager matmuls are slower than float32's on a CPU)
+        self.compile = (self.device.type == "cuda" or self.precision == "int8") if compile is None else bool(compile)
         self.tokenizer = tokenizer
         self.card = dict(card or {})
         self.cfg = model.cfg

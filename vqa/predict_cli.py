@@ -54,7 +54,8 @@ def _load(args):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
             pred = Predictor.from_pretrained(args.checkpoint, device=args.device,
-                                             quantize="int8" if args.int8 else None)
+                                             quantize="int8" if args.int8 else None,
+                                             compile=False)  # one answer: compiling would cost more than it saves
         for w in caught:  # int8 that cannot run here: one line on stderr, then float32
             print(f"vqa {args.command}: {w.message}", file=sys.stderr)
         return pred

@@ -87,6 +87,21 @@ def test_find_splits_mixed_and_merged(tmp_path):
         find_splits(tmp_path / "nothing")
 
 
+def test_a_large_corpus_trains_the_tokenizer_on_an_even_sample_with_each_questions_own_answers(tmp_path):
+    """Beyond `limit` questions + captions, every k-th question (with its answers) and every k-th caption."""
+    records = [{"image": "a.png", "question": f"question {i}?", "answers": [f"answer {i}"]} for i in range(20)]
+    records += [{"image": "a.png", "caption": f"caption {i}"} for i in range(10)]
+    write_image(tmp_path / "a.png")
+    write_jsonl(tmp_path / "train.jsonl", records)
+    sd = load_split(tmp_path, "train")
+    everything = list(corpus_texts(sd, limit=None))
+    assert len(everything) == 20 * 2 + 10
+    assert list(corpus_texts(sd, limit=30)) == everything  # at the limit: all of it
+    sample = list(corpus_texts(sd, limit=10))  # 30 samples, 10 allowed: every 3rd
+    assert sample == [t for i in range(0, 20, 3) for t in (f"question {i}?", f"answer {i}")] + \
+        [f"caption {i}" for i in range(0, 10, 3)]
+
+
 def test_unknown_split_lists_available(tmp_path):
     write_vqa(tmp_path, "train2014")
     write_coco(tmp_path, "val2014")

@@ -59,6 +59,20 @@ def random_images(n: int, cfg: ModelConfig, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, 3, cfg.vit_image_size, cfg.vit_image_size, generator=g)
 
 
+@torch.no_grad()
+def assert_causal(model: VQAModel, min_change: float = 1e-5) -> None:
+    """Changing the token at position j never changes the logits before j, and changes every one from j on."""
+    images = random_images(1, model.cfg)
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]])
+    base = model(images, ids).logits
+    for j in (1, 4, 7):
+        changed = ids.clone()
+        changed[0, j] = 40 + j
+        out = model(images, changed).logits
+        torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
+        assert (out[:, j:] - base[:, j:]).abs().amax(-1).min() > min_change
+
+
 def random_tokens(n: int, cfg: ModelConfig, g: torch.Generator) -> list[int]:
     """`n` ordinary token ids (never <pad>, <bos> or <eos>)."""
     return torch.randint(FIRST_TOKEN, cfg.vocab_size, (n,), generator=g).tolist()

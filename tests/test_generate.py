@@ -524,6 +524,17 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
         assert got.scores == pytest.approx(want.scores, abs=1e-4)
 
 
+@torch.inference_mode()
+def test_compiled_image_encoder_equals_the_eager_one_for_any_batch(model, images):
+    """The float32 encoder compiled (batches padded to a power of two with zero images, dropped after) gives
+    the eager encoder's memory for 3 images (padded to 4) and for 1."""
+    from vqa.compiled import _encoders, encode
+
+    for batch in (images, images[:1]):
+        torch.testing.assert_close(encode(model, batch, compile=True), model.encode(batch), atol=1e-5, rtol=1e-5)
+    assert _encoders[model].failed is None  # really compiled
+
+
 def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monkeypatch):
     """Where inductor cannot compile (no C++ compiler, say): a warning, then the eager step's very result."""
     import torch._inductor.exc

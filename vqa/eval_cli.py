@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     p.add_argument("--int8", action="store_true",
                    help="score the model with dynamic int8 linear layers (CPU), as `vqa ask --int8` runs it")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="decode through the torch.compile'd step (and, for int8 or on CUDA, a compiled encoder): "
+                   help="decode through the torch.compile'd step and image encoder: "
                         "faster after seconds of compiling per batch shape (default: with --int8, whose eager "
                         "matmuls are slower than float32's)")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")

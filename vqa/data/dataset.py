@@ -121,10 +121,11 @@ class ItemMaker:
         return out
 
     def item(self, image: torch.Tensor, rows: list[dict], texts: list[str], g: torch.Generator) -> dict:
-        if rows and rows[0].get("transposed"):  # [3, S, S]: x and y swapped; and no flip on top of it
+        transposed = bool(rows) and rows[0].get("transposed", False)
+        if transposed:  # [3, S, S]: x and y swapped
             image = image.transpose(1, 2)
-            texts = ["left"]
-        x, jitter = self.transform.augment(image, texts=texts, generator=g)
+        # `texts` are the untransposed ones, so a transposed image is never flipped on top of it
+        x, jitter = self.transform.augment(image, texts=texts, generator=g, flip=not transposed)
         out = dict(image=x, rows=rows)
         if jitter is not None:
             out["jitter"] = jitter

@@ -156,6 +156,25 @@ def test_scenes_are_valid_and_pictures_match(shapes):
             assert f"{o['color']} {o['shape']}" in first, first
 
 
+def test_two_captions_list_the_objects_along_each_axis(shapes):
+    """Caption 0 lists the objects left to right, caption 1 top to bottom: the two orders that teach the
+    spatial relations."""
+    scenes = _load(shapes, "shapes_train_scenes.json")["scenes"]
+    caps = _by_image(_load(shapes, "captions_train.json")["annotations"])
+    checked = 0
+    for s in scenes:
+        if len(s["objects"]) < 2:
+            continue
+        for caption, axis in ((caps[s["image_id"]][0], "x"), (caps[s["image_id"]][1], "y")):
+            names = list(dict.fromkeys(f"{o['size']} {o['color']} {o['shape']}"
+                                       for o in sorted(s["objects"], key=lambda o: o[axis])))
+            where = [caption.find(n) for n in names]
+            assert -1 not in where and where == sorted(where), (axis, caption, names)
+        assert caps[s["image_id"]][1].startswith("from top to bottom: ")
+        checked += 1
+    assert checked >= 10
+
+
 def test_question_only_priors_are_low():
     train = build_split("train", 1200, SIDE, 0)["questions"]
     val = build_split("val", 400, SIDE, 0)["questions"]

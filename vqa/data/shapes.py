@@ -236,7 +236,9 @@ CAPTION_REL = {"left of": "to the left of", "right of": "to the right of", "abov
 
 
 def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
-    """Four captions naming the objects and their layout, from varied templates."""
+    """Four captions naming the objects and their layout, from varied templates. Two list every object in
+    order: the first left to right, the second top to bottom, so that both axes are taught by a loss on every
+    caption token (a yes/no spatial question gives one bit; docs/shapes-10min.md, section 7)."""
     objs = sorted(scene["objects"], key=lambda o: o["x"])
     bg, n = scene["background"], len(objs)
     full = [f"{o['size']} {o['color']} {o['shape']}" for o in objs]
@@ -245,7 +247,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
         o = objs[0]
         return [f"{_a(full[0])} {_where(o, side)}", f"one {full[0]} on {_a(bg)} background",
                 f"there is one object: {_a(short[0])}", f"{_a(short[0])} alone {_where(o, side)} of the image"]
-    caps = [_group(full), f"{WORDS[n]} objects on {_a(bg)} background: {_tally([o['shape'] for o in objs], None)}"]
+    top_down = sorted(objs, key=lambda o: o["y"])
+    caps = [_group(full), "from top to bottom: " + _group([f"{o['size']} {o['color']} {o['shape']}" for o in top_down])]
     pairs = [(i, j, r) for i, j in product(range(n), repeat=2) for r in RELATIONS
              if short[i] != short[j] and relation_holds(objs[i], objs[j], r, side)]
     if pairs:

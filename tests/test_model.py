@@ -121,6 +121,24 @@ def test_attention_weights_path_equals_sdpa_cross():
     assert torch.all(w > 0)  # cross-attention is not causal: every query sees every image token
 
 
+def test_one_query_attention_of_the_compiled_step_equals_sdpa():
+    """The written-out single-query attention that a compiled decode step uses: SDPA's output, with a key mask
+    that differs per row (self-attention over a cache) and without one (cross-attention)."""
+    from vqa.model.attention import _one_query_attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, 1, 8), torch.randn(3, 4, 11, 8), torch.randn(3, 4, 11, 8)
+    mask = torch.rand(3, 1, 1, 11) > 0.4
+    mask[..., 0] = True  # every row sees at least one key
+    for m in (mask, None):
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        torch.testing.assert_close(_one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
+    hidden = _one_query_attention(q, k, v, mask)
+    k2 = k.clone()
+    k2[~mask.expand(3, 4, 1, 11)[:, :, 0]] = 100.0  # masked keys changed: the output is not
+    torch.testing.assert_close(_one_query_attention(q, k2, v, mask), hidden)
+
+
 @pytest.mark.parametrize("cross", [False, True])
 def test_qk_norm_normalizes_each_heads_queries_and_keys_and_the_weights_path_agrees(cross):
     torch.manual_seed(4)

@@ -214,6 +214,8 @@ class Attention(nn.Module):
             out, weights, scores = _attention_with_weights(q, k, v, mask, causal)
             if self.capture is not None:
                 self.capture.append(AttentionRecord(weights, scores))
+        elif t == 1 and not causal and dropout == 0.0 and torch.compiler.is_compiling():
+            out, weights = _one_query_attention(q, k, v, mask), None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
             weights = None
@@ -231,6 +233,17 @@ class AttentionRecord(NamedTuple):
 
     weights: torch.Tensor  # [B, H, T, S] after the softmax: each query's row sums to 1
     scores: torch.Tensor  # [B, H, T, S] the raw scaled scores q.k / sqrt(d); -inf where the mask forbids
+
+
+def _one_query_attention(q, k, v, mask):
+    """softmax(q k^T / sqrt(d)) v for one query per row (a decode step), as products and sums: inside a compiled
+    step inductor fuses them into one pass over the keys and one over the values, where SDPA's CPU kernel,
+    blocked for long queries, took 1.6-2x as long at tiny's sizes (docs/performance.md). Same result.
+    q [B, H, 1, Dh], k and v [B, H, S, Dh], mask bool [B or 1, 1, 1, S] (True = may attend) or None."""
+    scores = (q * k).sum(-1) * (1.0 / math.sqrt(q.shape[-1]))  # [B, H, S]
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, :, 0], float("-inf"))
+    return (scores.softmax(-1).unsqueeze(-1) * v).sum(-2, keepdim=True)  # [B, H, S, 1] x [B, H, S, Dv] -> [B, H, 1, Dv]
 
 
 def _attention_with_weights(q, k, v, mask, causal):

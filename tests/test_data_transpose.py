@@ -38,6 +38,8 @@ def test_known_phrases_swap_axes_and_anything_else_spatial_stops_it():
         "a red square below a large purple square")
     assert transpose_text("a red circle at the top right", "caption") == "a red circle at the bottom left"
     assert transpose_text("a red circle at the top left", "caption") == "a red circle at the top left"
+    listing = "from top to bottom: a red circle and a blue square"  # the vertical order becomes the horizontal one
+    assert transpose_text(listing, "caption") == "from left to right: a red circle and a blue square"
     assert transpose_text("how many red circles are there?", "question") == "how many red circles are there?"
     for text in ("what is on top of the table?", "the leftmost object", "the upper one", "a cat under a chair"):
         assert transpose_text(text, "question") is None and transpose_text(text, "caption") is None

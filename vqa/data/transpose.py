@@ -1,9 +1,10 @@
 """Transposed training images: x and y swapped, and the spatial phrases of their texts rewritten to match.
 
-Why: on Shapes the captions list objects left to right, so a model learns horizontal order from every
-caption and left / right questions with it, while nothing teaches vertical order half as often: at step
+Why: Shapes' captions used to list objects left to right only, so a model learned horizontal order from every
+caption and left / right questions with it, while nothing taught vertical order half as often: at step
 3,200 of a run, "left of" / "right of" questions were 99% right and "above" / "below" ones at chance
 (docs/shapes-10min.md, section 7). A transposed image turns each of those lessons into the vertical one.
+Shapes now also lists the objects "from top to bottom", which a transposed image reads "from left to right".
 
 Transposing maps (x, y) to (y, x): what was left of something is now above it, "on the left" is "at the top",
 "at the top right" is "at the bottom left". The phrases below are the ones `vqa data shapes` writes (questions
@@ -21,7 +22,8 @@ _PAIRS = {
     "question": [("left of", "above"), ("right of", "below")],
     "caption": [("to the left of", "above"), ("to the right of", "below"), ("on the left", "at the top"),
                 ("on the right", "at the bottom"), ("at the top right", "at the bottom left"),
-                ("at the top left", "at the top left"), ("at the bottom right", "at the bottom right")],
+                ("at the top left", "at the top left"), ("at the bottom right", "at the bottom right"),
+                ("from top to bottom", "from left to right")],
 }
 SPATIAL_WORD = re.compile(
     r"\b(left|right|top|bottom|above|below|up|down|upper|lower|over|under|beneath|underneath|behind|front|"

@@ -54,6 +54,7 @@ SAMPLES = ROOT / "data" / "samples"
 SHAPES = ROOT / "data" / "shapes"
 DEFAULT_RUN = Path("runs") / "tiny"
 MAX_FILE_SIZE = "10mb"
+LAUNCH_ATTEMPTS = 3  # launches tried when gradio's start-up check of its own address (~17 s) fails
 MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
 DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (longer side)
 MEAN = -1  # the layer / head selector value meaning "average them all"
@@ -644,9 +645,25 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
     # every request being worked on holds a worker thread while it waits for its batch; pre- and
     # post-processing need threads of their own beside them (gradio's default pool has 40)
     threads = max(40, 2 * concurrency + 16)
-    out = demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE, prevent_thread_lock=True,
-                      quiet=quiet, show_error=False, theme=theme, css=CSS, footer_links=["api", "gradio"],
-                      allowed_paths=[str(SAMPLES), str(SHAPES)], ssr_mode=False, max_threads=threads)
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        try:
+            out = demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE,
+                              prevent_thread_lock=True, quiet=quiet, show_error=False, theme=theme, css=CSS,
+                              footer_links=["api", "gradio"], allowed_paths=[str(SAMPLES), str(SHAPES)],
+                              ssr_mode=False, max_threads=threads)
+            break
+        except ValueError as e:
+            # gradio checks its own address (5 tries of 3 s) and, when that fails, says to set share=True:
+            # a public tunnel. On an overloaded machine the server is only slow to answer: try again, then
+            # say what happened, never suggest sharing the demo
+            if "localhost is not accessible" not in str(e):
+                raise
+            demo.close()
+            if attempt == LAUNCH_ATTEMPTS:
+                raise RuntimeError(
+                    f"the demo started on {host}:{port or 'a free port'} but did not answer its own start-up check "
+                    f"{LAUNCH_ATTEMPTS} times (about 17 s each): the machine is busy, or a proxy setting "
+                    "(HTTP_PROXY without NO_PROXY=127.0.0.1,localhost) sends local requests elsewhere") from None
     if block:
         demo.block_thread()
     return out

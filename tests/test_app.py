@@ -302,6 +302,34 @@ def test_the_card_says_what_the_model_was_trained_on_and_unusual_pictures_get_a_
         demo.close()
 
 
+def test_a_slow_start_up_check_is_tried_again_and_never_suggests_sharing(app_module, pred, pictures, monkeypatch):
+    """gradio checks its own address after launching and, when that fails (a busy machine), tells the user to
+    set share=True. serve() launches again instead, and after the last try says what happened."""
+    import gradio.networking
+
+    real, calls = gradio.networking.url_ok, []
+
+    def slow_once(url):
+        calls.append(url)
+        return len(calls) > 1 and real(url)
+
+    monkeypatch.setattr(gradio.networking, "url_ok", slow_once)
+    demo = app_module.build_app(pred)
+    _, url, _ = app_module.serve(demo, port=free_port(), block=False, quiet=True)
+    try:
+        assert len(calls) == 2  # the second launch passed the check
+        answer, *_ = Client(url, verbose=False).predict(handle_file(str(pictures["red_circle"])), COLOR_Q, 1,
+                                                         api_name="/ask")
+        assert answer == "red"
+    finally:
+        demo.close()
+    monkeypatch.setattr(gradio.networking, "url_ok", lambda url: False)
+    demo = app_module.build_app(pred)
+    with pytest.raises(RuntimeError, match="did not answer its own start-up check 3 times") as e:
+        app_module.serve(demo, port=free_port(), block=False, quiet=True)
+    assert "share" not in str(e.value)
+
+
 def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictures):
     import httpx
 

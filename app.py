@@ -672,7 +672,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
 def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None):
     """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none. `int8`: dynamic
     int8 linear layers (CPU; a warning and float32 where int8 cannot run); `compile`: the compiled decode step
-    (default: on CUDA; with int8 also on a CPU, where int8 pays only compiled)."""
+    (default: the Predictor's, on CUDA and for int8)."""
     from vqa.checkpoint import resolve
     from vqa.errors import CheckpointError
     from vqa.predict import Predictor
@@ -683,8 +683,6 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
         except CheckpointError:
             return None
         checkpoint = str(DEFAULT_RUN)
-    if compile is None and int8:
-        compile = True
     return Predictor.from_pretrained(checkpoint, device=device, max_pixels=MAX_PIXELS, cache_size=ENCODING_CACHE,
                                      quantize="int8" if int8 else None, compile=compile)
 

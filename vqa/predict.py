@@ -141,8 +141,9 @@ class Predictor:
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype, e.g. torch.bfloat16 on a
         GPU. `compile`: decode through the torch.compile'd step (`vqa.decode_step`; default: on CUDA, where
         CUDA graphs replay a step, and with int8, which pays only compiled; on a CPU in float32 it pays for
-        long-running use, after seconds of compiling per batch shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
-        tokens only (`generate(vocab=...)`), their probabilities renormalized over them."""
+        long-running use, after seconds of compiling per batch shape). `answer_vocab`: the answers the model
+        may give (texts); answers are then decoded over their tokens only (`generate(vocab=...)`), their
+        probabilities renormalized over them."""
         from .quantize import ACTIVATION_DTYPE, apply_precision, precision_of
 
         self.device = torch.device(device) if device is not None else next(model.parameters()).device

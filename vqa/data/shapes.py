@@ -232,6 +232,10 @@ def _group(names: list[str]) -> str:
     return _join([_a(v) if k == 1 else f"{WORDS[k]} {v}s" for v, k in Counter(names).items()])
 
 
+def _full_names(objs: list[dict]) -> list[str]:
+    return [f"{o['size']} {o['color']} {o['shape']}" for o in objs]
+
+
 CAPTION_REL = {"left of": "to the left of", "right of": "to the right of", "above": "above", "below": "below"}
 
 
@@ -241,14 +245,13 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     caption token (a yes/no spatial question gives one bit; docs/shapes-10min.md, section 7)."""
     objs = sorted(scene["objects"], key=lambda o: o["x"])
     bg, n = scene["background"], len(objs)
-    full = [f"{o['size']} {o['color']} {o['shape']}" for o in objs]
+    full = _full_names(objs)
     short = [f"{o['color']} {o['shape']}" for o in objs]
     if n == 1:
         o = objs[0]
         return [f"{_a(full[0])} {_where(o, side)}", f"one {full[0]} on {_a(bg)} background",
                 f"there is one object: {_a(short[0])}", f"{_a(short[0])} alone {_where(o, side)} of the image"]
-    top_down = sorted(objs, key=lambda o: o["y"])
-    caps = [_group(full), "from top to bottom: " + _group([f"{o['size']} {o['color']} {o['shape']}" for o in top_down])]
+    caps = [_group(full), "from top to bottom: " + _group(_full_names(sorted(objs, key=lambda o: o["y"])))]
     pairs = [(i, j, r) for i, j in product(range(n), repeat=2) for r in RELATIONS
              if short[i] != short[j] and relation_holds(objs[i], objs[j], r, side)]
     if pairs:

@@ -5,7 +5,7 @@ model looked while it wrote each word, and follow its attention step by step in 
     python app.py --checkpoint runs/tiny [--host 0.0.0.0] [--port 7860] [--device cuda]
                   [--max-batch 16] [--batch-wait 2] [--concurrency 32] [--queue-size 64]
 
-Serving. Questions and captions from all users go through one batching layer (`vqa.serving`): the requests
+Serving. Questions and captions from all users go through one batching layer (`vqa.inference.serving`): the requests
 that wait together (at most `--max-batch`; the first waits `--batch-wait` ms for company) are answered by one
 batched model call, each distinct picture encoded once and its encoding cached by content. `--concurrency`
 requests are worked on at once (default 2 x max-batch, so the next batch gathers while one runs) and at most
@@ -17,7 +17,7 @@ and pictures at `vqa.data.images.MAX_PIXELS` (64 megapixels); the server listens
 empty question) gets a message that names the file as the user called it, never a path on the server.
 
 The model card says what the model was trained on; when the training pictures are on this machine, each
-picture is compared with up to 256 of them (`vqa.familiarity`) and an unusual one gets a warning with its
+picture is compared with up to 256 of them (`vqa.demo.familiarity`) and an unusual one gets a warning with its
 answer.
 
 For tests and embedding: `build_app(predictor_or_None, max_batch=...) -> gr.Blocks` and
@@ -186,7 +186,7 @@ def _display_image(pred, state: dict) -> Image.Image:
 
 
 def _heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any) -> Image.Image | None:
-    from vqa.heatmaps import attention_heatmap
+    from vqa.inference.heatmaps import attention_heatmap
 
     if not state or not state.get("words"):
         return None
@@ -213,7 +213,7 @@ def _unfamiliar_note(ratio: float | None) -> list[str]:
 
 
 def decoding_methods() -> tuple[str, ...]:
-    from vqa.generate import METHODS
+    from vqa.decoding.generate import METHODS
 
     return tuple(METHODS)
 
@@ -299,7 +299,7 @@ def card_markdown(pred, reference_note: str = "") -> str:
     ]
     lines += ["", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     scores = c.get("val_scores") or {}
-    from vqa.evaluate import flatten
+    from vqa.evaluation.evaluate import flatten
 
     flat = flatten(scores, sep=" / ")
     if flat:
@@ -316,7 +316,7 @@ def start_reference(server, pred, reference: Any) -> str:
     if reference is None:
         return ""
     if reference == "auto":
-        from vqa.familiarity import Familiarity
+        from vqa.demo.familiarity import Familiarity
 
         _, folder = training_data(pred.card)
         if folder is None:
@@ -331,7 +331,7 @@ def start_reference(server, pred, reference: Any) -> str:
             return f"The training pictures could not be read ({e}): no warning is given for unusual pictures."
     server.familiarity = reference
     return (f"Each picture is compared with {reference.source or 'reference pictures'} in the model's own "
-            "features (`vqa.familiarity`); one unlike all of them gets a warning with its answer.")
+            "features (`vqa.demo.familiarity`); one unlike all of them gets a warning with its answer.")
 
 
 def examples() -> list[list[str]]:
@@ -373,7 +373,7 @@ into the ViT and out to the word. Export writes the pictures as PNG and every ar
 
 
 def _explorer_views(e, token: int, layer: int, head: int, row: int, col: int) -> tuple:
-    from vqa import attention_figures as af
+    from vqa.inference import figures as af
 
     head_one = None if head == MEAN else head
     return (af.self_attention_figure(e, layer, head_one), af.cross_attention_grid(e, token),
@@ -397,7 +397,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
             gr.Markdown(HOW_TO_TRAIN, elem_id="how-to-train")
         return demo
 
-    from vqa.serving import BatchedPredictor, Busy
+    from vqa.inference.serving import BatchedPredictor, Busy
 
     cfg = pred.cfg
     server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
@@ -461,7 +461,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     # ---- the attention explorer ----
     def explain(state):
         """Explain the session's last answer or caption: the Explanation, the controls set for it, the views."""
-        from vqa.attention_figures import top_patch
+        from vqa.inference.figures import top_patch
 
         if not state or state.get("result") is None:  # opened before any question: say what to do
             return (None, gr.Dropdown(choices=[], value=None), gr.Dropdown(), gr.Dropdown(), gr.Slider(),
@@ -488,7 +488,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                            title="Nothing to explain yet", print_exception=False)
 
     def redraw_self(e, token, layer, head):
-        from vqa import attention_figures as af
+        from vqa.inference import figures as af
 
         _check(e)
         token, layer, head = int(token or 0), int(layer), int(head)
@@ -496,7 +496,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
     def redraw_token(e, token, layer, head):
-        from vqa import attention_figures as af
+        from vqa.inference import figures as af
 
         _check(e)
         token, layer, head = int(token or 0), int(layer), int(head)
@@ -505,7 +505,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
 
     def redraw_patch(e, row, col):
-        from vqa import attention_figures as af
+        from vqa.inference import figures as af
 
         _check(e)
         return af.vit_patch_figure(e, int(row) - 1, int(col) - 1)
@@ -673,9 +673,9 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
     """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none. `int8`: dynamic
     int8 linear layers (CPU; a warning and float32 where int8 cannot run); `compile`: the compiled decode step
     (default: the Predictor's, on CUDA and for int8)."""
-    from vqa.checkpoint import resolve
     from vqa.errors import CheckpointError
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
+    from vqa.model.checkpoint import resolve
 
     if checkpoint is None:
         try:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from vqa.config import preset  # noqa: E402
 from vqa.device import pick_device  # noqa: E402,F401 (the scripts' device choice is the package's)
 from vqa.model import VQAModel  # noqa: E402
-from vqa.optim import make_optimizer  # noqa: E402
+from vqa.train.optim import make_optimizer  # noqa: E402
 
 VOCAB = 1000  # a VQA-sized BPE vocabulary
 QUESTIONS = 4  # questions per image in a training batch
@@ -90,8 +90,8 @@ def step_runner(model, preset_name: str, device, compile: bool = False):
     sync-free gradient scaling, clip 1.0. Returns (runner, objective, optimizer)."""
     from vqa.config import TrainConfig
     from vqa.device import autocast_dtype
-    from vqa.optim import make_optimizer as make
     from vqa.train.objective import Objective
+    from vqa.train.optim import make_optimizer as make
     from vqa.train.step import StepRunner
 
     cfg = TrainConfig(data="-", out="-", preset=preset_name).with_preset_defaults()
@@ -277,7 +277,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
     from torch.utils.flop_counter import FlopCounterMode
 
     from vqa.config import GenerationConfig
-    from vqa.generate import _Decoder
+    from vqa.decoding.generate import _Decoder
 
     cfg = model.cfg
     dtype = next(model.parameters()).dtype

@@ -18,7 +18,7 @@ Measures (medians over --repeats after warm-up):
   generate          greedy, exactly 16 new tokens (min_new_tokens=16), 12-token prompts; batch 1 and 32, one
                     image per prompt; the latency includes encoding the images. Variants (--gen-variants):
                     eager (generate's default), compiled (generate(compile=True): the torch.compile'd decode
-                    step, weights frozen in) and int8 (dynamic int8 linear layers, vqa.quantize, compiled step
+                    step, weights frozen in) and int8 (dynamic int8 linear layers, vqa.decoding.quantize, compiled step
                     and encoder; CPU only). The compiling time (first call) is reported, not timed
   physical bound    beside every generation figure: the least time the machine allows for that generation,
                     from its FLOPs at the measured GEMM rate and its bytes at the measured memory bandwidth
@@ -44,7 +44,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import GenerationConfig  # noqa: E402
-from vqa.generate import _Decoder, generate
+from vqa.decoding.generate import _Decoder, generate
 
 # dense bf16 peak FLOP/s (no sparsity) by a substring of torch.cuda.get_device_name()
 PEAK_BF16 = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
@@ -142,12 +142,12 @@ def bench_generate(model, device, batch, repeats, variant="eager"):
 
 
 def variant_model(model, variant):
-    """The model a generation variant runs: the same one, or an int8 copy (vqa.quantize)."""
+    """The model a generation variant runs: the same one, or an int8 copy (vqa.decoding.quantize)."""
     if variant != "int8":
         return model
     import copy
 
-    from vqa.quantize import quantize_int8
+    from vqa.decoding.quantize import quantize_int8
 
     q = copy.deepcopy(model).eval()
     quantize_int8(q)

@@ -29,7 +29,7 @@ import warnings
 import _bench_common as C
 import torch
 
-from vqa.generate import generate
+from vqa.decoding.generate import generate
 
 TARGETS = {"train": 2.0, "gen_b1": 3.0, "gen_b32": 2.0}  # ours/peer speed-ups asked for; memory: no higher
 
@@ -166,7 +166,7 @@ def bench(name, args, device, limits=None):
         if variant == "int8":
             import copy
 
-            from vqa.quantize import quantize_int8
+            from vqa.decoding.quantize import quantize_int8
 
             model = copy.deepcopy(ours).eval()
             quantize_int8(model)

@@ -1,4 +1,4 @@
-"""How the demo's familiarity check (vqa.familiarity) behaves for a checkpoint: how many held-out pictures of
+"""How the demo's familiarity check (vqa.demo.familiarity) behaves for a checkpoint: how many held-out pictures of
 the training distribution it flags (false alarms), and its ratio for each sample picture of data/samples.
 
     python scripts/probe_familiarity.py --checkpoint runs/tiny [--val 1000]
@@ -25,8 +25,8 @@ def main() -> None:
     args = p.parse_args()
 
     from vqa.data.formats import load_split
-    from vqa.familiarity import Familiarity
-    from vqa.predict import Predictor
+    from vqa.demo.familiarity import Familiarity
+    from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(args.checkpoint, device="cpu")
     data = args.data or pred.card["data"]

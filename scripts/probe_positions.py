@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vqa import checkpoint
 from vqa.data.transforms import build_transform
+from vqa.model import checkpoint
 
 
 def r2(train_x, train_y, test_x, test_y) -> float:

@@ -207,7 +207,7 @@ def targets(questions: list[dict]) -> dict[str, np.ndarray]:
 
 
 def probe(args: argparse.Namespace) -> None:
-    from vqa import checkpoint
+    from vqa.model import checkpoint
 
     data = Path(args.data)
     side = float(json.loads((data / "shapes_info.json").read_text())["size"])
@@ -274,7 +274,7 @@ def relations(args: argparse.Namespace) -> None:
     truth = {a["question_id"]: a for a in json.loads((data / "v2_mscoco_val_annotations.json").read_text())["annotations"]}
     print(f"{'run':<60}" + "".join(f"{r:>10}" for r in ("left of", "right of", "above", "below", "x", "y")))
     for run in args.runs:
-        from vqa import checkpoint
+        from vqa.model import checkpoint
 
         results = checkpoint.resolve(run) / "eval-val" / "vqa_results.json"
         if not results.is_file():

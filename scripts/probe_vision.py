@@ -47,7 +47,7 @@ def main() -> None:
     a = p.parse_args()
     torch.manual_seed(a.seed)
     if a.checkpoint:
-        from vqa import checkpoint
+        from vqa.model import checkpoint
 
         enc = checkpoint.load(checkpoint.resolve(a.checkpoint))[0].vision.eval().requires_grad_(False)
         cfg = enc.cfg

@@ -33,7 +33,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import GenerationConfig  # noqa: E402
-from vqa.generate import _Decoder  # noqa: E402
+from vqa.decoding.generate import _Decoder  # noqa: E402
 
 LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False, vit_memory_pos=False)
 KINDS = ("matmul", "attention", "norm", "elementwise", "fused", "memory", "dispatch")
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         for variant in args.variants.split(","):
             model = base
             if variant == "int8":
-                from vqa.quantize import quantize_int8
+                from vqa.decoding.quantize import quantize_int8
 
                 model = copy.deepcopy(base).eval()
                 quantize_int8(model)

@@ -29,6 +29,6 @@ def shapes_dir(tmp_path_factory):
 def quick_compile(monkeypatch):
     """Compile the decode step without inductor's GEMM autotuning on the CPU: the same code, the matmul kernels
     picked without benchmarking them (a minute less per test; scripts/bench.py times the autotuned ones)."""
-    import vqa.compiled
+    import vqa.decoding.compiled
 
-    monkeypatch.setattr(vqa.compiled, "INDUCTOR_CPU", vqa.compiled.INDUCTOR)
+    monkeypatch.setattr(vqa.decoding.compiled, "INDUCTOR_CPU", vqa.decoding.compiled.INDUCTOR)

@@ -109,7 +109,7 @@ def overfit_triples(cfg: ModelConfig, n: int = 8, seed: int = 0):
 def overfit_model(max_steps: int = 400):
     """A tiny model trained (AdamW, lr 3e-3) on `overfit_triples` until greedy decoding reproduces every
     target, checked every 10 steps. Returns (model, images, prompts, targets, steps); cached per process."""
-    from vqa.generate import generate
+    from vqa.decoding.generate import generate
 
     model = tiny_model(seed=0)
     cfg = model.cfg

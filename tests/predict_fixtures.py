@@ -3,7 +3,7 @@
 Two made-up pictures (a red circle and a blue square, drawn at odd non-square sizes so the letterbox is
 exercised), three prompts each (a colour question, a shape question, a caption), a tokenizer trained on those
 sentences and a very small model (1-layer ViT of width 32 on 32 px, 2-layer decoder of width 32) trained
-until greedy decoding reproduces every target. The checkpoint is written with `vqa.checkpoint.save`, once per
+until greedy decoding reproduces every target. The checkpoint is written with `vqa.model.checkpoint.save`, once per
 test process, into a temporary folder.
 """
 
@@ -18,10 +18,9 @@ import torch
 from helpers import tiny_config
 from PIL import Image, ImageDraw
 
-from vqa import checkpoint
 from vqa.data.transforms import build_transform
-from vqa.generate import generate
-from vqa.model import VQAModel
+from vqa.decoding.generate import generate
+from vqa.model import VQAModel, checkpoint
 from vqa.tokenizer import Tokenizer
 
 COLOR_Q = "what color is the shape?"

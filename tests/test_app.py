@@ -42,7 +42,7 @@ def app_module():
 
 @pytest.fixture(scope="module")
 def pred(app_module):
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=app_module.MAX_PIXELS)
 
@@ -270,7 +270,7 @@ def test_the_card_says_what_the_model_was_trained_on_and_unusual_pictures_get_a_
                                                                                       pictures, shapes_dir):
     from types import SimpleNamespace
 
-    from vqa.familiarity import Familiarity
+    from vqa.demo.familiarity import Familiarity
 
     saved = dict(pred.card)
     try:

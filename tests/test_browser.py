@@ -54,7 +54,7 @@ def browser():
 def test_upload_a_picture_ask_and_see_the_answer_and_heatmap(browser, tmp_path):
     from playwright.sync_api import expect
 
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
     demo, url = start_app(pred)
@@ -88,7 +88,7 @@ def _natural_width(page, selector: str) -> int:
 def test_the_attention_explorer_shows_the_matrix(browser, tmp_path):
     from playwright.sync_api import expect
 
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
     demo, url = start_app(pred)
@@ -129,7 +129,7 @@ def take_screenshot(checkpoint: str, out: str, picture: str | None = None, quest
 
     from playwright.sync_api import expect, sync_playwright
 
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     root = Path(__file__).resolve().parents[1]
     if picture is None:

@@ -202,7 +202,7 @@ def test_empty_answers_of_official_files_are_kept_for_the_official_score(tmp_pat
     """VQA v2's own files hold some empty answers. They stay, so a question keeps its ten annotators and is
     scored by the official leave-one-out formula (3 matches of 10: 0.9), not the few-answers rule (3 of 9:
     1.0); training never targets them; a question whose answers are all empty is skipped and counted."""
-    from vqa.metrics import vqa_scores
+    from vqa.evaluation.metrics import vqa_scores
 
     write_vqa(tmp_path, "train")
     a = tmp_path / "v2_mscoco_train_annotations.json"

@@ -1,4 +1,4 @@
-"""The attention explorer's numbers (vqa.explain) against the model itself: the masked self-attention is
+"""The attention explorer's numbers (vqa.inference.explain) against the model itself: the masked self-attention is
 causal with rows summing to 1, the per-head cross-attention maps average to the demo's single map and equal
 the maps answering returns, the raw scores are q.k / sqrt(d) of the module's own projections and their
 softmax is the weights, the explain pass computes the same logits as the fused fast path, the ViT's weights
@@ -14,12 +14,12 @@ import pytest
 import torch
 from predict_fixtures import COLOR_Q, draw, shared_checkpoint, write_pictures
 
-from vqa.explain import decoder_capture, explain_tokens, vit_capture
+from vqa.inference.explain import decoder_capture, explain_tokens, vit_capture
 
 
 @pytest.fixture(scope="module")
 def pred():
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     return Predictor.from_pretrained(shared_checkpoint(), device="cpu")
 
@@ -55,7 +55,7 @@ def test_the_masked_self_attention_is_lower_triangular_and_its_rows_sum_to_1(ans
 
 
 def test_per_head_cross_attention_maps_average_to_the_demo_map_and_equal_the_answer_maps(answer_and_explanation):
-    from vqa.heatmaps import select_map
+    from vqa.inference.heatmaps import select_map
 
     _, res, e = answer_and_explanation
     maps = e.cross_maps()  # [G, L, H, grid, grid]

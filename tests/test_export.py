@@ -1,4 +1,4 @@
-"""`vqa export --onnx` and `vqa.onnx_predict`: onnxruntime's logits equal PyTorch's at every step, its greedy
+"""`vqa export --onnx` and `vqa.export.runtime`: onnxruntime's logits equal PyTorch's at every step, its greedy
 answers and captions equal the Predictor's, and bad folders get clear errors."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
 
-from vqa import checkpoint
 from vqa.cli import main
 from vqa.errors import CheckpointError
+from vqa.model import checkpoint
 
 pytest.importorskip("onnxruntime")  # the `onnx` extra; `dev` installs it, so CI runs these
 pytestmark = pytest.mark.slow
@@ -29,14 +29,14 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def onnx_pred(exported):
-    from vqa.onnx_predict import OnnxPredictor
+    from vqa.export.runtime import OnnxPredictor
 
     return OnnxPredictor(exported)
 
 
 @pytest.fixture(scope="module")
 def pred():
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     return Predictor.from_pretrained(shared_checkpoint(), device="cpu")
 
@@ -86,7 +86,7 @@ def test_onnx_greedy_answers_equal_the_predictors(onnx_pred, pred, shapes_dir):
 
 
 def test_bad_folders_and_checkpoints_are_named(tmp_path, capsys, exported):
-    from vqa.onnx_predict import OnnxPredictor
+    from vqa.export.runtime import OnnxPredictor
 
     with pytest.raises(CheckpointError, match="no config.json"):
         OnnxPredictor(tmp_path)
@@ -109,7 +109,7 @@ def test_bad_folders_and_checkpoints_are_named(tmp_path, capsys, exported):
 def test_the_runtime_path_imports_no_torch(exported, tmp_path):
     img = tmp_path / "p.png"
     draw("blue_square").save(img)
-    code = ("import sys; from vqa.onnx_predict import main; rc = main(sys.argv[1:]); "
+    code = ("import sys; from vqa.export.runtime import main; rc = main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code, str(exported), str(img), SHAPE_Q], capture_output=True,
                          text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""The familiarity check (vqa.familiarity): the threshold is 1.25 x the largest leave-one-out nearest-neighbour
+"""The familiarity check (vqa.demo.familiarity): the threshold is 1.25 x the largest leave-one-out nearest-neighbour
 distance among the reference, a picture's ratio is its nearest-neighbour distance over that, and the
 reference is drawn from a data folder the way training reads it."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from predict_fixtures import draw, shared_checkpoint
 
+from vqa.demo.familiarity import Familiarity
 from vqa.errors import InputError
-from vqa.familiarity import Familiarity
 
 
 def test_threshold_and_ratio_on_known_vectors():
@@ -31,7 +31,7 @@ def test_a_reference_needs_two_pictures():
 
 
 def test_from_data_reads_the_training_split(shapes_dir):
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
     ref = Familiarity.from_data(pred, shapes_dir, "train", n=10, seed=1)

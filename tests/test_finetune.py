@@ -13,11 +13,11 @@ from conftest import TINY_SET, tiny_set_flags
 from helpers import tiny_model
 from lm_fixtures import save_tiny_gpt2
 
-from vqa import checkpoint
 from vqa.cli import main
 from vqa.config import TrainConfig
 from vqa.errors import ConfigError
-from vqa.optim import param_groups, part_of
+from vqa.model import checkpoint
+from vqa.train.optim import param_groups, part_of
 
 
 def train_args(data, out, *extra):

@@ -8,8 +8,14 @@ import torch
 from helpers import lively_model, overfit_model, random_images
 
 from vqa.config import GenerationConfig
+from vqa.decoding.generate import (
+    _beam_search,
+    cross_attention_maps,
+    filter_logits,
+    generate,
+    score_candidates,
+)
 from vqa.errors import InputError
-from vqa.generate import _beam_search, cross_attention_maps, filter_logits, generate, score_candidates
 
 # prompts of different lengths: the batch is left-padded to 6 tokens
 PROMPTS = [[1, 5], [1, 7, 8, 9, 10, 11], [1, 12, 13, 14]]
@@ -504,7 +510,7 @@ def test_bad_sampling_and_ranking_inputs_are_clear_errors():
 def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
     """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
     at every step for padded prompts, then the same greedy and beam results (9 beams padded to 16 rows)."""
-    from vqa.generate import _Decoder
+    from vqa.decoding.generate import _Decoder
 
     kv = model.memory_kv(model.encode(images))
     config = GenerationConfig(max_new_tokens=8)
@@ -530,7 +536,7 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
 def test_compiled_image_encoder_equals_the_eager_one_for_any_batch(model, images):
     """The float32 encoder compiled (batches padded to a power of two with zero images, dropped after) gives
     the eager encoder's memory for 3 images (padded to 4) and for 1."""
-    from vqa.compiled import _encoders, encode
+    from vqa.decoding.compiled import _encoders, encode
 
     for batch in (images, images[:1]):
         torch.testing.assert_close(encode(model, batch, compile=True), model.encode(batch), atol=1e-5, rtol=1e-5)
@@ -541,7 +547,7 @@ def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monke
     """Where inductor cannot compile (no C++ compiler, say): a warning, then the eager step's very result."""
     import torch._inductor.exc
 
-    from vqa.compiled import compiled_step
+    from vqa.decoding.compiled import compiled_step
 
     step = compiled_step(model.decoder)
     monkeypatch.setattr(step, "failed", None)

@@ -1,4 +1,4 @@
-"""Tests for vqa.metrics: VQA accuracy worked by hand from the official vqaEval.py rules, caption
+"""Tests for vqa.evaluation.metrics: VQA accuracy worked by hand from the official vqaEval.py rules, caption
 scores against pycocoevalcap's scorers, and ptb_tokenize against outputs of the real Java pipeline."""
 
 import math
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vqa.metrics import (
+from vqa.evaluation.metrics import (
     caption_scores,
     normalize_answer,
     process_punctuation,

@@ -268,7 +268,7 @@ def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
 
 
 def test_tiny_model_overfits_8_triples_until_greedy_reproduces_every_target():
-    from vqa.generate import generate
+    from vqa.decoding.generate import generate
 
     model, images, prompts, targets, steps = overfit_model()
     assert len(targets) == 8 and len(set(map(tuple, prompts))) == 4  # pairs share a prompt: images must decide

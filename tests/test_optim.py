@@ -11,7 +11,7 @@ from torch import nn
 
 from vqa.config import preset
 from vqa.model.encoder_decoder import VQAModel
-from vqa.optim import MUON_LR_SCALE, Muon, MuonAdamW, make_optimizer, orthogonalize, param_groups
+from vqa.train.optim import MUON_LR_SCALE, Muon, MuonAdamW, make_optimizer, orthogonalize, param_groups
 
 
 def _grads(params, seed):

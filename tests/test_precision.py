@@ -10,9 +10,9 @@ import pytest
 import torch
 from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
-from vqa import quantize
+from vqa.decoding import quantize
 from vqa.errors import InputError
-from vqa.predict import Predictor
+from vqa.inference.predict import Predictor
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_bad_precision_settings_are_input_errors(ckpt):
 def test_compiled_int8_predictor_answers_like_the_eager_one(ckpt, int8, quick_compile):
     """The production path of int8 on a CPU: the decode step and the image encoder compiled, int8 weights
     frozen in (oneDNN's int8 kernels)."""
-    from vqa.compiled import _encoders, compiled_step
+    from vqa.decoding.compiled import _encoders, compiled_step
 
     p = Predictor.from_pretrained(ckpt, device="cpu", quantize="int8", compile=True)
     assert p.compile

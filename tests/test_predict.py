@@ -13,8 +13,8 @@ from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, w
 
 from vqa.device import pick_device
 from vqa.errors import CheckpointError, InputError
-from vqa.heatmaps import attention_heatmap, letterbox_box, select_map, upsample_map
-from vqa.predict import Predictor
+from vqa.inference.heatmaps import attention_heatmap, letterbox_box, select_map, upsample_map
+from vqa.inference.predict import Predictor
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from helpers import random_images
 from lm_fixtures import edit_config, hf_logits, save_tiny_gpt2
 
 from vqa.config import preset
+from vqa.decoding.generate import generate
 from vqa.errors import ConfigError
-from vqa.generate import generate
 from vqa.model import VQAModel
 from vqa.tokenizer import SPECIAL_TOKENS, Tokenizer
 
@@ -284,8 +284,9 @@ def test_the_language_model_fixes_the_decoder_architecture(gpt2_dir):
 def test_a_run_from_a_saved_gpt2_trains_saves_and_reloads_everywhere(shapes_dir, gpt2_dir, tmp_path, capsys):
     from conftest import TINY_SET
 
-    from vqa import Predictor, checkpoint
+    from vqa import Predictor
     from vqa.cli import main
+    from vqa.model import checkpoint
 
     lm = tmp_path / "lm"
     shutil.copytree(gpt2_dir, lm)

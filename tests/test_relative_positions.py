@@ -12,8 +12,8 @@ from helpers import assert_causal, lively_model, random_images, tiny_model
 from test_generate import EOS, PROMPTS, ref_beam, ref_greedy
 
 from vqa.config import ModelConfig
+from vqa.decoding.generate import generate
 from vqa.errors import ConfigError
-from vqa.generate import generate
 from vqa.model import VQAModel
 from vqa.model.attention import Attention, apply_rotary, rotary_table, rotate_2d
 
@@ -147,7 +147,7 @@ def test_the_flags_change_the_model_and_old_configs_load_without_them(tmp_path):
 
 def test_the_decoder_step_exports_with_rotary_positions():
     """torch.export of the decode step (what the ONNX export traces): no data-dependent Python in forward."""
-    from vqa.export import DecoderStepGraph, example_inputs
+    from vqa.export.onnx import DecoderStepGraph, example_inputs
 
     model = _with_points(tiny_model(dec_rope=True, dec_cross_rope=True, dec_cross_rope_follow=True, dec_qk_norm=True))
     step = DecoderStepGraph(model).eval()

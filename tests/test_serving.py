@@ -1,4 +1,4 @@
-"""The batching layer (vqa.serving): concurrent requests share one batched call, each caller gets exactly its
+"""The batching layer (vqa.inference.serving): concurrent requests share one batched call, each caller gets exactly its
 own result (or its own error), the pending queue is bounded, and a batched answer is the one-by-one answer:
 same answers, same probabilities, same attention maps, for mixed questions and pictures."""
 
@@ -13,7 +13,7 @@ import torch
 from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
 
 from vqa.errors import InputError
-from vqa.serving import BatchedPredictor, Batcher, Busy
+from vqa.inference.serving import BatchedPredictor, Batcher, Busy
 
 
 def _wait_until(cond, timeout=10.0):
@@ -124,7 +124,7 @@ def test_the_batch_wait_lets_requests_that_arrive_together_share_a_call():
 
 @pytest.fixture(scope="module")
 def pred():
-    from vqa.predict import Predictor
+    from vqa.inference.predict import Predictor
 
     return Predictor.from_pretrained(shared_checkpoint(), device="cpu")
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from conftest import tiny_set_flags
 
-from vqa import checkpoint
 from vqa.cli import main
 from vqa.config import parse_duration
+from vqa.data.sampler import epoch_permutation, rank_order
 from vqa.errors import CheckpointError, ConfigError
-from vqa.train.sampler import epoch_permutation, rank_order
+from vqa.model import checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_run_folder_refuses_to_be_overwritten(shapes_dir, tmp_path, capsys):
 
 def test_checkpoint_round_trip_predicts_identically(shapes_dir, tmp_path):
     from vqa.data.formats import load_split
-    from vqa.evaluate import evaluate
+    from vqa.evaluation.evaluate import evaluate
 
     run = tmp_path / "run"
     assert main(train_args(shapes_dir, run, "--max-steps", "4")) == 0
@@ -121,7 +121,7 @@ def test_eval_command_writes_official_result_files(shapes_dir, tmp_path, capsys)
     anns = json.loads((shapes_dir / "v2_mscoco_train_annotations.json").read_text())["annotations"]
     assert sorted(r["question_id"] for r in vqa_res) == sorted(a["question_id"] for a in anns)
     assert len(cap_res) == len({a["image_id"] for a in anns})
-    from vqa.metrics import vqa_accuracy
+    from vqa.evaluation.metrics import vqa_accuracy
 
     answers = {a["question_id"]: [x["answer"] for x in a["answers"]] for a in anns}
     expected = 100 * sum(vqa_accuracy(r["answer"], answers[r["question_id"]]) for r in vqa_res) / len(vqa_res)
@@ -294,7 +294,7 @@ def test_encoder_learning_rate_defaults_to_the_presets_fraction_of_lr(shapes_dir
 
 
 def test_tiny_trains_with_muon_by_default_and_resume_keeps_the_optimizer(shapes_dir, tmp_path, capsys):
-    from vqa.optim import MUON_LR_SCALE
+    from vqa.train.optim import MUON_LR_SCALE
 
     run = tmp_path / "m"
     run_halted(train_args(shapes_dir, run, "--max-steps", "2"), 1)

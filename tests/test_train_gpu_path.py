@@ -11,8 +11,9 @@ import pytest
 import torch
 from test_train import _torchrun, losses, run_halted, train_args, weights
 
-from vqa import checkpoint, distributed
+from vqa import distributed
 from vqa.cli import main
+from vqa.model import checkpoint
 from vqa.train import Trainer, resolve
 from vqa.train.step import count_syncs, host_tensors
 
@@ -108,7 +109,7 @@ def test_two_processes_share_the_evaluation_and_resume_on_one(shapes_dir, tmp_pa
     """Both ranks decode half the val images; rank 0's scores equal a single-process evaluation of the same
     checkpoint. The run then resumes on one process with twice the batch: it continues at the same image."""
     from vqa.data.formats import load_split
-    from vqa.evaluate import evaluate
+    from vqa.evaluation.evaluate import evaluate
 
     run = tmp_path / "ddp"
     res = _torchrun(train_args(shapes_dir, run, "--max-steps", "2", "--device", "cpu", "--batch-size", "2",

@@ -12,7 +12,7 @@ __all__ = ["Predictor", "__version__"]
 def __getattr__(name: str):
     # lazy, so `import vqa` (and the CLI's start-up) does not import torch, timm and the model
     if name == "Predictor":
-        from .predict import Predictor
+        from .inference.predict import Predictor
 
         return Predictor
     raise AttributeError(f"module 'vqa' has no attribute {name!r}")

@@ -13,10 +13,10 @@ from .errors import VQAError
 COMMANDS = {
     "data": ("vqa.data.cli", "build the built-in Shapes data set, or inspect a data folder"),
     "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
-    "eval": ("vqa.eval_cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
-    "ask": ("vqa.predict_cli", "answer a question about an image"),
-    "caption": ("vqa.predict_cli", "caption an image"),
-    "export": ("vqa.export", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime"),
+    "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
+    "ask": ("vqa.inference.cli", "answer a question about an image"),
+    "caption": ("vqa.inference.cli", "caption an image"),
+    "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime"),
 }
 
 

@@ -287,7 +287,7 @@ def _tasks(value: Any) -> tuple[str, ...]:
     return tasks
 
 
-# the parts of the model that train with their own learning rate, or not at all (vqa.optim.part_of)
+# the parts of the model that train with their own learning rate, or not at all (vqa.train.optim.part_of)
 PARTS = ("cross_attention", "decoder", "encoder")
 
 
@@ -486,7 +486,7 @@ def parse_duration(text: str) -> float:
 # ------------------------------------------------------------------------------------------------- decoding
 
 def _methods() -> tuple[str, ...]:
-    from .generate import METHODS  # the methods live with their code
+    from .decoding.generate import METHODS  # the methods live with their code
 
     return tuple(METHODS)
 
@@ -496,7 +496,7 @@ ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decod
 
 @dataclass
 class GenerationConfig(_Config):
-    """How to decode. `method` is one of `vqa.generate.METHODS` (greedy, beam, sample); each other field
+    """How to decode. `method` is one of `vqa.decoding.generate.METHODS` (greedy, beam, sample); each other field
     names the methods it applies to. Validated on creation, so a bad value fails before any work. The CLI
     options come from these fields, and the app shows a control for every field with `ui` metadata (a
     slider's (min, max, step), or "number")."""

@@ -72,7 +72,7 @@ class TrainBatches:
             self.num_images = len(source)
             self.steps_per_epoch = self.dataset.steps_per_epoch()
         else:
-            from ..train.sampler import steps_in_epoch  # here: vqa.train imports this module
+            from .sampler import steps_in_epoch  # here: vqa.train imports this module
 
             self.dataset = ImageTextDataset(source, tokenizer, transform, max_len, tasks=tasks,
                                             questions_per_image=questions_per_image,
@@ -91,7 +91,7 @@ class TrainBatches:
     def epoch(self, epoch: int, image_in_epoch: int) -> Iterator[Batch]:
         lay = self.layout
         if self.sampler is not None:
-            from ..train.sampler import rank_order
+            from .sampler import rank_order
 
             self.sampler.set(epoch, rank_order(self.num_images, epoch, self.seed, image_in_epoch, lay.rank,
                                                lay.world, lay.batch, lay.accum))

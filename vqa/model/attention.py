@@ -95,7 +95,7 @@ def rotate_2d(x: torch.Tensor, angles_x: torch.Tensor, angles_y: torch.Tensor) -
 class Attention(nn.Module):
     # The explain path: set `capture` to a list and every forward appends AttentionRecord(weights, scores),
     # computed by the written-out attention instead of the fused kernel (which returns neither). Off (None)
-    # by default, so answering never pays for it; `vqa.explain` sets and clears it around one forward.
+    # by default, so answering never pays for it; `vqa.inference.explain` sets and clears it around one forward.
     capture: list | None = None
 
     def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False,

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .. import checkpoint, distributed
+from .. import distributed
 from ..config import ModelConfig, TrainConfig, parse_duration, preset
 from ..data.collate import Batch, make_collate
 from ..data.loader import TrainBatches
@@ -32,15 +32,15 @@ from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
-from ..evaluate import evaluate, flatten
-from ..model import VQAModel
-from ..optim import lr_factor, make_optimizer, set_lr
-from ..plots import plot_curves, read_metrics
+from ..evaluation.evaluate import evaluate, flatten
+from ..model import VQAModel, checkpoint
 from ..tokenizer import Tokenizer, build_tokenizer
 from . import state as run_state
 from .budget import TimeBudget
 from .cli import REPEAT, SAVED, command_line
 from .objective import Objective
+from .optim import lr_factor, make_optimizer, set_lr
+from .plots import plot_curves, read_metrics
 from .runlock import RunLock
 from .step import StepRunner
 

@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from .config import GenerationConfig, parse_tasks
-from .errors import ConfigError
-from .options import add_dataclass_arguments, given
+from ..config import GenerationConfig, parse_tasks
+from ..errors import ConfigError
+from ..options import add_dataclass_arguments, given
 
 
 def add_arguments(p) -> None:
@@ -41,10 +41,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from . import checkpoint
-    from .data.formats import pick_split
-    from .data.sources import is_pattern, list_splits, open_split
-    from .device import pick_device
+    from ..data.formats import pick_split
+    from ..data.sources import is_pattern, list_splits, open_split
+    from ..device import pick_device
+    from ..model import checkpoint
     from .evaluate import evaluate, format_summary
 
     changes = given(args, GenerationConfig)
@@ -53,7 +53,7 @@ def run(args) -> int:
     model, tok, card = checkpoint.load(args.checkpoint, device)
     precision = "float32"
     if args.int8:
-        from .quantize import apply_precision
+        from ..decoding.quantize import apply_precision
 
         precision, notice = apply_precision(model, "int8", device)
         if notice:

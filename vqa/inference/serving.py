@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import VQAError
+from ..errors import VQAError
 
 
 class Busy(VQAError):
@@ -124,10 +124,10 @@ class BatchedPredictor:
     """A `vqa.Predictor` behind a `Batcher`: `answer` and `caption` from many threads become batched
     `answer_batch` / `caption_batch` calls (each distinct picture encoded once, encodings cached by content).
     The results are those of one-by-one calls: each row of a batched decoding gets its own length budget and
-    its own padding mask (`vqa.generate`). Sampling is never batched: a seeded sample must not depend on what
+    its own padding mask (`vqa.decoding.generate`). Sampling is never batched: a seeded sample must not depend on what
     else was in its batch.
 
-    `familiarity` (a `vqa.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
+    `familiarity` (a `vqa.demo.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
     training pictures its picture is (the ratio; None without a reference)."""
 
     def __init__(self, pred, max_batch: int = 16, max_wait: float = 0.01, max_pending: int | None = None,
@@ -142,7 +142,7 @@ class BatchedPredictor:
 
     def caption(self, image: Any, generation=None) -> tuple[Any, float | None]:
         """(`Predictor.caption(image, generation, return_attention=...)`, familiarity ratio)."""
-        from .config import GenerationConfig
+        from ..config import GenerationConfig
 
         settings = generation or GenerationConfig.for_task("caption")
         key = ("caption", _hashable(settings))

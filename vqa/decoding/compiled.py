@@ -1,8 +1,8 @@
-"""torch.compile for inference: the decode step (`vqa.decode_step`) and, where it pays, the image encoder, with
+"""torch.compile for inference: the decode step (`vqa.decoding.step`) and, where it pays, the image encoder, with
 the model's weights frozen into the compiled code.
 
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
-prepacked for oneDNN / MKL, and int8 weights (`vqa.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
+prepacked for oneDNN / MKL, and int8 weights (`vqa.decoding.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
 int8 matmuls are slower than float32 ones. So compile only a model whose weights no longer change (a Predictor,
 not a model in training). Compiling takes seconds per new batch shape (batches are padded to a power of two
 rows, so a few static shapes serve all); where the compiler itself cannot run (no C++ compiler for inductor's
@@ -23,7 +23,7 @@ import weakref
 import torch
 from torch import nn
 
-from .decode_step import DecodeState, decode_step
+from .step import DecodeState, decode_step
 
 
 def _compile_errors() -> tuple[type[Exception], ...]:

@@ -1,6 +1,6 @@
 """Drawing attention maps over the user's picture: pick a layer / head, undo the letterbox, colour the map.
 
-    from vqa.heatmaps import attention_heatmap
+    from vqa.inference.heatmaps import attention_heatmap
     attention_heatmap("photo.jpg", result.attention[0], image_size=cfg.vit_image_size)   # a PIL image
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .data.images import load_image
-from .errors import InputError
+from ..data.images import load_image
+from ..errors import InputError
 
 
 def letterbox_box(width: int, height: int, size: int) -> tuple[float, float, float, float]:

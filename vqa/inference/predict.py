@@ -30,15 +30,15 @@ PIL image or an array alike) only runs the decoder. Batched calls encode each di
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
-(prefix tokens such as CLS are dropped, so a map sums to at most 1). `vqa.heatmaps.attention_heatmap()` draws
+(prefix tokens such as CLS are dropped, so a map sums to at most 1). `vqa.inference.heatmaps.attention_heatmap()` draws
 one over the original image, undoing the letterbox. Batched calls compute the maps of all rows in one
 teacher-forced pass.
 
 Explaining. `explain(image, question)` (or `explain(image)` for a caption, or `result=` an answer already
-computed) returns a `vqa.explain.Explanation`: every decoder layer's masked self-attention and
+computed) returns a `vqa.inference.explain.Explanation`: every decoder layer's masked self-attention and
 cross-attention weights, the raw scores q.k / sqrt(d) before the softmax, and the ViT's self-attention over
 the patches, read on a separate unfused pass so answering stays on the fused kernels. `image_features`
-gives each picture's pooled encoding, for `vqa.familiarity`.
+gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ import torch
 from einops import rearrange
 from PIL import Image
 
-from .checkpoint import load as load_checkpoint
-from .compiled import encode as encode_images
-from .config import GenerationConfig
-from .data.images import load_image
-from .data.transforms import build_transform
-from .device import pick_device
-from .errors import ConfigError, InputError
-from .generate import generate, score_candidates
+from ..config import GenerationConfig
+from ..data.images import load_image
+from ..data.transforms import build_transform
+from ..decoding.compiled import encode as encode_images
+from ..decoding.generate import generate, score_candidates
+from ..device import pick_device
+from ..errors import ConfigError, InputError
+from ..model.checkpoint import load as load_checkpoint
 
 # ----------------------------------------------------------------------------------------------- results
 
@@ -137,14 +137,14 @@ class Predictor:
     def __init__(self, model, tokenizer, card: dict | None = None, device=None, cache_size: int = 8,
                  max_pixels: int | None = None, quantize: str | None = None, dtype: torch.dtype | str | None = None,
                  compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
-        """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.quantize`; where int8 cannot run, a
+        """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.decoding.quantize`; where int8 cannot run, a
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype, e.g. torch.bfloat16 on a
-        GPU. `compile`: decode through the torch.compile'd step (`vqa.decode_step`; default: on CUDA, where
+        GPU. `compile`: decode through the torch.compile'd step (`vqa.decoding.step`; default: on CUDA, where
         CUDA graphs replay a step, and with int8, which pays only compiled; on a CPU in float32 it pays for
         long-running use, after seconds of compiling per batch shape). `answer_vocab`: the answers the model
         may give (texts); answers are then decoded over their tokens only (`generate(vocab=...)`), their
         probabilities renormalized over them."""
-        from .quantize import ACTIVATION_DTYPE, apply_precision, precision_of
+        from ..decoding.quantize import ACTIVATION_DTYPE, apply_precision, precision_of
 
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
@@ -278,7 +278,7 @@ class Predictor:
         return out
 
     def image_features(self, images: Any, cache: bool = True) -> np.ndarray:
-        """[B, D]: each image's encoded tokens averaged, L2-normalised (`vqa.familiarity`). With `cache`, the
+        """[B, D]: each image's encoded tokens averaged, L2-normalised (`vqa.demo.familiarity`). With `cache`, the
         encodings come from (and go to) the answer cache; without, they are computed and forgotten."""
         if _is_single_image(images):
             images = [images]
@@ -405,11 +405,11 @@ class Predictor:
     def explain(self, image: Any, question: str | None = None, result: Answer | Caption | None = None,
                 top_k: int = 1, generation: GenerationConfig | None = None, **changes):
         """Every attention weight behind an answer (with `question`) or a caption (without): a
-        `vqa.explain.Explanation` holding the decoder's masked self-attention [L, H, T, T], its
+        `vqa.inference.explain.Explanation` holding the decoder's masked self-attention [L, H, T, T], its
         cross-attention [L, H, T, N] with the raw scores q.k / sqrt(d) before the softmax, and the ViT's
         self-attention over the patches. `result` explains an answer or caption already computed (for the
         same image) instead of decoding again; otherwise decoding is `answer` / `caption`'s with `top_k`,
-        `generation` and `changes`. The weights are read on a separate, unfused pass (`vqa.explain`)."""
+        `generation` and `changes`. The weights are read on a separate, unfused pass (`vqa.inference.explain`)."""
         from .explain import Explanation, explain_tokens
 
         if result is None:

@@ -1,4 +1,4 @@
-"""The attention explorer's pictures, drawn from a `vqa.explain.Explanation` (matplotlib, no pyplot state:
+"""The attention explorer's pictures, drawn from a `vqa.inference.explain.Explanation` (matplotlib, no pyplot state:
 safe from the app's worker threads). Three views, after BertViz's, for a picture and its words:
 
 - `self_attention_figure`: the decoder's masked self-attention matrix of one layer, prompt + generated tokens

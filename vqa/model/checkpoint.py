@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
-from .model import VQAModel
-from .tokenizer import Tokenizer
+from ..errors import CheckpointError
+from ..tokenizer import Tokenizer
+from . import VQAModel
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json")
 

@@ -11,8 +11,8 @@ import re
 import torch
 from torch import nn
 
-from .config import PARTS
-from .errors import ConfigError
+from ..config import PARTS
+from ..errors import ConfigError
 
 OPTIMIZERS = ("adamw", "muon")
 # Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a

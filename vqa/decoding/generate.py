@@ -5,7 +5,7 @@ The image is encoded once and each layer's cross-attention keys/values are compu
 self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
 Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
 masked, and each prompt has its own length budget (the context left after *its* prompt), so a padded batch
-gives exactly what the prompts give one by one. Each new token goes through `vqa.decode_step.decode_step`, a
+gives exactly what the prompts give one by one. Each new token goes through `vqa.decoding.step.decode_step`, a
 step of fixed shapes that runs eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
 
 A decoding method is a function `(model, kv, prompts, config, **decoding) -> Generation` in `METHODS` (the
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..config import GenerationConfig
+from ..errors import ConfigError, InputError
+from ..model import VQAModel
 from .compiled import compiled_step
 from .compiled import encode as encode_images
-from .config import GenerationConfig
-from .decode_step import DecodeState, decode_step, prefill
-from .errors import ConfigError, InputError
-from .model import VQAModel
+from .step import DecodeState, decode_step, prefill
 
 
 @dataclass
@@ -57,7 +57,7 @@ SLOT_MULTIPLE = 32
 
 class _Decoder:
     """The state of one batched decoding of B rows: the prompts run into preallocated caches, then one token per
-    row per `step` (`vqa.decode_step`: the same step eagerly or compiled). `budget[b]` is how many tokens row b
+    row per `step` (`vqa.decoding.step`: the same step eagerly or compiled). `budget[b]` is how many tokens row b
     may generate: the config's max_new_tokens, capped by the context left after row b's own prompt.
 
     With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
@@ -199,7 +199,7 @@ def generate(
     image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
     config: GenerationConfig | None = None,
     vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
-    compile: bool = False,  # run the decode step through torch.compile (vqa.decode_step.CompiledStep)
+    compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.step.CompiledStep)
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
     """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`.

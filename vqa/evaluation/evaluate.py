@@ -1,5 +1,5 @@
 """Evaluation: run a model over a split and score it with the official metrics (the `vqa eval` command is
-`vqa.eval_cli`).
+`vqa.evaluation.cli`).
 
 `evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
 default, and returns the summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4,
@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import torch
 from torch.utils.data import DataLoader
 
-from .compiled import encode as encode_images
-from .config import GenerationConfig
-from .data.collate import make_collate
-from .data.dataset import ItemMaker
-from .data.loader import eval_dataset
-from .data.transforms import ImageNormalizer, build_transform
-from .generate import generate
+from ..config import GenerationConfig
+from ..data.collate import make_collate
+from ..data.dataset import ItemMaker
+from ..data.loader import eval_dataset
+from ..data.transforms import ImageNormalizer, build_transform
+from ..decoding.compiled import encode as encode_images
+from ..decoding.generate import generate
 from .metrics import caption_scores, vqa_scores
 
 
@@ -46,7 +46,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     split's images (image i goes to rank i % world; a shard split is read by rank 0 alone) and rank 0 gathers
     the results and scores them; the other ranks return an empty summary. The model is called directly (not
     through DDP), so decoding holds no collective. `compile`: decode (and, where it pays, encode) through
-    torch.compile (`vqa.compiled`; the weights are frozen in, so not for a model still in training)."""
+    torch.compile (`vqa.decoding.compiled`; the weights are frozen in, so not for a model still in training)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)

@@ -1,13 +1,13 @@
 """Answers and captions from an exported model (`vqa export`) with onnxruntime alone: no torch at run time.
 
-    python -m vqa.onnx_predict OUT_DIR IMAGE "what color is the circle?"     # an answer
-    python -m vqa.onnx_predict OUT_DIR IMAGE                                 # a caption
+    python -m vqa.export.runtime OUT_DIR IMAGE "what color is the circle?"     # an answer
+    python -m vqa.export.runtime OUT_DIR IMAGE                                 # a caption
 
-    from vqa.onnx_predict import OnnxPredictor
+    from vqa.export.runtime import OnnxPredictor
     p = OnnxPredictor("exported/")
     p.answer("photo.jpg", "how many circles are there?")
 
-Greedy decoding, batched with left padding exactly as `vqa.generate` does it (positions count real tokens,
+Greedy decoding, batched with left padding exactly as `vqa.decoding.generate` does it (positions count real tokens,
 padding keys are masked, each prompt has its own length budget), so the answers equal the Predictor's
 greedy ones. Images are prepared as the model saw them in training: EXIF-rotated, converted to RGB,
 letterboxed with the mean colour, normalized (`vqa.data.images`, which imports no torch).
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .data.images import letterbox, load_image
-from .errors import CheckpointError, InputError
-from .tokenizer import Tokenizer
+from ..data.images import letterbox, load_image
+from ..errors import CheckpointError, InputError
+from ..tokenizer import Tokenizer
 
 ANSWER_TOKENS = 10
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         pred = OnnxPredictor(args.folder)
         print(pred.answer(args.image, args.question) if args.question else pred.caption(args.image))
     except (CheckpointError, InputError) as e:
-        print(f"vqa.onnx_predict: error: {e}", file=sys.stderr)
+        print(f"vqa.export.runtime: error: {e}", file=sys.stderr)
         return 2
     return 0
 

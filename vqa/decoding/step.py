@@ -11,7 +11,7 @@ compiled and the eager step are one implementation (tests/test_generate.py holds
     prefill(decoder, state, ids, valid, memory_kv)                      # the prompts, eagerly
     logits = decode_step(decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, kv)
 
-`vqa.compiled.CompiledStep` holds the compiled function of one model and a pool of state buffers per batch
+`vqa.decoding.compiled.CompiledStep` holds the compiled function of one model and a pool of state buffers per batch
 shape, reused from one decoding to the next: CUDA graphs need the tensors they write to live at fixed addresses.
 """
 

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import InputError
-from .model.attention import Attention, AttentionRecord
+from ..errors import InputError
+from ..model.attention import Attention, AttentionRecord
 
 NPZ = "attention.npz"
 
@@ -102,14 +102,14 @@ class Explanation:
 
     def save(self, folder: str | Path, pictures: bool = True, **which) -> list[Path]:
         """Write `attention.npz` (every array) and, with `pictures`, the explorer's figures as PNG files into
-        `folder`; returns the files written. `which`: `vqa.attention_figures.save_figures`'s choice of tokens,
+        `folder`; returns the files written. `which`: `vqa.inference.figures.save_figures`'s choice of tokens,
         layer, head and patch."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(folder / NPZ, **self.arrays())
         out = [folder / NPZ]
         if pictures:
-            from .attention_figures import save_figures
+            from .figures import save_figures
 
             out += save_figures(self, folder, **which)
         return out

@@ -10,7 +10,7 @@
 
 One decoder graph serves the prompt (P = 0, T = prompt length) and every new token (T = 1): the graph is the
 model's own decoder forward with a concatenating cache, exported with torch.export (dynamic batch, new tokens
-and past length). `vqa.onnx_predict` runs them with onnxruntime and greedy decoding; onnx, onnxscript and
+and past length). `vqa.export.runtime` runs them with onnxruntime and greedy decoding; onnx, onnxscript and
 onnxruntime are the optional extra `vqa[onnx]`.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 ENCODER, DECODER = "encoder.onnx", "decoder_step.onnx"
 STEP_INPUTS = ("input_ids", "position_ids", "key_mask", "past_k", "past_v", "memory_k", "memory_v")
@@ -95,7 +95,7 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
         import onnxscript  # noqa: F401
     except ImportError as e:
         raise ConfigError(f"exporting to ONNX needs the onnx extra: pip install 'vqa[onnx]' ({e.name} is missing)") from None
-    from . import checkpoint
+    from ..model import checkpoint
 
     model, tok, card = checkpoint.load(checkpoint_path)
     model = model.float().eval()
@@ -156,7 +156,7 @@ def run(args) -> int:
     export_onnx(args.checkpoint, out)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {args.checkpoint} to {out} ({size:.1f} MiB): {ENCODER}, {DECODER}, tokenizer.json, config.json;"
-          f" run it with `python -m vqa.onnx_predict {out} IMAGE [QUESTION]`", file=sys.stderr)
+          f" run it with `python -m vqa.export.runtime {out} IMAGE [QUESTION]`", file=sys.stderr)
     return 0
 
 

@@ -17,9 +17,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from .config import GenerationConfig
-from .errors import CheckpointError
-from .options import add_dataclass_arguments, given
+from ..config import GenerationConfig
+from ..errors import CheckpointError
+from ..options import add_dataclass_arguments, given
 
 DEFAULT_CHECKPOINT = "runs/tiny"
 ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers

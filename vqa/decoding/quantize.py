@@ -6,7 +6,7 @@ each input row is quantized to int8 on the fly, so the matmul runs in integers (
 the tied LM head, LayerNorms and convolutions stay float32. Eagerly these int8 matmuls are slower than float32
 on a CPU (torchao's eager path re-reads the weight to correct for the unsigned activations); compiled, with the
 weights frozen in, they run oneDNN's int8 kernels -- which is what the compiled decode step does
-(`vqa.decode_step`, `Predictor(compile=True)`). docs/performance.md has the figures and the accuracy change.
+(`vqa.decoding.step`, `Predictor(compile=True)`). docs/performance.md has the figures and the accuracy change.
 
 torchao is the optional extra `vqa[int8]` (PyTorch's maintained quantization library; `torch.ao.quantization`
 is deprecated). Where int8 cannot run -- no torchao, not a CPU, no quantized engine in this PyTorch build --
@@ -32,7 +32,7 @@ def precision_of(dtype: torch.dtype | str) -> str:
     """The precision name of a weights dtype (torch.bfloat16 or "bf16" -> "bfloat16"); InputError otherwise."""
     name = _NAMES.get(dtype) if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
     if name not in ACTIVATION_DTYPE or name == "int8":
-        from .errors import InputError
+        from ..errors import InputError
 
         raise InputError(f"dtype must be float32, bfloat16 or float16, not {dtype!r}")
     return name
@@ -87,7 +87,7 @@ def apply_precision(model: nn.Module, precision: str, device: torch.device) -> t
     (weights cast) or int8 (dynamic int8 linear layers, CPU). Returns (the precision it runs in, a notice for
     the user or None): int8 where it cannot run leaves the model in float32 and says why."""
     if precision not in PRECISIONS:
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}")
     if precision in ("bfloat16", "float16"):

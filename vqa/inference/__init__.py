@@ -1,0 +1,1 @@
+"""vqa.inference."""

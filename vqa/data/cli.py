@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import skipped_summary
+from .split import skipped_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -61,7 +61,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    from .shapes import FAMILIES, generate_shapes
+    from .shapes import generate_shapes
+    from .shapes_text import FAMILIES
 
     t0 = time.perf_counter()
     priors = generate_shapes(

@@ -485,6 +485,9 @@ def parse_duration(text: str) -> float:
 
 # ------------------------------------------------------------------------------------------------- decoding
 
+DECODING_METHODS = ("greedy", "beam", "sample")
+
+
 def _methods() -> tuple[str, ...]:
     from .decoding.generate import METHODS  # the methods live with their code
 

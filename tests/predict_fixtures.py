@@ -123,7 +123,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_app_module():
-    """app.py (at the repository root, not a package) as a module."""
+    """app.py (at the repository root, not a package: the entry point over `vqa.demo`) as a module."""
     import importlib.util
     import sys
 
@@ -147,7 +147,9 @@ def free_port() -> int:
 def start_app(pred):
     """Build and launch the demo around `pred` on 127.0.0.1 at a free port, without blocking; returns
     (demo, url). Close it with demo.close()."""
-    app = load_app_module()
-    demo = app.build_app(pred)
-    _, url, _ = app.serve(demo, host="127.0.0.1", port=free_port(), block=False, quiet=True)
+    from vqa.demo.layout import build_app
+    from vqa.demo.server import serve
+
+    demo = build_app(pred)
+    _, url, _ = serve(demo, host="127.0.0.1", port=free_port(), block=False, quiet=True)
     return demo, url

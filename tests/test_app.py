@@ -1,12 +1,12 @@
-"""The Gradio demo through its API (`gradio_client`): ask, caption, the heatmap as an image, the encoding reused
-between questions, concurrent questions answered in shared batches, bad input answered with a message that
-names the upload as the user called it (never a server path) while the server keeps serving, the attention
-explorer's endpoint, the model card and its warning for unfamiliar pictures, the how-to page without a
-model, and `python app.py` printing its address."""
+"""The Gradio demo through its API (`gradio_client`), as served by `vqa.demo.server`: ask, caption, the heatmap as
+an image, the encoding reused between questions, concurrent questions answered in shared batches, bad input
+answered with a message that names the upload as the user called it (never a server path) while the server
+keeps serving, the attention explorer's endpoint, the warning for unfamiliar pictures, the how-to page without
+a model, and `python app.py` (its `main`) printing its address. The handlers without a server:
+tests/test_demo_handlers.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 from predict_fixtures import (
     COLOR_Q,
-    ROOT,
     SHAPE_Q,
     draw,
     free_port,
@@ -29,6 +28,9 @@ gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is no
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
+from vqa.demo.layout import build_app  # noqa: E402
+from vqa.demo.server import serve  # noqa: E402
+
 pytestmark = [  # gradio's queue calls pandas APIs that pandas 3 deprecates: not ours to fix
     pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
     pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
@@ -36,15 +38,11 @@ pytestmark = [  # gradio's queue calls pandas APIs that pandas 3 deprecates: not
 
 
 @pytest.fixture(scope="module")
-def app_module():
-    return load_app_module()
-
-
-@pytest.fixture(scope="module")
-def pred(app_module):
+def pred():
+    from vqa.data.images import MAX_PIXELS
     from vqa.inference.predict import Predictor
 
-    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=app_module.MAX_PIXELS)
+    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=MAX_PIXELS)
 
 
 @pytest.fixture(scope="module")
@@ -212,18 +210,6 @@ def test_upload_errors_name_the_file_as_the_user_called_it_never_a_server_path(c
     assert _ask(client, handle_file(str(pictures["red_circle"])))[0] == "red"  # still serving
 
 
-def test_messages_lose_server_paths_even_without_a_name(app_module):
-    import tempfile
-
-    path = os.path.join(tempfile.gettempdir(), "gradio", "abc123", "t.png")
-    msg = app_module.user_message(f"{path}: truncated image file", path)
-    assert msg == "the uploaded file: truncated image file"
-    named = app_module.Upload(path, '"holiday.png"')
-    assert app_module.user_message(f"{path}: truncated", named) == '"holiday.png": truncated'
-    other = os.path.join(tempfile.gettempdir(), "elsewhere", "x.png")
-    assert tempfile.gettempdir() not in app_module.user_message(f"cannot read {other}, sorry", None)
-
-
 def test_concurrent_questions_are_answered_in_shared_batches(running, client, pred, pictures):
     demo, _ = running
     batcher = demo.batching.batcher
@@ -266,32 +252,14 @@ def test_the_explorer_shows_the_matrix_the_maps_and_exports_them(client, picture
         assert z["tokens"][-1] == "blue" and z["self_weights"].shape[-1] == len(z["tokens"])
 
 
-def test_the_card_says_what_the_model_was_trained_on_and_unusual_pictures_get_a_warning(app_module, pred,
-                                                                                      pictures, shapes_dir):
-    from types import SimpleNamespace
-
+def test_unusual_pictures_get_a_warning_with_their_answer(pred, pictures):
     from vqa.demo.familiarity import Familiarity
 
-    saved = dict(pred.card)
-    try:
-        pred.card["data"] = str(shapes_dir)
-        card = app_module.card_markdown(pred)
-        assert "**Shapes**" in card and "guesses" in card
-        assert app_module.training_data(pred.card)[1] == shapes_dir
-        stub = SimpleNamespace(familiarity=None)  # "auto": built from the training pictures the card names
-        assert "compared with 24 pictures of" in app_module.start_reference(stub, pred, "auto")
-        assert stub.familiarity.reference.shape[0] == 24 and stub.familiarity.threshold > 0
-        pred.card["data"] = "/nowhere/shapes"
-        assert "not on this machine" in app_module.start_reference(stub, pred, "auto")
-        assert "**Shapes**" in app_module.card_markdown(pred)  # named shapes: still described
-    finally:
-        pred.card.clear()
-        pred.card.update(saved)
     # a reference of red circles only: a blue square is unlike all of them, a red circle is not
     ref = Familiarity.from_images(pred, [draw("red_circle", (48, 36)), draw("red_circle", (52, 40)),
                                          draw("red_circle", (40, 40))], source="3 red circles")
-    demo = app_module.build_app(pred, reference=ref)
-    _, url, _ = app_module.serve(demo, port=free_port(), block=False, quiet=True)
+    demo = build_app(pred, reference=ref)
+    _, url, _ = serve(demo, port=free_port(), block=False, quiet=True)
     try:
         c = Client(url, verbose=False)
         answer, _, _, note = c.predict(handle_file(str(pictures["blue_square"])), COLOR_Q, 1, api_name="/ask")
@@ -302,7 +270,7 @@ def test_the_card_says_what_the_model_was_trained_on_and_unusual_pictures_get_a_
         demo.close()
 
 
-def test_a_slow_start_up_check_is_tried_again_and_never_suggests_sharing(app_module, pred, pictures, monkeypatch):
+def test_a_slow_start_up_check_is_tried_again_and_never_suggests_sharing(pred, pictures, monkeypatch):
     """gradio checks its own address after launching and, when that fails (a busy machine), tells the user to
     set share=True. serve() launches again instead, and after the last try says what happened."""
     import gradio.networking
@@ -314,8 +282,8 @@ def test_a_slow_start_up_check_is_tried_again_and_never_suggests_sharing(app_mod
         return len(calls) > 1 and real(url)
 
     monkeypatch.setattr(gradio.networking, "url_ok", slow_once)
-    demo = app_module.build_app(pred)
-    _, url, _ = app_module.serve(demo, port=free_port(), block=False, quiet=True)
+    demo = build_app(pred)
+    _, url, _ = serve(demo, port=free_port(), block=False, quiet=True)
     try:
         assert len(calls) == 2  # the second launch passed the check
         answer, *_ = Client(url, verbose=False).predict(handle_file(str(pictures["red_circle"])), COLOR_Q, 1,
@@ -324,9 +292,9 @@ def test_a_slow_start_up_check_is_tried_again_and_never_suggests_sharing(app_mod
     finally:
         demo.close()
     monkeypatch.setattr(gradio.networking, "url_ok", lambda url: False)
-    demo = app_module.build_app(pred)
+    demo = build_app(pred)
     with pytest.raises(RuntimeError, match="did not answer its own start-up check 3 times") as e:
-        app_module.serve(demo, port=free_port(), block=False, quiet=True)
+        serve(demo, port=free_port(), block=False, quiet=True)
     assert "share" not in str(e.value)
 
 
@@ -344,13 +312,14 @@ def test_uploads_over_the_size_limit_are_refused(server, tmp_path, client, pictu
 
 
 def test_queue_sizes_follow_the_batch_size():
-    app = load_app_module()
-    assert app.queue_sizes(16) == (32, 64)
-    assert app.queue_sizes(4, concurrency=6) == (6, 12)
-    assert app.queue_sizes(4, 3, 1) == (3, 1)
+    from vqa.demo.server import queue_sizes
+
+    assert queue_sizes(16) == (32, 64)
+    assert queue_sizes(4, concurrency=6) == (6, 12)
+    assert queue_sizes(4, 3, 1) == (3, 1)
     for bad in ((4, 0), (4, 3, 0)):
         with pytest.raises(ValueError):
-            app.queue_sizes(*bad)
+            queue_sizes(*bad)
 
 
 def test_concurrent_asks_and_a_caption_each_get_their_own_result(client, pictures):
@@ -361,38 +330,39 @@ def test_concurrent_asks_and_a_caption_each_get_their_own_result(client, picture
     assert out == ["blue", "blue", "blue", "a blue square"]
 
 
-def test_the_model_card_and_the_examples(app_module, pred):
-    card = app_module.card_markdown(pred)
-    assert "test-tiny" in card and f"{pred.model.num_parameters():,}" in card and "vqa_accuracy" in card
-    assert "two made-up pictures" in card
-    ex = app_module.examples()
-    assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
-    meta = json.loads((ROOT / "data" / "samples" / "samples.json").read_text())
-    assert {m["kind"] for m in meta} == {"picture", "shapes"}
+def test_without_a_model_the_page_says_how_to_train_one(tmp_path, monkeypatch):
+    from vqa.demo import server
 
-
-def test_without_a_model_the_page_says_how_to_train_one(app_module, tmp_path, monkeypatch):
-    monkeypatch.setattr(app_module, "DEFAULT_RUN", tmp_path / "runs" / "tiny")
-    assert app_module.load_predictor(None) is None
-    demo = app_module.build_app(None)
+    monkeypatch.setattr(server, "DEFAULT_RUN", tmp_path / "runs" / "tiny")
+    assert server.load_predictor(None) is None
+    demo = build_app(None)
     texts = [getattr(b, "value", "") or "" for b in demo.blocks.values()]
     assert any("make demo" in t and "vqa train" in t for t in texts if isinstance(t, str))
     from vqa.errors import CheckpointError
 
     with pytest.raises(CheckpointError):
-        app_module.load_predictor(str(tmp_path / "nothing"))
+        server.load_predictor(str(tmp_path / "nothing"))
 
 
-def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch, capsys, tmp_path):
+def test_app_py_is_the_entry_point_over_vqa_demo():
+    from vqa.demo import layout, server
+
+    app = load_app_module()
+    assert app.main is server.main and app.build_app is layout.build_app and app.serve is server.serve
+
+
+def test_main_serves_on_127_0_0_1_and_prints_the_address(monkeypatch, capsys, tmp_path):
     import gradio as gr
 
+    from vqa.demo import server as srv  # what `python app.py` runs
+
     built = {}
-    real_build = app_module.build_app
-    monkeypatch.setattr(app_module, "build_app", lambda p, **kw: built.update(demo=real_build(p, **kw)) or built["demo"])
+    real_build = srv.build_app
+    monkeypatch.setattr(srv, "build_app", lambda p, **kw: built.update(demo=real_build(p, **kw)) or built["demo"])
     monkeypatch.setattr(gr.Blocks, "block_thread", lambda self: None)  # return instead of serving forever
     port = free_port()
     try:
-        assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port)]) == 0
+        assert srv.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port)]) == 0
         out = capsys.readouterr().out
         assert f"serving model {shared_checkpoint()} on cpu (float32) at http://127.0.0.1:{port}/" in out, out
         assert "batches of up to 16, 32 at once, 64 waiting" in out
@@ -401,15 +371,15 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(app_module, monkeypatch
     finally:
         if "demo" in built:
             built["demo"].close()
-    assert app_module.main(["--checkpoint", str(tmp_path / "none")]) == 2
+    assert srv.main(["--checkpoint", str(tmp_path / "none")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
     port = free_port()
     try:
-        assert app_module.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port), "--max-batch", "4",
+        assert srv.main(["--checkpoint", str(shared_checkpoint()), "--port", str(port), "--max-batch", "4",
                                 "--queue-size", "5"]) == 0
         assert "batches of up to 4, 8 at once, 5 waiting" in capsys.readouterr().out
         assert built["demo"].batching.batcher.max_batch == 4
     finally:
         built["demo"].close()
     with pytest.raises(SystemExit):
-        app_module.main(["--checkpoint", str(shared_checkpoint()), "--max-batch", "0"])
+        srv.main(["--checkpoint", str(shared_checkpoint()), "--max-batch", "0"])

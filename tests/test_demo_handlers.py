@@ -1,0 +1,233 @@
+"""The demo's handlers called directly, without a Gradio server (`vqa.demo.handlers`, `vqa.demo.explorer`): ask
+returns the answer, its top answers and per-word heatmaps; caption its text and decoding details; bad input
+(no picture, an empty question, a picture over the pixel limit, a file that is not a picture, a bad decoding
+setting, a busy server) raises the gr.Error the page shows, naming the upload as the user called it. Also
+what the page is built from: the upload names and messages (`vqa.demo.uploads`), the model card and the
+familiarity reference (`vqa.demo.card`), the examples and the decoding controls. Through a running server:
+tests/test_app.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+
+import pytest
+from PIL import Image
+from predict_fixtures import COLOR_Q, ROOT, SHAPE_Q, shared_checkpoint, write_pictures
+
+gr = pytest.importorskip("gradio", reason="gradio is not installed (pip install -e '.[dev]')")
+
+from vqa.demo import handlers as h  # noqa: E402
+from vqa.demo.explorer import EMPTY_HINT, Explorer  # noqa: E402
+from vqa.demo.uploads import Upload, picture_input, user_message  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+    # the explorer's updates set a Dropdown's value alone (its choices stay on the page), as the app always did
+    pytest.mark.filterwarnings("ignore:The value passed into gr.Dropdown:UserWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def pred():
+    from vqa.data.images import MAX_PIXELS
+    from vqa.inference.predict import Predictor
+
+    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=MAX_PIXELS)
+
+
+@pytest.fixture(scope="module")
+def handlers(pred):
+    from vqa.inference.serving import BatchedPredictor
+
+    return h.Handlers(pred, BatchedPredictor(pred, max_wait=0.0, attention=True))
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory):
+    return write_pictures(tmp_path_factory.mktemp("pictures"))
+
+
+def _defaults() -> list:
+    """The caption tab's decoding controls at their defaults (an empty number box: 0, as the page sends)."""
+    from vqa.config import GenerationConfig
+
+    d = GenerationConfig.for_task("caption")
+    return [0 if getattr(d, f.name) is None else getattr(d, f.name) for f in h.ui_fields()]
+
+
+def _error(fn, *args) -> gr.Error:
+    with pytest.raises(gr.Error) as err:
+        fn(*args)
+    return err.value
+
+
+def test_ask_returns_the_answer_its_top_answers_and_a_heatmap_per_word(handlers, pictures):
+    answer, label, words, note, state = handlers.ask(str(pictures["red_circle"]), COLOR_Q, 3, None)
+    assert answer == "red" and note == ""
+    assert list(label)[0] == "red" and 1 <= len(label) <= 3 and sum(label.values()) <= 1 + 1e-6
+    assert [c[0] for c in words.choices] == ["1. red"] and words.value == 0
+    assert state["words"] == ["red"] and len(state["maps"]) == 1 and state["image"] is None
+    heat = handlers.heatmap(0, h.MEAN, h.MEAN, state)  # drawn on the picture (48 x 36) scaled to 480 px wide
+    assert isinstance(heat, Image.Image) and heat.size == (480, 360)
+    assert state["image"].size == (480, 360)  # the display copy, made on first use and kept
+    one = handlers.heatmap(0, 1, 3, state)  # layer 2, head 4
+    assert one.size == heat.size and one.tobytes() != heat.tobytes()
+    assert handlers.heatmap(5, None, None, state).size == heat.size  # a word out of range: the first
+    assert handlers.heatmap(0, h.MEAN, h.MEAN, None) is None  # nothing asked yet: no heatmap
+    assert handlers.ask(str(pictures["blue_square"]), SHAPE_Q, 1, state)[0] == "square"
+
+
+def test_caption_returns_the_text_its_details_and_a_heatmap_per_word(handlers, pictures):
+    text, details, words, state = handlers.caption(str(pictures["blue_square"]), "greedy", *_defaults(), None)
+    assert text == "a blue square" and "(greedy)" in details
+    assert [c[0] for c in words.choices] == ["1. a", "2. blue", "3. square"]
+    assert handlers.heatmap(2, h.MEAN, h.MEAN, state).size == (480, 360)
+    values = _defaults()
+    names = [f.name for f in h.ui_fields()]
+    values[names.index("num_beams")] = 3
+    text, details, *_ = handlers.caption(str(pictures["blue_square"]), "beam", *values, None)
+    assert text and details.startswith("1. ") and "3. " in details  # beam search lists its beams
+    values = _defaults()
+    values[names.index("seed")] = 7
+    assert "seed 7" in handlers.caption(str(pictures["blue_square"]), "sample", *values, None)[1]
+
+
+def test_bad_input_raises_the_message_the_page_shows(handlers, pred, pictures, tmp_path):
+    good = str(pictures["red_circle"])
+    for err in (_error(handlers.ask, None, COLOR_Q, 3, None), _error(handlers.caption, None, "greedy", *_defaults(), None)):
+        assert "upload a picture" in err.message and err.title == "No picture"
+    for q in ("", "   ", None):
+        err = _error(handlers.ask, good, q, 3, None)
+        assert "type a question" in err.message and err.title == "The question is empty"
+    answer, _, _, note, _ = handlers.ask(good, "what color " * 1000, 3, None)  # 10,000 characters
+    assert answer and f"first {h.MAX_QUESTION_CHARS} characters" in note
+    answer, _, _, note, _ = handlers.ask(good, "what color is the shape? 🙂🎨", 3, None)
+    assert answer == "red" and "<unk>" in note
+    Image.new("RGB", (300, 200), (90, 90, 90)).save(tmp_path / "big.png")
+    upload = Upload(str(tmp_path / "big.png"), '"holiday.png"')  # the server's path, the user's name
+    old = pred.max_pixels
+    pred.max_pixels = 50_000  # stand-in for the 64-megapixel limit
+    try:
+        for err in (_error(handlers.ask, upload, COLOR_Q, 3, None),
+                    _error(handlers.caption, upload, "greedy", *_defaults(), None)):
+            assert '"holiday.png"' in err.message and "over the limit" in err.message, err.message
+            assert str(tmp_path) not in err.message and err.title == "Cannot do that"
+    finally:
+        pred.max_pixels = old
+    values = _defaults()
+    values[[f.name for f in h.ui_fields()].index("top_p")] = 0.0
+    assert "top_p" in _error(handlers.caption, good, "sample", *values, None).message
+    assert "choose one of: greedy, beam, sample" in _error(handlers.caption, good, "nonsense", *_defaults(), None).message
+    values = _defaults()
+    values[[f.name for f in h.ui_fields()].index("temperature")] = "warm"
+    assert "Bad decoding setting" in _error(handlers.caption, good, "sample", *values, None).message
+    assert handlers.ask(good, COLOR_Q, 3, None)[0] == "red"
+
+
+def test_a_busy_server_says_so(pred, pictures):
+    from vqa.inference.serving import Busy
+
+    class Full:
+        def answer(self, *args):
+            raise Busy("the demo is busy: try again in a moment")
+
+        caption = answer
+
+    busy = h.Handlers(pred, Full())
+    for err in (_error(busy.ask, str(pictures["red_circle"]), COLOR_Q, 3, None),
+                _error(busy.caption, str(pictures["red_circle"]), "greedy", *_defaults(), None)):
+        assert err.title == "Busy" and "busy" in err.message
+
+
+def test_a_file_that_is_not_a_picture_is_named_as_the_user_called_it(tmp_path, pictures):
+    from gradio.data_classes import ImageData
+
+    image = picture_input()
+    fake = tmp_path / "upload-cache" / "notes.png"
+    fake.parent.mkdir()
+    fake.write_text("this is not a picture")
+    err = _error(image.preprocess, ImageData(path=str(fake), orig_name="notes.png"))
+    assert 'Could not read "notes.png" as a picture' in err.message and err.title == "Not a picture"
+    assert str(tmp_path) not in err.message
+    good = image.preprocess(ImageData(path=str(pictures["red_circle"]), orig_name="/home/me/circle.png"))
+    assert isinstance(good, Upload) and good.display_name == '"circle.png"' and os.path.isfile(good)
+    assert image.preprocess(None) is None
+
+
+def test_messages_lose_server_paths_even_without_a_name():
+    path = os.path.join(tempfile.gettempdir(), "gradio", "abc123", "t.png")
+    msg = user_message(f"{path}: truncated image file", path)
+    assert msg == "the uploaded file: truncated image file"
+    named = Upload(path, '"holiday.png"')
+    assert user_message(f"{path}: truncated", named) == '"holiday.png": truncated'
+    other = os.path.join(tempfile.gettempdir(), "elsewhere", "x.png")
+    assert tempfile.gettempdir() not in user_message(f"cannot read {other}, sorry", None)
+
+
+def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, pred, pictures, tmp_path):
+    ex = Explorer(pred)
+    empty = ex.explain(None)  # before any question: a hint, no pictures
+    assert empty[0] is None and empty[6] == EMPTY_HINT and empty[7:] == (None, None, None, None)
+    for redraw, args in ((ex.redraw_self, (0, 0, h.MEAN)), (ex.redraw_patch, (1, 1)), (ex.export, (0, 0, 0, 1, 1))):
+        assert "Nothing to explain" in _error(redraw, None, *args).title
+    *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
+    e, token, layer, head, row, col, info, *views = ex.explain(state)
+    assert '"what color is the shape?" → "blue"' in info and e.text == "blue"
+    assert token.value == 0 and head.value == h.MEAN and layer.value == pred.cfg.dec_depth - 1
+    assert 1 <= row.value <= pred.grid and 1 <= col.value <= pred.grid
+    assert all(isinstance(v, Image.Image) and v.width > 300 for v in views)
+    self_img, qk = ex.redraw_self(e, 0, 0, 1)
+    assert self_img.size != views[0].size or self_img.tobytes() != views[0].tobytes()
+    cross, qk, vit, r, c = ex.redraw_token(e, 0, 0, h.MEAN)
+    assert isinstance(cross, Image.Image) and (r.value, c.value) == (row.value, col.value)
+    assert isinstance(ex.redraw_patch(e, 1, 1), Image.Image)
+    names = sorted(os.path.basename(f) for f in ex.export(e, 0, layer.value, h.MEAN, row.value, col.value))
+    assert "attention.npz" in names and any(n.startswith("cross_attention_01_blue") for n in names)
+
+
+def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
+    from types import SimpleNamespace
+
+    from vqa.demo.card import card_markdown, start_reference, training_data
+
+    card = card_markdown(pred)
+    assert "test-tiny" in card and f"{pred.model.num_parameters():,}" in card and "vqa_accuracy" in card
+    assert "two made-up pictures" in card
+    saved = dict(pred.card)
+    try:
+        pred.card["data"] = str(shapes_dir)
+        card = card_markdown(pred)
+        assert "**Shapes**" in card and "guesses" in card
+        assert training_data(pred.card)[1] == shapes_dir
+        stub = SimpleNamespace(familiarity=None)  # "auto": built from the training pictures the card names
+        assert "compared with 24 pictures of" in start_reference(stub, pred, "auto")
+        assert stub.familiarity.reference.shape[0] == 24 and stub.familiarity.threshold > 0
+        assert start_reference(SimpleNamespace(familiarity=None), pred, None) == ""
+        pred.card["data"] = "/nowhere/shapes"
+        assert "not on this machine" in start_reference(stub, pred, "auto")
+        assert "**Shapes**" in card_markdown(pred)  # named shapes: still described
+    finally:
+        pred.card.clear()
+        pred.card.update(saved)
+
+
+def test_the_examples_and_the_decoding_controls():
+    from vqa.config import DECODING_METHODS, GenerationConfig
+    from vqa.decoding.generate import METHODS
+    from vqa.demo.examples import examples
+    from vqa.demo.layout import decoding_controls
+
+    ex = examples()
+    assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
+    meta = json.loads((ROOT / "data" / "samples" / "samples.json").read_text())
+    assert {m["kind"] for m in meta} == {"picture", "shapes"}
+    assert set(DECODING_METHODS) == set(METHODS)  # the dropdown offers every method generate knows
+    controls = decoding_controls()
+    assert [c.elem_id for c in controls] == [f"gen-{f.name}" for f in h.ui_fields()]
+    settings = h.decoding_settings("greedy", [c.value for c in controls])  # an empty seed box shows 0
+    assert settings == dataclasses.replace(GenerationConfig.for_task("caption"), seed=0)
+    assert h.decoding_settings("beam", [None if c.elem_id == "gen-seed" else c.value for c in controls]) == \
+        GenerationConfig.for_task("caption", method="beam")

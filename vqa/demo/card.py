@@ -1,0 +1,98 @@
+"""The demo's model card and its familiarity check.
+
+`card_markdown(pred)` is the Model card tab: what was loaded, how big it is, what it was trained on and how
+it scored; `training_data(card)` says in words what the model was trained on (and finds that folder when it
+is on this machine); `start_reference(server, pred, "auto")` gives the batching layer a `Familiarity`
+reference built from those training pictures, so unusual pictures get a warning with their answer.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import VQAError
+
+REFERENCE_PICTURES = 256  # training pictures the familiarity check compares with
+
+
+def training_data(card: dict) -> tuple[str, Path | None]:
+    """What the card says the model was trained on, in words, and that data folder if it is on this
+    machine (for the familiarity check)."""
+    data = card.get("data")
+    if not data:
+        return "not recorded in the checkpoint's card", None
+    folder = Path(str(data))
+    split = card.get("train_split") or "train"
+    here = folder if folder.is_dir() else None
+    if (folder / "shapes_info.json").is_file() or (here is None and folder.name == "shapes"):
+        from ..data import shapes
+
+        what = (f"the built-in **Shapes** set (`{data}`, split {split}): synthetic 64 px scenes of 1 to 6 flat "
+                f"objects ({', '.join(shapes.SHAPES)}; {len(shapes.COLORS)} colours, 2 sizes) on grey backgrounds, with "
+                "questions about colour, shape, existence, counting, position and comparison. It has seen "
+                "nothing else: about photographs or other drawings its answers are guesses")
+    else:
+        what = f"`{data}` (split {split})"
+    return what, here
+
+
+def card_markdown(pred, reference_note: str = "") -> str:
+    """The model card: what was loaded, how big it is, what it was trained on (and what that means for other
+    pictures) and how it scored."""
+    c, cfg = pred.card, pred.cfg
+    trained_on, _ = training_data(c)
+    lines = ["### Model card", "", f"**Trained on** {trained_on}."]
+    if reference_note:
+        lines += ["", reference_note]
+    rows = [
+        ("checkpoint", f"`{pred.path}`" if pred.path else "in memory"),
+        ("preset", c.get("preset", "?")),
+        ("parameters", f"{pred.model.num_parameters():,}"),
+        ("image encoder", f"{cfg.vit_name}, {cfg.vit_image_size} px in {cfg.vit_patch_size} px patches"
+                          f" ({pred.grid}x{pred.grid}), width {cfg.vit_width or 'timm default'}, depth "
+                          f"{cfg.vit_depth or 'timm default'}"),
+        ("text decoder", f"{cfg.dec_depth} layers, width {cfg.dec_width}, {cfg.dec_heads} heads, "
+                         f"{cfg.vocab_size} tokens, context {cfg.dec_max_len}"),
+        ("trained on", f"`{c['data']}`" + (f" ({c['train_split']})" if c.get("train_split") else "")
+         if c.get("data") else "?"),
+        ("tasks", ", ".join(c.get("tasks", [])) or "?"),
+        ("steps", c.get("step", "?")),
+        ("device", str(pred.device)),
+    ]
+    lines += ["", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    scores = c.get("val_scores") or {}
+    from ..evaluation.evaluate import flatten
+
+    flat = flatten(scores, sep=" / ")
+    if flat:
+        lines += ["", f"**Scores on {c.get('val_split', 'val')}**", "", "| metric | value |", "|---|---|"]
+        for k, v in flat.items():
+            lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
+    return "\n".join(lines)
+
+
+def start_reference(server, pred, reference: Any) -> str:
+    """Give `server` its familiarity reference: a `Familiarity`, None (no check) or "auto" (built now from up
+    to REFERENCE_PICTURES training pictures named in the card, when that folder is on this machine: a few
+    seconds at start-up for the tiny model). Returns the model card's sentence about the check."""
+    if reference is None:
+        return ""
+    if reference == "auto":
+        from .familiarity import Familiarity
+
+        _, folder = training_data(pred.card)
+        if folder is None:
+            data = pred.card.get("data")
+            return (f"The training pictures (`{data}`) are not on this machine, so pictures cannot be compared "
+                    "with them: no warning is given for unusual pictures.") if data else ""
+        try:
+            reference = Familiarity.from_data(pred, folder, pred.card.get("train_split") or "train",
+                                              n=REFERENCE_PICTURES)
+        except (VQAError, OSError) as e:
+            print(f"app.py: no familiarity check: {e}", file=sys.stderr)
+            return f"The training pictures could not be read ({e}): no warning is given for unusual pictures."
+    server.familiarity = reference
+    return (f"Each picture is compared with {reference.source or 'reference pictures'} in the model's own "
+            "features (`vqa.demo.familiarity`); one unlike all of them gets a warning with its answer.")

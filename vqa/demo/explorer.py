@@ -1,0 +1,186 @@
+"""The demo's attention explorer tab: its text, its components (`build_tab`), its handlers (`Explorer`, callable
+without a server) and their wiring (`wire`).
+
+It explains the session's last answer or caption with the model's own attention weights, read on a separate
+pass (`Predictor.explain`): the masked self-attention matrix, the chosen token's cross-attention in every
+layer and head, its query against every image key, and self-attention inside the ViT from one patch; Export
+writes them as PNG and every array as `.npz`. The pictures are drawn only when the tab is opened.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from ..errors import VQAError
+from .handlers import MEAN, display_image
+from .uploads import fail
+
+EXPLORER_INTRO = """
+### How the model read the picture
+Ask a question or caption a picture first; this tab then explains that last answer with the model's own
+attention weights, read on a separate pass. **Masked self-attention**: how each token of the prompt and the
+answer reads the tokens before it (rows: the reading token; the grey triangle is masked). **Cross-attention**:
+where a generated word looks in the picture, in every decoder layer and head. **Query against the keys**: the
+two steps of attention for that word: the raw scores q.k/sqrt(d), then the softmax. **ViT**: where one image
+patch looks inside the image encoder (by default the patch the word looks at most), so it can be followed
+into the ViT and out to the word. Export writes the pictures as PNG and every array as `.npz`.
+"""
+EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains the answer.*"
+
+
+def explorer_views(e, token: int, layer: int, head: int, row: int, col: int) -> tuple:
+    """The four pictures: self-attention, the token's cross-attention grid, its query against the keys, the ViT
+    patch's attention (`head` MEAN: every head and the mean; the query/keys figure then shows head 0)."""
+    from ..inference import figures as af
+
+    head_one = None if head == MEAN else head
+    return (af.self_attention_figure(e, layer, head_one), af.cross_attention_grid(e, token),
+            af.query_keys_figure(e, token, layer, 0 if head == MEAN else head), af.vit_patch_figure(e, row, col))
+
+
+def explorer_choices(e) -> list[tuple[str, int]]:
+    return [(f"{i + 1}. {t}", i) for i, t in enumerate(e.generated)]
+
+
+def _check(e):
+    if e is None:
+        raise gr.Error("Open this tab after asking a question or captioning a picture.",
+                       title="Nothing to explain yet", print_exception=False)
+
+
+class Explorer:
+    """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explanation`."""
+
+    def __init__(self, pred):
+        self.pred = pred
+
+    def explain(self, state):
+        """Explain the session's last answer or caption: the Explanation, the controls set for it, the views."""
+        from ..inference.figures import top_patch
+
+        pred, cfg = self.pred, self.pred.cfg
+        if not state or state.get("result") is None:  # opened before any question: say what to do
+            return (None, gr.Dropdown(choices=[], value=None), gr.Dropdown(), gr.Dropdown(), gr.Slider(),
+                    gr.Slider(), EMPTY_HINT, None, None, None, None)
+        try:
+            e = pred.explain(state["source"], result=state["result"])
+        except VQAError as err:
+            raise fail(err, state["source"]) from None
+        e.image = display_image(pred, state)  # draw on the display copy
+        layer, head = cfg.dec_depth - 1, MEAN
+        row, col = top_patch(e, 0)
+        views = explorer_views(e, 0, layer, head, row, col)
+        what = f'"{e.question}" → "{e.text}"' if e.question is not None else f'caption: "{e.text}"'
+        info = (f"Explaining {what}: {len(e.tokens)} tokens ({e.prompt_len} of prompt), {cfg.dec_depth} decoder "
+                f"layers x {cfg.dec_heads} heads, a {e.grid}x{e.grid} patch grid.")
+        token = gr.Dropdown(choices=explorer_choices(e), value=0 if e.generated else None)
+        return (e, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
+                gr.Slider(value=col + 1), info, *views)
+
+    def redraw_self(self, e, token, layer, head):
+        """A new layer or head: (self-attention, query against the keys)."""
+        from ..inference import figures as af
+
+        _check(e)
+        token, layer, head = int(token or 0), int(layer), int(head)
+        qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
+        return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
+
+    def redraw_token(self, e, token, layer, head):
+        """A new token: its cross-attention grid, its query against the keys, and the ViT from its top patch."""
+        from ..inference import figures as af
+
+        _check(e)
+        token, layer, head = int(token or 0), int(layer), int(head)
+        row, col = af.top_patch(e, token)
+        return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
+                af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
+
+    def redraw_patch(self, e, row, col):
+        """A new ViT patch (row and column counted from 1)."""
+        from ..inference import figures as af
+
+        _check(e)
+        return af.vit_patch_figure(e, int(row) - 1, int(col) - 1)
+
+    def export(self, e, token, layer, head, row, col):
+        """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths."""
+        _check(e)
+        folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
+        files = e.save(folder, tokens=[int(token or 0)] if e.generated else [], layer=int(layer),
+                       head=0 if int(head) == MEAN else int(head), patch=(int(row) - 1, int(col) - 1))
+        return [str(f) for f in files]
+
+
+@dataclass
+class ExplorerTab:
+    """The tab and its components."""
+
+    tab: gr.Tab
+    token: gr.Dropdown
+    layer: gr.Dropdown
+    head: gr.Dropdown
+    row: gr.Slider
+    col: gr.Slider
+    explain_btn: gr.Button
+    export_btn: gr.Button
+    info: gr.Markdown
+    self_img: gr.Image
+    cross_img: gr.Image
+    qk_img: gr.Image
+    vit_img: gr.Image
+    files: gr.File
+
+
+def build_tab(cfg, grid: int) -> ExplorerTab:
+    """The "Attention explorer" tab, inside the page's gr.Tabs, for a decoder of `cfg` and a `grid` x `grid`
+    patch grid."""
+    with gr.Tab("Attention explorer", id="explorer", elem_id="explorer-tab") as tab:
+        gr.Markdown(EXPLORER_INTRO)
+        with gr.Row(equal_height=True):
+            token = gr.Dropdown([], label="Generated token (its query)", elem_id="ex-token", scale=2)
+            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.dec_depth)],
+                                value=cfg.dec_depth - 1, label="Decoder layer", elem_id="ex-layer")
+            head = gr.Dropdown([("every head and the mean", MEAN)]
+                               + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)],
+                               value=MEAN, label="Head", elem_id="ex-head")
+            row = gr.Slider(1, grid, value=1, step=1, label="ViT: patch row", elem_id="ex-row")
+            col = gr.Slider(1, grid, value=1, step=1, label="ViT: patch column", elem_id="ex-col")
+        with gr.Row():
+            explain_btn = gr.Button("Explain the last answer", variant="primary", elem_id="explain-button")
+            export_btn = gr.Button("Export (PNG + .npz)", elem_id="export-button")
+        info = gr.Markdown(elem_id="explorer-info")
+        with gr.Row():
+            self_img = gr.Image(label="Masked self-attention (prompt + generated tokens)", type="pil",
+                                format="png", interactive=False, show_label=False, elem_id="self-attention")
+            cross_img = gr.Image(label="Cross-attention of the token: layers x heads", type="pil",
+                                 format="png", interactive=False, show_label=False, elem_id="cross-grid")
+        qk_img = gr.Image(label="The token's query against every image key: scores, then softmax",
+                          type="pil", format="png", interactive=False, show_label=False, elem_id="query-keys")
+        with gr.Row():
+            vit_img = gr.Image(label="Inside the ViT: self-attention from one patch", type="pil",
+                               format="png", interactive=False, show_label=False, elem_id="vit-attention")
+            files = gr.File(label="Export", file_count="multiple", interactive=False, elem_id="export")
+    return ExplorerTab(tab, token, layer, head, row, col, explain_btn, export_btn, info, self_img, cross_img,
+                       qk_img, vit_img, files)
+
+
+def wire(t: ExplorerTab, explorer: Explorer, state: gr.State, explained: gr.State) -> None:
+    """The tab's events: /explain (the button, or opening the tab) and /export, and the redraws."""
+    views = [t.self_img, t.cross_img, t.qk_img, t.vit_img]
+    controls = [t.token, t.layer, t.head]
+    gr.on([t.explain_btn.click, t.tab.select], explorer.explain, [state],
+          [explained, *controls, t.row, t.col, t.info, *views], api_name="explain",
+          concurrency_id="explain", concurrency_limit=2)
+    gr.on([t.layer.input, t.head.input], explorer.redraw_self, [explained, *controls], [t.self_img, t.qk_img],
+          concurrency_id="explain", api_visibility="undocumented")
+    t.token.input(explorer.redraw_token, [explained, *controls], [t.cross_img, t.qk_img, t.vit_img, t.row, t.col],
+                  concurrency_id="explain", api_visibility="undocumented")
+    gr.on([t.row.release, t.col.release], explorer.redraw_patch, [explained, t.row, t.col], t.vit_img,
+          concurrency_id="explain", api_visibility="undocumented")
+    t.export_btn.click(explorer.export, [explained, *controls, t.row, t.col], t.files, api_name="export",
+                       concurrency_id="explain")

@@ -1,0 +1,181 @@
+"""The Ask and Caption tabs' handlers, callable without a Gradio server.
+
+`Handlers(pred, server)` holds a `vqa.Predictor` and the batching layer in front of it
+(`vqa.inference.serving.BatchedPredictor`); its methods take the page's inputs and return its outputs:
+
+    h = Handlers(pred, BatchedPredictor(pred, attention=True))
+    answer, top_answers, word_radio, note, state = h.ask("photo.png", "what color is it?", 3, None)
+    text, details, word_radio, state = h.caption("photo.png", "greedy", *control_values, None)
+    picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
+
+Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting out of range)
+raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
+words and attention maps, the upload, the result), which the heatmap and the attention explorer read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gradio as gr
+import numpy as np
+from PIL import Image
+
+from ..config import GenerationConfig
+from ..errors import VQAError
+from ..inference.serving import Busy
+from .uploads import fail
+
+MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
+DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (longer side)
+MEAN = -1  # the layer / head selector value meaning "average them all"
+NO_PICTURE = "Please upload a picture or pick an example first."
+
+
+def busy(e: Exception) -> gr.Error:
+    return gr.Error(str(e), title="Busy", print_exception=False)
+
+
+def no_picture() -> gr.Error:
+    return gr.Error(NO_PICTURE, title="No picture", print_exception=False)
+
+
+def check_question(question: Any) -> tuple[str, list[str]]:
+    """The question to ask (cut to MAX_QUESTION_CHARS) and the notes about it; an empty one: a gr.Error."""
+    notes = []
+    if not isinstance(question, str) or not question.strip():
+        raise gr.Error("Please type a question about the picture.", title="The question is empty",
+                       print_exception=False)
+    if len(question) > MAX_QUESTION_CHARS:
+        question = question[:MAX_QUESTION_CHARS]
+        notes.append(f"The question was cut to its first {MAX_QUESTION_CHARS} characters.")
+    return question, notes
+
+
+def display_copy(img: Image.Image) -> Image.Image:
+    """The picture scaled (up or down) so its longer side is DISPLAY_SIDE, to draw heatmaps on."""
+    scale = DISPLAY_SIDE / max(img.size)
+    size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+    return img.resize(size, Image.Resampling.BICUBIC)
+
+
+def word_choices(words: list[str]) -> list[tuple[str, int]]:
+    return [(f"{i + 1}. {w}", i) for i, w in enumerate(words)]
+
+
+def display_image(pred, state: dict) -> Image.Image:
+    """The session's display copy of its picture, made on first use (the answer does not wait for it)."""
+    if state.get("image") is None:
+        state["image"] = display_copy(pred.load(state["source"]))
+    return state["image"]
+
+
+def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any) -> Image.Image | None:
+    """Where the model looked while writing word `word` of the session's last result (None: nothing yet)."""
+    from ..inference.heatmaps import attention_heatmap
+
+    if not state or not state.get("words"):
+        return None
+    i = int(word) if word is not None and 0 <= int(word) < len(state["words"]) else 0
+    layer = None if layer is None or int(layer) == MEAN else int(layer)
+    head = None if head is None or int(head) == MEAN else int(head)
+    return attention_heatmap(display_image(pred, state), state["maps"][i], layer=layer, head=head,
+                             image_size=pred.cfg.vit_image_size)
+
+
+def state_from(source: Any, result) -> dict:
+    """What a session keeps of its last answer or caption: the words and their maps, and what the heatmap and
+    the explorer need (the upload's path, the result; the display copy is made when first drawn)."""
+    words = result.words()
+    maps = np.stack([m.numpy() for _, m in words]) if words else np.zeros((0,))
+    return dict(image=None, words=[w for w, _ in words], maps=maps, source=source, result=result)
+
+
+def unfamiliar_note(ratio: float | None) -> list[str]:
+    if ratio is None or ratio <= 1.0:
+        return []
+    return ["**This picture looks unlike the pictures the model was trained on** (see the model card): "
+            "its answers are only meaningful for pictures like those, so take this one as a guess."]
+
+
+def ui_fields() -> list:
+    """GenerationConfig's fields that the app shows (those with `ui` metadata), in their order."""
+    return [f for f in dataclasses.fields(GenerationConfig) if f.metadata.get("ui")]
+
+
+def decoding_settings(method: Any, values: Any) -> GenerationConfig:
+    """The GenerationConfig of the caption tab's controls (an empty number box: None)."""
+    changes = {"method": str(method)}
+    for f, v in zip(ui_fields(), values, strict=True):
+        if v is None or v == "":
+            changes[f.name] = None
+        elif str(f.type).startswith("int"):
+            changes[f.name] = int(v)
+        else:
+            changes[f.name] = float(v)
+    return GenerationConfig.for_task("caption", **changes)
+
+
+class Handlers:
+    """The Ask tab's `ask`, the Caption tab's `caption` and the heatmap's `heatmap`, around `pred` (a
+    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True)."""
+
+    def __init__(self, pred, server):
+        self.pred, self.server = pred, server
+
+    def ask(self, image, question, top_k, state):
+        """(answer, {answer: probability}, the word selector, notes in markdown, the new state)."""
+        pred = self.pred
+        if image is None:
+            raise no_picture()
+        question, notes = check_question(question)
+        try:
+            res, ratio = self.server.answer(pred.load(image), question, int(top_k))
+            state = state_from(image, res)
+        except Busy as e:
+            raise busy(e) from None
+        except VQAError as e:
+            raise fail(e, image) from None
+        notes += unfamiliar_note(ratio)
+        if res.truncated:
+            notes.append("The question was too long for the model: only its first "
+                         f"{pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens were read.")
+        if pred.tokenizer.unk_id in pred.tokenizer.encode(question):
+            notes.append("Some characters (emoji, or a script the model never saw) are unknown to this model "
+                         "and were read as `<unk>`.")
+        label = {a or "(empty)": p for a, p in res.top_k}
+        words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
+        return res.answer, label, words, "\n\n".join(notes), state
+
+    def caption(self, image, method, *values):
+        """`values`: the decoding controls (GenerationConfig's `ui` fields, in order), then the state.
+        Returns (caption, details in markdown, the word selector, the new state)."""
+        *values, state = values
+        if image is None:
+            raise no_picture()
+        try:
+            settings = decoding_settings(method, values)
+            res, ratio = self.server.caption(self.pred.load(image), settings)
+            state = state_from(image, res)
+        except Busy as e:
+            raise busy(e) from None
+        except VQAError as e:
+            raise fail(e, image) from None
+        except (TypeError, ValueError) as e:
+            raise gr.Error(f"Bad decoding setting: {e}", print_exception=False) from None
+        if res.beams:
+            details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
+        else:
+            details = f"log-prob {res.log_prob:.2f} ({settings.method}" + (
+                f", seed {settings.seed})" if settings.method == "sample" else ")")
+        details = "\n\n".join([details, *unfamiliar_note(ratio)])
+        words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
+        return res.caption, details, words, state
+
+    def heatmap(self, word, layer, head, state):
+        """The heatmap of word `word` (its index) in decoder layer `layer` and head `head` (MEAN: all)."""
+        try:
+            return draw_heatmap(self.pred, state, word, layer, head)
+        except (VQAError, ValueError, TypeError, IndexError) as e:
+            raise fail(e, (state or {}).get("source")) from None

@@ -1,0 +1,148 @@
+"""The demo's page: `build_app(pred) -> gr.Blocks`, the Gradio layout of the "Ask and caption" tab (the picture
+and its examples; the Ask, Caption and Model card tabs; the heatmap and its word / layer / head selectors)
+beside the attention explorer tab (`vqa.demo.explorer`), wired to the handlers (`vqa.demo.handlers`). Without a
+model, a page that says how to train one (HOW_TO_TRAIN).
+
+The endpoints `/ask`, `/caption`, `/heatmap`, `/explain` and `/export` keep their names for `gradio_client`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ..config import DECODING_METHODS, GenerationConfig
+from . import explorer as ex
+from .card import card_markdown, start_reference
+from .examples import examples
+from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
+from .uploads import picture_input
+
+MAX_BATCH = 16  # questions answered by one model call, at most
+BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a lone request: that much later)
+
+HOW_TO_TRAIN = """
+# vqa demo: no trained model yet
+
+The demo needs a checkpoint and none was found at `runs/tiny`. Train the tiny model on the built-in Shapes set
+(about 10 minutes on a laptop CPU), then start the demo again:
+
+```bash
+make demo                      # builds data/shapes, trains runs/tiny, evaluates it and serves this app
+```
+
+or step by step:
+
+```bash
+vqa data shapes --out data/shapes
+vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m
+python app.py --checkpoint runs/tiny
+```
+
+Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.
+"""
+
+
+def decoding_controls() -> list:
+    """One control per GenerationConfig field with `ui` metadata: a slider over its (min, max, step), or a
+    number box; labelled with the field's help, set to the caption defaults."""
+    defaults = GenerationConfig.for_task("caption")
+    out = []
+    for f in ui_fields():
+        ui, label = f.metadata["ui"], f"{f.name.replace('_', ' ')} — {f.metadata.get('help', '')}"
+        value = getattr(defaults, f.name)
+        if ui == "number":
+            out.append(gr.Number(value=value if value is not None else 0, precision=0, label=label,
+                                 elem_id=f"gen-{f.name}"))
+        else:
+            lo, hi, step = ui
+            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}"))
+    return out
+
+
+def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATCH_WAIT_MS,
+              reference: Any = "auto") -> gr.Blocks:
+    """The demo around a `vqa.Predictor`; with None, a page that explains how to train a model.
+    `max_batch` / `batch_wait_ms`: the batching layer's settings; `reference`: the familiarity check ("auto":
+    from the training data named in the card, if it is on this machine; None: off; or a `Familiarity`).
+    `demo.batching` is the batching layer behind /ask and /caption."""
+    if pred is None:
+        with gr.Blocks(title="vqa demo: no model") as demo:
+            gr.Markdown(HOW_TO_TRAIN, elem_id="how-to-train")
+        return demo
+
+    from ..inference.serving import BatchedPredictor
+
+    cfg = pred.cfg
+    server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
+    reference_note = start_reference(server, pred, reference)
+    handlers, explorer = Handlers(pred, server), ex.Explorer(pred)
+    layer_choices = [("mean of all layers", MEAN)] + [(f"layer {i + 1}", i) for i in range(cfg.dec_depth)]
+    head_choices = [("mean of all heads", MEAN)] + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)]
+
+    with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:
+        state = gr.State(None)
+        explained = gr.State(None)
+        gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question or "
+                    "caption it. The heatmap shows where the model looked while it wrote each word; the "
+                    "attention explorer shows every step.")
+        with gr.Tabs(elem_id="main-tabs"):
+            with gr.Tab("Ask and caption", id="demo"):
+                with gr.Row():
+                    with gr.Column(scale=5):
+                        image = picture_input(label="Picture", sources=["upload", "clipboard"], height=300,
+                                              elem_id="picture")
+                        examples_slot = gr.Column()
+                    with gr.Column(scale=6):
+                        with gr.Tabs():
+                            with gr.Tab("Ask", id="ask"):
+                                question = gr.Textbox(label="Question", placeholder="what color is the circle?",
+                                                      max_length=MAX_QUESTION_CHARS, elem_id="question")
+                                with gr.Row(equal_height=True):
+                                    top_k = gr.Slider(1, 5, value=3, step=1, label="Answers to list (top-k)",
+                                                      scale=3)
+                                    ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1)
+                                with gr.Row():
+                                    answer = gr.Textbox(label="Answer", interactive=False, elem_id="answer",
+                                                        scale=2)
+                                    scores = gr.Label(label="Top answers (probability of each exact answer)",
+                                                      show_heading=False, elem_id="top-answers", scale=3)
+                                note = gr.Markdown(elem_id="note")
+                            with gr.Tab("Caption", id="caption"):
+                                method = gr.Dropdown(list(DECODING_METHODS), value="greedy",
+                                                     label="Decoding method", elem_id="method")
+                                with gr.Row():
+                                    settings = decoding_controls()
+                                cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button")
+                                cap_text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text")
+                                cap_details = gr.Markdown(elem_id="caption-details")
+                            with gr.Tab("Model card", id="card"):
+                                gr.Markdown(card_markdown(pred, reference_note), elem_id="model-card")
+                        heat = gr.Image(label="Where the model looked (cross-attention, red = most)", type="pil",
+                                        format="jpeg", interactive=False, height=300, elem_id="heatmap")
+                        word = gr.Radio(label="Word", choices=[], type="value", elem_id="word")
+                        with gr.Row():
+                            layer = gr.Dropdown(layer_choices, value=MEAN, label="Decoder layer")
+                            head = gr.Dropdown(head_choices, value=MEAN, label="Attention head")
+            explorer_tab = ex.build_tab(cfg, pred.grid)
+        pairs = examples()
+        if pairs:
+            with examples_slot:
+                gr.Examples(pairs, inputs=[image, question], label="Examples: sample pictures and Shapes scenes",
+                            examples_per_page=8)
+
+        # the answer is shown as soon as it is there; its heatmap is drawn by a second, lighter event (and
+        # through the API only when /heatmap is asked for)
+        heat_args = dict(fn=handlers.heatmap, inputs=[word, layer, head, state], outputs=heat,
+                         concurrency_id="heatmap", concurrency_limit=4, show_progress="hidden")
+        gr.on([word.input, layer.input, head.input], **heat_args, api_name="heatmap")
+        gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
+              [answer, scores, word, note, state], api_name="ask", concurrency_id="model").success(
+            **heat_args, api_name="heatmap_after_ask", api_visibility="private")
+        cap_btn.click(handlers.caption, [image, method, *settings, state], [cap_text, cap_details, word, state],
+                      api_name="caption", concurrency_id="model").success(
+            **heat_args, api_name="heatmap_after_caption", api_visibility="private")
+        ex.wire(explorer_tab, explorer, state, explained)
+    demo.batching = server  # for tests and the curious: the batching layer behind /ask and /caption
+    return demo

@@ -114,7 +114,7 @@ def test_batched_equals_one_by_one(pred):
 
 
 def test_a_second_question_about_the_same_image_reuses_its_encoding(pred, pictures, monkeypatch):
-    pred.clear_cache()
+    pred._cache.clear()
     calls = []
     real = pred.model.encode
     monkeypatch.setattr(pred.model, "encode", lambda x: calls.append(x.shape[0]) or real(x))

@@ -293,10 +293,6 @@ def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool
     return Generation(sequences=dec.ids(sequences), scores=scores)
 
 
-def _until_eos(ids: list[int], eos: int) -> list[int]:
-    return ids[: ids.index(eos)] if eos in ids else ids
-
-
 def _beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
     """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
     k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability

@@ -33,8 +33,8 @@ STEP_OUTPUTS = ("logits", "present_k", "present_v")
 
 
 class _ConcatCache:
-    """The KVCache interface (`len`, `append`) over tensors joined by concatenation: what an exported graph
-    can hold, where the preallocated in-place cache cannot."""
+    """The self-attention cache interface (`len`, `append`, as vqa.decoding.step.StaticKVCache) over tensors
+    joined by concatenation: what an exported graph can hold, where the preallocated in-place cache cannot."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor):
         self.k, self.v, self.len = k, v, k.shape[2]

@@ -232,10 +232,6 @@ class Predictor:
             self._cache.popitem(last=False)
         return torch.stack(rows), index
 
-    def clear_cache(self) -> None:
-        with self._lock:
-            self._cache.clear()
-
     # ---- text helpers ----
     def _question_prompt(self, question: Any) -> tuple[list[int], bool]:
         if question is None or not isinstance(question, str):

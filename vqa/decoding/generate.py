@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ..config import GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
-from .compiled import compiled_step
+from .compiled import bucket, compiled_step
 from .compiled import encode as encode_images
 from .step import DecodeState, decode_step, prefill
 
@@ -46,13 +46,7 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
     return ids.to(device), valid.to(device)
 
 
-def _bucket(rows: int) -> int:
-    """Compiled: rows are padded up to a power of two (and cache slots to a multiple of 32), so a few static
-    shapes serve every batch: a graph compiled for fixed shapes runs faster than one for a dynamic batch."""
-    return 1 << (rows - 1).bit_length()
-
-
-SLOT_MULTIPLE = 32
+SLOT_MULTIPLE = 32  # compiled: cache slots are padded up to a multiple of this (and rows to a `bucket`)
 
 
 class _Decoder:
@@ -62,7 +56,7 @@ class _Decoder:
 
     With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
     alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
-    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`_bucket`): the
+    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`bucket`): the
     extra rows repeat row 0 and their outputs are dropped."""
 
     def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
@@ -86,7 +80,7 @@ class _Decoder:
         self.rows = len(prompts)
         self.compiled = compiled_step(decoder) if compiled else None
         if self.compiled is not None:
-            fill = _bucket(self.rows) - self.rows
+            fill = bucket(self.rows) - self.rows
             prompts = list(prompts) + [prompts[0]] * fill
             self.kv = kv = self._pad_rows(kv, self.rows, fill)
             width = max(len(q) for q in prompts)
@@ -145,7 +139,7 @@ class _Decoder:
         self.rows = rows
         dtype, device = old.k[0].dtype, old.k[0].device
         if self.compiled is not None:
-            fill = _bucket(rows) - rows
+            fill = bucket(rows) - rows
             index = torch.cat((index, index.new_zeros(fill)))  # padding rows: copies of row 0
             kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
             self.state, self.kv = self.compiled.state(rows + fill, old.slots, dtype, device, kv)

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masks import causal_mask
+
 
 class _GatherRows(torch.autograd.Function):
     """x.index_select(0, index) whose backward sums the gradient rows with index_add_ on a contiguous gradient.
@@ -228,8 +230,7 @@ def _attention_with_weights(q, k, v, mask, causal):
     (masked entries -inf), for the demo's maps and the attention explorer."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, S]
     if causal:
-        t, s = scores.shape[-2:]
-        mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+        mask = causal_mask(*scores.shape[-2:], q.device)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)

@@ -86,14 +86,14 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     batch both give the decoder the same mask, in which a padding query sees its own key only (no row is all
     False: no softmax over nothing, no NaN); and onnxruntime then writes the caches PyTorch writes, at every slot
     of every layer -- padding slots too, whose keys above the first layer come from the padding queries' rows."""
-    from vqa.decoding.generate import _left_pad
+    from vqa.decoding.batch import left_pad
     from vqa.decoding.step import DecodeState, prefill
     from vqa.export.onnx import DecoderStepGraph
     from vqa.model.decoder import TextDecoder
 
     model, cfg = pred.model, pred.model.cfg
     prompts, images = _padded_prompts(pred)
-    ids, valid = _left_pad(prompts, cfg.pad_id, "cpu")
+    ids, valid = left_pad(prompts, cfg.pad_id, "cpu")
     pos = (valid.cumsum(1) - 1).clamp(min=0)
     mk, mv = onnx_pred.encode(images)  # [L, B, H, N, Dh]: the same image keys/values on both sides
     kv = [(torch.from_numpy(k), torch.from_numpy(v)) for k, v in zip(mk, mv, strict=True)]

@@ -47,9 +47,12 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-def _config(config: GenerationConfig | None, changes: dict) -> GenerationConfig:
+def generation_config(config: GenerationConfig | None, changes: dict,
+                      default: GenerationConfig | None = None) -> GenerationConfig:
+    """`config` (None: `default`, else GenerationConfig()) with the GenerationConfig fields in `changes`; a bad
+    value is an InputError (the caller's input, not the program's configuration)."""
     try:
-        return (config or GenerationConfig()).replace(**changes) if changes else (config or GenerationConfig())
+        return (config or default or GenerationConfig()).replace(**changes)
     except ConfigError as e:
         raise InputError(str(e)) from None
 
@@ -73,7 +76,7 @@ def generate(
     computed for them alone, and probabilities and scores are renormalized over them (the model's distribution
     given that the output stays in the vocabulary). `compile` compiles the decode step (its weights frozen in:
     for a model that is no longer trained); the result is that of the eager step."""
-    config = _config(config, changes)
+    config = generation_config(config, changes)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token (<bos>)")
     if memory is None:
@@ -210,4 +213,5 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]
 
 
-__all__ = ["Generation", "METHODS", "generate", "answer_vocab", "filter_logits", "score_candidates", "cross_attention_maps"]
+__all__ = ["Generation", "METHODS", "generate", "generation_config", "answer_vocab", "filter_logits",
+           "score_candidates", "cross_attention_maps"]

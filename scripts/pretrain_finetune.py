@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from vqa.cli import main as vqa
-from vqa.data.shapes import FAMILIES  # the question families, in the README's order
+from vqa.data.shapes_text import FAMILIES  # the question families, in the README's order
 
 
 def run(args: list[str]) -> float:

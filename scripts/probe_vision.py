@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from vqa.config import preset
-from vqa.data.shapes import SHAPES
+from vqa.data.shapes_scene import SHAPES
 from vqa.data.transforms import build_transform
 from vqa.model.vision import VisionEncoder
 from vqa.options import parse_set

@@ -177,7 +177,7 @@ def test_command_line_gives_back_the_config_it_was_made_from(tmp_path):
     the time limit replaced by the steps, and it names only what differs from the preset's defaults."""
     import shlex
 
-    from vqa.train.cli import command_line
+    from vqa.train.runfolder import command_line
 
     typed = ["--data", "data/shapes", "--out", "runs/t", "--time-limit", "10m", "--set", "dec_depth=2", "--seed", "1",
              "--question-weight", "spatial=2", "--tasks", "vqa", "--hflip", "--lr", "0.002", "--resume"]

@@ -239,7 +239,8 @@ def test_dataset_reads_jpegs_at_reduced_size(data, monkeypatch, tmp_path):
 
 
 def test_training_never_targets_an_annotators_empty_answer(tmp_path, data):
-    from vqa.data.formats import SplitData, VQARecord
+    from vqa.data.records import VQARecord
+    from vqa.data.split import SplitData
 
     _, _, tok = data
     write_image(tmp_path / "a.png")

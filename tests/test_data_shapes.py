@@ -13,7 +13,9 @@ from PIL import Image
 
 from vqa.cli import main
 from vqa.data.formats import find_splits, load_split
-from vqa.data.shapes import COLORS, FAMILIES, build_split, prior_baselines
+from vqa.data.shapes import build_split, prior_baselines
+from vqa.data.shapes_scene import COLORS
+from vqa.data.shapes_text import FAMILIES
 
 SIDE = 64
 

@@ -13,7 +13,7 @@ from data_fixtures import build_shapes
 from vqa.config import TrainConfig
 from vqa.data.dataset import ImageTextDataset
 from vqa.data.formats import corpus_texts, load_split
-from vqa.data.shapes import relation_holds
+from vqa.data.shapes_scene import relation_holds
 from vqa.data.transforms import ImageTransform
 from vqa.data.transpose import is_spatial, transpose_text
 from vqa.errors import ConfigError

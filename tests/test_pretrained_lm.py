@@ -16,7 +16,7 @@ from lm_fixtures import edit_config, hf_logits, save_tiny_gpt2
 from vqa.config import preset
 from vqa.decoding.generate import generate
 from vqa.errors import ConfigError
-from vqa.model import VQAModel
+from vqa.model import VQAModel, model_preset
 from vqa.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 # a small ViT on 32 px images, so that the model builds in milliseconds; the decoder is the language model's
@@ -34,7 +34,7 @@ def gpt2_dir(tmp_path_factory, shapes_dir):
 
 def lm_model(folder, seed: int = 0, **overrides) -> VQAModel:
     torch.manual_seed(seed)
-    return VQAModel(preset("tiny", dec_pretrained=str(folder), dec_max_len=64, **VIT, **overrides)).eval()
+    return VQAModel(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, **VIT, **overrides)).eval()
 
 
 def text_vocab(folder) -> int:
@@ -248,7 +248,7 @@ def test_a_hub_name_without_internet_fails_with_a_clear_message(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # nothing here downloads
     with pytest.raises(ConfigError, match=r"'vqa-tests/no-such-lm': no such folder here, and fetching it from the "
                                           r"Hugging Face Hub failed .*hf download vqa-tests/no-such-lm"):
-        preset("small-gpt2", dec_pretrained="vqa-tests/no-such-lm")
+        model_preset("small-gpt2", dec_pretrained="vqa-tests/no-such-lm")
 
 
 def test_texts_too_long_for_the_context_in_the_models_tokens_are_reported(gpt2_dir):
@@ -263,16 +263,16 @@ def test_texts_too_long_for_the_context_in_the_models_tokens_are_reported(gpt2_d
 
 
 def test_the_language_model_fixes_the_decoder_architecture(gpt2_dir):
-    cfg = preset("tiny", dec_pretrained=str(gpt2_dir), **VIT)
+    cfg = model_preset("tiny", dec_pretrained=str(gpt2_dir), **VIT)
     assert (cfg.dec_width, cfg.dec_depth, cfg.dec_heads, cfg.dec_mlp_ratio) == (32, 2, 4, 4.0)
     assert (cfg.dec_positions, cfg.dec_activation, cfg.dec_embed_scale, cfg.dec_qk_norm) == (
         "learned", "gelu_tanh", False, False)
     assert cfg.vocab_size == text_vocab(gpt2_dir) + len(SPECIAL_TOKENS)
     with pytest.raises(ConfigError, match=r"remove dec_qk_norm=True \(the language model has False\)"):
-        preset("tiny", dec_pretrained=str(gpt2_dir), dec_qk_norm=True)
+        model_preset("tiny", dec_pretrained=str(gpt2_dir), dec_qk_norm=True)
     with pytest.raises(ConfigError, match=r"remove dec_width=96"):
-        preset("tiny", dec_pretrained=str(gpt2_dir), dec_width=96)
-    plain = preset("small-gpt2", dec_pretrained=None)  # the same shapes, random weights, nothing read
+        model_preset("tiny", dec_pretrained=str(gpt2_dir), dec_width=96)
+    plain = model_preset("small-gpt2", dec_pretrained=None)  # the same shapes, random weights, nothing read
     assert (plain.dec_width, plain.dec_depth, plain.dec_positions) == (768, 6, "learned")
 
 

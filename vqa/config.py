@@ -257,22 +257,10 @@ def preset(name: str, **overrides) -> ModelConfig:
     `vit_name=vit_small_patch16_224` gives a real ViT-S; image size, patch size and the preset's other
     choices (conv stem, QK-norm) stay unless overridden.
 
-    With `dec_pretrained` (a language model folder or Hub name), the decoder's architecture and vocabulary
-    are the language model's (`vqa.model.pretrained_lm.decoder_fields`: width, depth, heads, MLP, positions,
-    activation, LayerNorm epsilon, and its tokenizer's size with vqa's special tokens): they replace the
-    preset's, and an override that contradicts them is an error. `dec_pretrained=None` skips this."""
-    fields = preset_fields(name, overrides)
-    if fields.get("dec_pretrained"):
-        from .model.pretrained_lm import decoder_fields
-
-        lm = decoder_fields(fields["dec_pretrained"], fields.get("dec_max_len", ModelConfig.dec_max_len))
-        clash = [f"{k}={overrides[k]!r} (the language model has {v!r})" for k, v in lm.items()
-                 if k in overrides and overrides[k] != v]
-        if clash:
-            raise ConfigError(f"dec_pretrained={fields['dec_pretrained']!r} fixes the decoder's architecture and "
-                              f"vocabulary; remove " + ", ".join(clash))
-        fields.update(lm)
-    return ModelConfig(**fields)
+    A preset whose decoder starts from a pretrained language model (`dec_pretrained`) gets that model's
+    architecture and vocabulary from `vqa.model.model_preset`, which reads the language model's files; this
+    function knows none of them and builds the fields as written."""
+    return ModelConfig(**preset_fields(name, overrides))
 
 
 # ------------------------------------------------------------------------------------------------- training
@@ -485,10 +473,7 @@ def parse_duration(text: str) -> float:
 
 # ------------------------------------------------------------------------------------------------- decoding
 
-def _methods() -> tuple[str, ...]:
-    from .decoding.generate import METHODS  # the methods live with their code
-
-    return tuple(METHODS)
+DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its code in vqa.decoding.generate
 
 
 ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
@@ -496,12 +481,12 @@ ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decod
 
 @dataclass
 class GenerationConfig(_Config):
-    """How to decode. `method` is one of `vqa.decoding.generate.METHODS` (greedy, beam, sample); each other field
+    """How to decode. `method` is one of `DECODING_METHODS` (greedy, beam, sample); each other field
     names the methods it applies to. Validated on creation, so a bad value fails before any work. The CLI
     options come from these fields, and the app shows a control for every field with `ui` metadata (a
     slider's (min, max, step), or "number")."""
 
-    method: str = field(default="greedy", metadata=_opt("decoding method", choices=lambda: _methods()))
+    method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
     max_new_tokens: int | None = field(default=None, metadata=_opt(
         "longest output in tokens (default: 10 for answers, the model's context for captions)"))
     min_new_tokens: int = field(default=0, metadata=_opt("<eos> is not allowed before this many tokens"))
@@ -519,8 +504,8 @@ class GenerationConfig(_Config):
     seed: int | None = field(default=None, metadata=_opt("sample: a seed for a reproducible output", ui="number"))
 
     def __post_init__(self) -> None:
-        if self.method not in _methods():
-            raise ConfigError(f"unknown decoding method {self.method!r}; choose one of: {', '.join(_methods())}")
+        if self.method not in DECODING_METHODS:
+            raise ConfigError(f"unknown decoding method {self.method!r}; choose one of: {', '.join(DECODING_METHODS)}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.min_new_tokens < 0:

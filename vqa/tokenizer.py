@@ -16,8 +16,7 @@ sequence only by id, from the prompt builders below. A language model's tokenize
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
@@ -160,26 +159,3 @@ def read_tokenizer_json(path: Path) -> HFTokenizer:
         return HFTokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception with the serde message
         raise ConfigError(f"{path}: not a valid tokenizer.json ({e})") from e
-
-
-def build_tokenizer(cfg, texts: Callable[[], Iterable[str]]) -> Tokenizer:
-    """The tokenizer of a new run (`cfg`: a TrainConfig): the pretrained decoder's own, a given
-    tokenizer.json, or BPE trained on `texts()` (the training text). With a pretrained decoder it also
-    says (on stderr) how many training texts are too long for dec_max_len in that tokenizer's tokens."""
-    source = cfg.dec_pretrained
-    if source:
-        if cfg.tokenizer:
-            raise ConfigError(f"--tokenizer {cfg.tokenizer}: a pretrained decoder (dec_pretrained={source!r}) "
-                              "brings its own tokenizer; leave --tokenizer out")
-        from .config import ModelConfig, preset_fields
-        from .model.pretrained_lm import context_warning, tokenizer
-
-        tok = tokenizer(source)
-        max_len = preset_fields(cfg.preset, cfg.model).get("dec_max_len", ModelConfig.dec_max_len)
-        warning = context_warning(tok, texts(), max_len, source)
-        if warning:
-            print(f"vqa train: {warning}", file=sys.stderr)
-        return tok
-    if cfg.tokenizer:
-        return Tokenizer.load(cfg.tokenizer)
-    return Tokenizer.train(texts(), vocab_size=cfg.vocab_size)

@@ -1,6 +1,6 @@
 """Draw the demo's sample pictures (no downloads): three photo-like scenes that are not Shapes images, and
-three Shapes scenes rendered at 256 px by `vqa.data.shapes`. Writes the PNGs and `samples.json`, the list the
-app shows as examples (file, a question, and for Shapes scenes the true answer).
+three Shapes scenes rendered at 256 px by `vqa.data.shapes_render`. Writes the PNGs and `samples.json`, the
+list the app shows as examples (file, a question, and for Shapes scenes the true answer).
 
     python data/samples/make_samples.py          # rewrites data/samples/*.png and samples.json
 
@@ -92,23 +92,25 @@ def kites(rng: np.random.Generator) -> Image.Image:
 
 def shapes_samples(n: int = 3, side: int = 256, seed: int = 7) -> list[tuple[Image.Image, str, str]]:
     """Shapes scenes with 2+ objects at `side` px, each with a colour question and its answer."""
-    from vqa.data import shapes
+    from vqa.data.shapes_render import render
+    from vqa.data.shapes_scene import make_scene
+    from vqa.data.shapes_text import candidates
 
     out = []
     i = 0
     while len(out) < n:
         rng = np.random.default_rng([seed, i])
         i += 1
-        scene = shapes.make_scene(rng, side)
+        scene = make_scene(rng, side)
         if len(scene["objects"]) < 2:
             continue
-        cands = shapes.candidates(scene, side, rng)
+        cands = candidates(scene, side, rng)
         family = ("attribute_color", "count", "attribute_shape")[len(out) % 3]
         if not cands[family]:
             continue
         q, a = cands[family][0] if family != "count" else next(
             ((q, a) for q, a in cands["count"] if a not in ("0",)), cands["count"][0])
-        out.append((shapes.render(scene, side), q, a))
+        out.append((render(scene, side), q, a))
     return out
 
 

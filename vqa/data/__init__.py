@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .formats import CaptionRecord, SplitData, VQARecord, corpus_texts, find_splits, load_split
+from .formats import corpus_texts, find_splits, load_split
+from .records import CaptionRecord, VQARecord
+from .split import SplitData
 
 _LAZY = {
     "load_image": "images", "MAX_PIXELS": "images",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import skipped_summary
+from .split import skipped_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,8 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_shapes(args: argparse.Namespace) -> int:
-    from .shapes import FAMILIES, generate_shapes
+    from .shapes import generate_shapes
+    from .shapes_text import FAMILIES
 
     t0 = time.perf_counter()
     priors = generate_shapes(

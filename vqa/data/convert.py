@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .formats import SplitData
 from .shards import Sample, ShardSplit, _needs
+from .split import SplitData
 
 FORMATS = ("webdataset", "parquet")
 

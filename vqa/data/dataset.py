@@ -29,9 +29,9 @@ from ..config import TrainConfig
 from ..errors import ConfigError
 from ..tokenizer import Tokenizer
 from .cache import ImageCache
-from .formats import SplitData
 from .images import load_image
 from .records import CaptionRecord, VQARecord
+from .split import SplitData
 from .transforms import ImageTransform
 from .transpose import is_spatial, transpose_text
 

@@ -1,7 +1,7 @@
 """Checkpoints are folders: `model.safetensors` (weights, no pickle), `config.json` (the ModelConfig, which
-includes the preprocessing: image size, mean, std), `tokenizer.json`, `card.json` (what it was trained on,
-its scores), and for resuming `train_state.pt` (optimizer, scheduler, scaler, step, data position, RNG; read
-with `weights_only=True`).
+includes the preprocessing: image size, mean, std; and the checkpoint format version, `vqa.model.config_file`),
+`tokenizer.json`, `card.json` (what it was trained on, its scores), and for resuming `train_state.pt`
+(optimizer, scheduler, scaler, step, data position, RNG; read with `weights_only=True`).
 
 A run folder holds `best/` and `last/` checkpoints. Writes go to a temporary folder that is then renamed into
 place, so an interrupted write never leaves a corrupt checkpoint: at worst the previous one stays (and if the
@@ -119,8 +119,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[VQAModel
     for name in FILES:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}")
+    model = VQAModel.from_pretrained(folder, device=device)  # first: its config.json says the format version
     tokenizer = Tokenizer.load(folder / "tokenizer.json")
-    model = VQAModel.from_pretrained(folder, device=device)
     if tokenizer.vocab_size != model.cfg.vocab_size:
         raise CheckpointError(
             f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the model was built for {model.cfg.vocab_size}"

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import CheckpointError, ConfigError, InputError
+from ..errors import CheckpointError, InputError
+from . import config_file
 from .attention import gather_rows
 from .decoder import TextDecoder
 from .vision import VisionEncoder
@@ -101,7 +102,7 @@ class VQAModel(nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         save_model(self, str(folder / WEIGHTS))  # handles the tied embedding / LM head
-        self.cfg.save(folder / CONFIG)
+        config_file.write(self.cfg, folder / CONFIG)  # with the checkpoint format version
         return folder
 
     @classmethod
@@ -113,10 +114,7 @@ class VQAModel(nn.Module):
         for name in (WEIGHTS, CONFIG):
             if not (folder / name).is_file():
                 raise CheckpointError(f"{folder} is missing {name}")
-        try:
-            cfg = ModelConfig.load(folder / CONFIG)
-        except (ConfigError, TypeError) as e:
-            raise CheckpointError(f"{folder / CONFIG}: incompatible config: {e}") from e
+        cfg = config_file.read(folder / CONFIG)  # migrated from an older format, or refused if newer
         cfg.vit_pretrained, cfg.vit_weights = False, None  # the weights come from the file
         model = cls(cfg, load_pretrained=False)  # dec_pretrained stays in the config: where the decoder began
         try:

@@ -12,7 +12,7 @@ GPT-2's pre-LN blocks are this decoder's blocks without their cross-attention, s
     h.i.mlp.c_fc -> mlp[0]                   h.i.mlp.c_proj -> mlp[2]           ln_f -> ln_f
 
 The width, depth, heads, MLP width, activation (gelu_new: the tanh GELU), LayerNorm epsilon and number of
-positions come from config.json (`decoder_fields`, used by `vqa.config.preset`). Each block's cross-attention
+positions come from config.json (`decoder_fields`, used by `model_preset`). Each block's cross-attention
 (ln2, cross_attn) is new, and its output projection starts at zero (weight and bias): the blocks add exactly
 nothing at step 0, so the decoder *is* the language model. It is a zero-initialized projection, not a gate:
 nothing extra runs per token. The projection learns first (its gradient is the attention output); the
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPT2_DECODER
+from ..config import GPT2_DECODER, ModelConfig, preset_fields
 from ..errors import ConfigError
 from ..tokenizer import Tokenizer, read_tokenizer_json
 
@@ -161,6 +161,24 @@ def decoder_fields(source: str, dec_max_len: int) -> dict:
     return {**architecture(c), **tokenizer(source).model_ids()}
 
 
+def model_preset(name: str, **overrides) -> ModelConfig:
+    """The named preset's ModelConfig (`vqa.config.preset`), with a pretrained language model's decoder.
+    With `dec_pretrained` (a language model folder or Hub name), the decoder's architecture and vocabulary
+    are the language model's (`decoder_fields`: width, depth, heads, MLP, positions, activation, LayerNorm
+    epsilon, and its tokenizer's size with vqa's special tokens): they replace the preset's, and an override
+    that contradicts them is an error. `dec_pretrained=None` skips this."""
+    fields = preset_fields(name, overrides)
+    if fields.get("dec_pretrained"):
+        lm = decoder_fields(fields["dec_pretrained"], fields.get("dec_max_len", ModelConfig.dec_max_len))
+        clash = [f"{k}={overrides[k]!r} (the language model has {v!r})" for k, v in lm.items()
+                 if k in overrides and overrides[k] != v]
+        if clash:
+            raise ConfigError(f"dec_pretrained={fields['dec_pretrained']!r} fixes the decoder's architecture and "
+                              f"vocabulary; remove " + ", ".join(clash))
+        fields.update(lm)
+    return ModelConfig(**fields)
+
+
 def context_warning(tok: Tokenizer, texts, max_len: int, source: str, sample: int = 5000) -> str | None:
     """A sentence when training texts are too long for `max_len` in `tok`'s tokens (they would be cut)."""
     batch = []
@@ -268,7 +286,7 @@ def _check_decoder_config(cfg, c: dict, path: Path) -> None:
              if getattr(cfg, k) != v]
     if wrong:
         raise ConfigError(f"the decoder was not built for {path}: " + ", ".join(wrong) +
-                          "; build its config with vqa.config.preset(..., dec_pretrained=...)")
+                          "; build its config with vqa.model.model_preset(..., dec_pretrained=...)")
     if cfg.dec_max_len > c["n_positions"]:
         raise ConfigError(f"{path}: dec_max_len={cfg.dec_max_len} is longer than the language model's "
                           f"n_positions={c['n_positions']}")
@@ -309,7 +327,7 @@ def load_decoder(decoder, source: str) -> None:
                               f"{c['vocab_size']} rows (config.json vocab_size): tokenizer and weights do not match")
         if vocab < n_text:
             raise ConfigError(f"vocab_size={vocab} is smaller than {source}'s tokenizer ({n_text} tokens); build "
-                              "the config with vqa.config.preset(..., dec_pretrained=...)")
+                              "the config with vqa.model.model_preset(..., dec_pretrained=...)")
 
         def put(param: torch.Tensor, name: str, conv1d: bool = False) -> None:
             t = w.get(name)

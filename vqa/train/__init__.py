@@ -4,12 +4,14 @@
     torchrun --nproc_per_node 8 -m vqa.cli train --data DIR --out RUN --preset base  # many GPUs (DDP)
     vqa train --out RUN --resume                                                     # continue where it stopped
 
-Files: `cli` (the options, resolved from TrainConfig, presets, config files and a saved run), `trainer` (the
-loop), `objective` (the loss a step computes), `sampler` (which images each rank trains on), `budget`
-(`--time-limit`), `state` (what resume restores), `runlock` (one trainer per run folder).
+Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
+saved run; the run folder's files), `trainer` (the loop), `setup` (a new run's tokenizer and model), `step`
+(one optimizer step), `objective` (the loss a step computes), `optim` (Muon + AdamW, schedules), `budget`
+(`--time-limit`), `state` (what resume restores), `runlock` (one trainer per run folder), `plots` (curves).
 """
 
-from .cli import add_arguments, resolve, run
+from .cli import add_arguments, run
+from .runfolder import resolve
 from .trainer import Trainer, read_metrics, train
 
 __all__ = ["add_arguments", "run", "resolve", "Trainer", "train", "read_metrics"]

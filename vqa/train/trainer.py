@@ -24,24 +24,24 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import distributed
-from ..config import ModelConfig, TrainConfig, parse_duration, preset
+from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
 from ..data.loader import TrainBatches
-from ..data.sources import open_split, resolve_splits, training_texts
+from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
-from ..model import VQAModel, checkpoint
-from ..tokenizer import Tokenizer, build_tokenizer
+from ..model import checkpoint
 from . import state as run_state
 from .budget import TimeBudget
-from .cli import REPEAT, SAVED, command_line
 from .objective import Objective
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
+from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
+from .setup import init_from, new_model, new_tokenizer
 from .step import StepRunner
 
 
@@ -107,16 +107,12 @@ class Trainer:
             model, self.tok, self.card = checkpoint.load(last)
             state = checkpoint.load_train_state(last)
         elif c.init_from:
-            model, self.tok, self.card = self._init_from(c.init_from)
+            model, self.tok, self.card = init_from(c, c.init_from)
         else:
             if c.resume and self.d.main:
                 print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
-            if c.dec_pretrained or c.tokenizer:  # a pretrained LM's own, or the one given
-                self.tok = build_tokenizer(c, lambda: (t for batch in training_texts(self.train_data) for t in batch))
-            else:
-                self.tok = self._train_tokenizer()  # BPE on the training text, once for every rank
-            torch.manual_seed(c.seed)  # every rank builds the same initial weights
-            model = VQAModel(preset(c.preset, **{**c.model, **self.tok.model_ids()}))
+            self.tok = new_tokenizer(c, self.train_data, self.d)
+            model = new_model(c, self.tok)
             self.card = {}
         data = c.data if "://" in c.data or c.data.startswith("pipe:") else str(Path(c.data).resolve())
         self.card.update(preset=c.preset, data=data, train_split=self.train_split,
@@ -124,36 +120,6 @@ class Trainer:
         torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
         self.model = model.to(self.d.device).train()
         return state
-
-    def _train_tokenizer(self) -> Tokenizer:
-        """Trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
-        d = self.d
-        text = [None]
-        if d.main:
-            tok = Tokenizer.train(training_texts(self.train_data), vocab_size=self.cfg.vocab_size)
-            text = [tok.hf.to_str()]
-        if d.world > 1:
-            torch.distributed.broadcast_object_list(text, src=0)
-        if d.main:
-            return tok
-        from tokenizers import Tokenizer as HFTokenizer
-
-        return Tokenizer(HFTokenizer.from_str(text[0]))
-
-    def _init_from(self, path: str) -> tuple[VQAModel, Tokenizer, dict]:
-        """The weights and tokenizer of another run, with this run's --set applied to its config."""
-        src, tok, card = checkpoint.load(path)
-        cfg = ModelConfig.from_dict({**src.cfg.to_dict(), **self.cfg.model})
-        if cfg == src.cfg:
-            return src, tok, dict(init_from=str(path))
-        model = VQAModel(cfg, load_pretrained=False)  # the source's weights replace any pretrained ones
-        try:
-            model.load_state_dict(src.state_dict(), strict=True)
-        except RuntimeError as e:
-            changed = sorted(k for k in self.cfg.model if src.cfg.to_dict().get(k) != cfg.to_dict()[k])
-            raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
-                              f"weights cannot be reused ({str(e).splitlines()[0]})") from None
-        return model, tok, dict(init_from=str(path))
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d

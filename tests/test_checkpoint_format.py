@@ -1,0 +1,104 @@
+"""A checkpoint's config.json carries its format version: an older file is migrated, a newer or damaged one is
+refused with one line that names the version and what to do (never a KeyError or TypeError from inside)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import random_images, tiny_model
+
+from vqa.cli import main
+from vqa.errors import CheckpointError
+from vqa.model import VQAModel, config_file
+from vqa.model.config_file import FORMAT_VERSION
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = tiny_model(seed=3)
+    folder = model.save_pretrained(tmp_path / "m")
+    return model, folder
+
+
+def _edit(folder, **changes):
+    path = folder / "config.json"
+    d = json.loads(path.read_text())
+    for k, v in changes.items():
+        if v is None:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    path.write_text(json.dumps(d))
+
+
+def test_a_saved_config_names_the_current_version_and_loads_the_same_model(saved):
+    model, folder = saved
+    d = json.loads((folder / "config.json").read_text())
+    assert d["format_version"] == FORMAT_VERSION == 1
+    again = VQAModel.from_pretrained(folder)
+    assert again.cfg == model.cfg
+    images, ids = random_images(2, model.cfg), torch.tensor([[1, 5, 6], [1, 7, 8]])
+    torch.testing.assert_close(again(images, ids).logits, model(images, ids).logits, atol=0, rtol=0)
+
+
+def test_an_older_checkpoint_without_a_version_is_migrated(saved):
+    model, folder = saved
+    _edit(folder, format_version=None)  # as every checkpoint was written before versions were recorded
+    assert "format_version" not in json.loads((folder / "config.json").read_text())
+    assert VQAModel.from_pretrained(folder).cfg == model.cfg
+
+
+def test_every_older_version_has_a_migration_step():
+    assert sorted(config_file.MIGRATIONS) == list(range(FORMAT_VERSION))
+
+
+def test_a_migration_step_is_applied(monkeypatch):
+    # a future version 2 that renamed a field: version 1 files get the new name on reading
+    monkeypatch.setattr(config_file, "FORMAT_VERSION", 2)
+    monkeypatch.setitem(config_file.MIGRATIONS, 1, lambda d: {("dec_depth" if k == "old_depth" else k): v
+                                                               for k, v in d.items()})
+    assert config_file.migrate({"format_version": 1, "old_depth": 5}, "x") == {"dec_depth": 5}
+    assert config_file.migrate({"old_depth": 5}, "x") == {"dec_depth": 5}  # 0 -> 1 -> 2
+
+
+def test_a_newer_checkpoint_is_refused_in_one_line(saved):
+    _, folder = saved
+    _edit(folder, format_version=FORMAT_VERSION + 1, some_future_field=3)
+    with pytest.raises(CheckpointError) as e:
+        VQAModel.from_pretrained(folder)
+    msg = str(e.value)
+    assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg and "upgrade vqa" in msg
+    assert str(folder / "config.json") in msg
+
+
+@pytest.mark.parametrize("bad", ["1", -1, 1.5, True, [1]])
+def test_a_version_that_is_not_a_number_is_refused(saved, bad):
+    _, folder = saved
+    _edit(folder, format_version=bad)
+    with pytest.raises(CheckpointError, match="is not a version number"):
+        VQAModel.from_pretrained(folder)
+
+
+def test_a_config_that_is_not_an_object_is_refused(saved):
+    _, folder = saved
+    (folder / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="expected a JSON object"):
+        VQAModel.from_pretrained(folder)
+    (folder / "config.json").write_text("{ nope")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        VQAModel.from_pretrained(folder)
+
+
+def test_the_cli_says_it_in_one_line(saved, tmp_path, capsys):
+    _, folder = saved
+    (folder / "tokenizer.json").write_text("{}")  # never reached: the config is read first
+    _edit(folder, format_version=99)
+    image = tmp_path / "x.png"
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(image)
+    assert main(["caption", "--checkpoint", str(folder), str(image)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "format version 99 is newer" in err[0]

@@ -1,0 +1,75 @@
+"""A new run's tokenizer and model: the pretrained decoder's own tokenizer, a given tokenizer.json, or BPE
+trained on the training text (once, on rank 0, sent to the other ranks); the preset's model, or another
+run's weights (`--init-from`) with this run's `--set` applied."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..config import ModelConfig, TrainConfig, preset_fields
+from ..data.sources import training_texts
+from ..distributed import Dist
+from ..errors import ConfigError
+from ..model import VQAModel, checkpoint, model_preset
+from ..model.pretrained_lm import context_warning, tokenizer
+from ..tokenizer import Tokenizer
+
+
+def new_tokenizer(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
+    """The tokenizer of a new run: the pretrained decoder's own, a given tokenizer.json, or BPE trained on
+    the training text. With a pretrained decoder it also says (on stderr) how many training texts are too
+    long for dec_max_len in that tokenizer's tokens."""
+    source = cfg.dec_pretrained
+    if source:
+        if cfg.tokenizer:
+            raise ConfigError(f"--tokenizer {cfg.tokenizer}: a pretrained decoder (dec_pretrained={source!r}) "
+                              "brings its own tokenizer; leave --tokenizer out")
+        tok = tokenizer(source)
+        max_len = preset_fields(cfg.preset, cfg.model).get("dec_max_len", ModelConfig.dec_max_len)
+        texts = (t for batch in training_texts(train_data) for t in batch)
+        warning = context_warning(tok, texts, max_len, source)
+        if warning:
+            print(f"vqa train: {warning}", file=sys.stderr)
+        return tok
+    if cfg.tokenizer:
+        return Tokenizer.load(cfg.tokenizer)
+    return _trained_bpe(cfg, train_data, d)
+
+
+def _trained_bpe(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
+    """BPE trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
+    text = [None]
+    if d.main:
+        tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size)
+        text = [tok.hf.to_str()]
+    if d.world > 1:
+        torch.distributed.broadcast_object_list(text, src=0)
+    if d.main:
+        return tok
+    from tokenizers import Tokenizer as HFTokenizer
+
+    return Tokenizer(HFTokenizer.from_str(text[0]))
+
+
+def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
+    """The preset's model (with --set), sized to `tok`; the same initial weights on every rank."""
+    torch.manual_seed(cfg.seed)
+    return VQAModel(model_preset(cfg.preset, **{**cfg.model, **tok.model_ids()}))
+
+
+def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
+    """The weights and tokenizer of another run, with this run's --set applied to its config."""
+    src, tok, card = checkpoint.load(path)
+    mcfg = ModelConfig.from_dict({**src.cfg.to_dict(), **cfg.model})
+    if mcfg == src.cfg:
+        return src, tok, dict(init_from=str(path))
+    model = VQAModel(mcfg, load_pretrained=False)  # the source's weights replace any pretrained ones
+    try:
+        model.load_state_dict(src.state_dict(), strict=True)
+    except RuntimeError as e:
+        changed = sorted(k for k in cfg.model if src.cfg.to_dict().get(k) != mcfg.to_dict()[k])
+        raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
+                          f"weights cannot be reused ({str(e).splitlines()[0]})") from None
+    return model, tok, dict(init_from=str(path))

@@ -149,6 +149,18 @@ def test_attention_maps_per_generated_token_over_the_patch_grid(pred):
     assert pred.answer(draw("blue_square"), COLOR_Q).attention is None
 
 
+def test_attention_maps_of_a_padded_batch_equal_each_rows_alone(pred):
+    """The maps' teacher-forced pass (the written-out attention under `vqa.model.masks.causal_mask`, as in the
+    explain path) over prompts of different lengths padded into one batch gives each row its own maps."""
+    imgs, qs = [draw("red_circle"), draw("blue_square"), draw("blue_square")], [COLOR_Q, SHAPE_Q, "is it?"]
+    batched = pred.answer_batch(imgs, qs, return_attention=True)
+    assert len({len(r.prompt_ids) + len(r.ids) for r in batched}) > 1  # rows of different lengths: padding
+    for res, img, q in zip(batched, imgs, qs, strict=True):
+        alone = pred.answer(img, q, return_attention=True)
+        assert res.ids == alone.ids
+        torch.testing.assert_close(res.attention, alone.attention, atol=1e-5, rtol=1e-4)
+
+
 def test_heatmap_has_the_image_size_and_follows_the_letterbox():
     grid = 4
     maps = torch.zeros(2, 3, grid, grid)

@@ -277,7 +277,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
     from torch.utils.flop_counter import FlopCounterMode
 
     from vqa.config import GenerationConfig
-    from vqa.decoding.generate import _Decoder
+    from vqa.decoding.batch import BatchDecoder
 
     cfg = model.cfg
     dtype = next(model.parameters()).dtype
@@ -289,7 +289,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
             kv = model.memory_kv(model.encode(images))
         enc_flops = fc.get_total_flops()
         with FlopCounterMode(display=False) as fc:
-            dec = _Decoder(model, kv, prompts(batch), GenerationConfig(max_new_tokens=new_tokens))
+            dec = BatchDecoder(model, kv, prompts(batch), GenerationConfig(max_new_tokens=new_tokens))
         pre_flops = fc.get_total_flops()
         tok = torch.full((batch,), 5, device=device)
         with FlopCounterMode(display=False) as fc:

@@ -44,7 +44,8 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import GenerationConfig  # noqa: E402
-from vqa.decoding.generate import _Decoder, generate
+from vqa.decoding.batch import BatchDecoder
+from vqa.decoding.generate import generate
 
 # dense bf16 peak FLOP/s (no sparsity) by a substring of torch.cuda.get_device_name()
 PEAK_BF16 = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
@@ -167,7 +168,7 @@ def bench_positions(name, device, repeats, positions=(1, 64)):
             times = []
             for _ in range(repeats * 4):
                 two = GenerationConfig(max_new_tokens=2)
-                dec, warm = _Decoder(model, kv, prompt, two), _Decoder(model, kv, prompt, two)
+                dec, warm = BatchDecoder(model, kv, prompt, two), BatchDecoder(model, kv, prompt, two)
                 warm.step(tok)  # the same step just before, as in a decoding loop: weights warm in the caches
                 times.append(C.timed(lambda dec=dec: dec.step(tok), device))
             out[f"step_pos{p}_ms"] = C.median(times) * 1e3

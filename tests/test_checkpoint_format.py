@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-
 from helpers import random_images, tiny_model
+
 from vqa.cli import main
 from vqa.errors import CheckpointError
 from vqa.model import VQAModel, config_file

@@ -73,6 +73,72 @@ def test_onnx_logits_equal_pytorchs_at_every_step(onnx_pred, pred):
                 np.testing.assert_allclose(logits[b], ref.numpy(), atol=1e-4, rtol=0, err_msg=f"step {t} row {b}")
 
 
+def _padded_prompts(pred) -> tuple[list[list[int]], list]:
+    """Three prompts of different lengths (a left-padded batch) and their pictures."""
+    tok, limit = pred.tokenizer, pred.model.cfg.dec_max_len
+    prompts = [tok.vqa_prompt(COLOR_Q, max_len=limit), tok.caption_prompt(), tok.vqa_prompt(SHAPE_Q, max_len=limit)]
+    assert len({len(p) for p in prompts}) == 3
+    return prompts, [draw("red_circle"), draw("blue_square"), draw("blue_square")]
+
+
+def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monkeypatch):
+    """The exported step builds its mask as the eager prefill does (`vqa.model.masks.causal_mask`): on a left-padded
+    batch both give the decoder the same mask, in which a padding query sees its own key only (no row is all
+    False: no softmax over nothing, no NaN); and onnxruntime then writes the caches PyTorch writes, at every slot
+    of every layer -- padding slots too, whose keys above the first layer come from the padding queries' rows."""
+    from vqa.decoding.batch import left_pad
+    from vqa.decoding.step import DecodeState, prefill
+    from vqa.export.onnx import DecoderStepGraph
+    from vqa.model.decoder import TextDecoder
+
+    model, cfg = pred.model, pred.model.cfg
+    prompts, images = _padded_prompts(pred)
+    ids, valid = left_pad(prompts, cfg.pad_id, "cpu")
+    pos = (valid.cumsum(1) - 1).clamp(min=0)
+    mk, mv = onnx_pred.encode(images)  # [L, B, H, N, Dh]: the same image keys/values on both sides
+    kv = [(torch.from_numpy(k), torch.from_numpy(v)) for k, v in zip(mk, mv, strict=True)]
+    masks = []
+    forward = TextDecoder.forward
+    monkeypatch.setattr(TextDecoder, "forward", lambda self, *a, **kw: masks.append(kw["mask"]) or forward(self, *a, **kw))
+    b, p = ids.shape
+    state = DecodeState.allocate(cfg, b, p, torch.float32, "cpu")
+    empty = torch.zeros(cfg.dec_depth, b, cfg.dec_heads, 0, cfg.dec_width // cfg.dec_heads)
+    with torch.no_grad():
+        prefill(model.decoder, state, ids, valid, kv, padded=True)
+        DecoderStepGraph(model)(ids, pos, valid, empty, empty, torch.from_numpy(mk), torch.from_numpy(mv))
+    eager, graph = masks
+    assert eager.shape == (b, 1, p, p) and torch.equal(eager, graph)
+    assert eager.any(-1).all()  # every query sees a key
+    padding = ~valid
+    assert torch.equal(eager[:, 0].sum(-1)[padding], torch.ones(int(padding.sum()), dtype=torch.long))
+    _, present_k, present_v = onnx_pred.step(ids.numpy(), pos.numpy(), valid.numpy(), empty.numpy(), empty.numpy(), mk, mv)
+    assert not np.isnan(present_k).any() and not np.isnan(present_v).any()
+    np.testing.assert_allclose(present_k, torch.stack(state.k).numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(present_v, torch.stack(state.v).numpy(), atol=1e-5, rtol=0)
+
+
+def test_a_padded_batch_decodes_as_its_prompts_one_by_one_in_onnx_and_pytorch(onnx_pred, pred):
+    """Greedy over a left-padded batch gives each prompt what it gives alone, with onnxruntime (the logits of every
+    step too) and with PyTorch's `generate`; and both give the same tokens."""
+    from vqa.decoding.generate import generate
+
+    prompts, images = _padded_prompts(pred)
+    mk, mv = onnx_pred.encode(images)
+    batch_logits: list[np.ndarray] = []
+    batch = onnx_pred.greedy(prompts, mk, mv, max_new_tokens=6, on_logits=lambda t, logits: batch_logits.append(logits))
+    x = torch.stack([pred.transform(i) for i in images])
+    torch_batch = generate(pred.model, prompts, x, max_new_tokens=6).sequences
+    assert torch_batch == batch
+    for b, prompt in enumerate(prompts):
+        alone_logits: list[np.ndarray] = []
+        alone = onnx_pred.greedy([prompt], mk[:, b : b + 1], mv[:, b : b + 1], max_new_tokens=6,
+                                 on_logits=lambda t, logits, seen=alone_logits: seen.append(logits))
+        assert alone == [batch[b]]
+        assert generate(pred.model, [prompt], x[b : b + 1], max_new_tokens=6).sequences == [batch[b]]
+        for t, logits in enumerate(alone_logits):
+            np.testing.assert_allclose(batch_logits[t][b], logits[0], atol=1e-4, rtol=0, err_msg=f"step {t} row {b}")
+
+
 def test_onnx_greedy_answers_equal_the_predictors(onnx_pred, pred, shapes_dir):
     from vqa.config import GenerationConfig
 

@@ -8,8 +8,8 @@ import torch
 from helpers import lively_model, overfit_model, random_images
 
 from vqa.config import GenerationConfig
+from vqa.decoding.beam import beam_search
 from vqa.decoding.generate import (
-    _beam_search,
     cross_attention_maps,
     filter_logits,
     generate,
@@ -171,7 +171,7 @@ def test_beam_size_one_equals_greedy(model, images):
     assert generate(model, PROMPTS, images, length_penalty=0.0, **one).sequences == greedy.sequences
     kv = model.memory_kv(model.encode(images))
     for lp, early in ((0.0, False), (0.0, True), (1.0, True), (2.0, True)):
-        beam = _beam_search(model, kv, PROMPTS, GenerationConfig(length_penalty=lp, early_stopping=early, **one))
+        beam = beam_search(model, kv, PROMPTS, GenerationConfig(length_penalty=lp, early_stopping=early, **one))
         assert beam.sequences == greedy.sequences, (lp, early)
         assert beam.scores == pytest.approx(greedy.scores, abs=1e-4)
         assert [len(b) for b in beam.beams] == [1, 1, 1]
@@ -510,11 +510,11 @@ def test_bad_sampling_and_ranking_inputs_are_clear_errors():
 def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
     """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
     at every step for padded prompts, then the same greedy and beam results (9 beams padded to 16 rows)."""
-    from vqa.decoding.generate import _Decoder
+    from vqa.decoding.batch import BatchDecoder
 
     kv = model.memory_kv(model.encode(images))
     config = GenerationConfig(max_new_tokens=8)
-    eager, compiled = _Decoder(model, kv, PROMPTS, config), _Decoder(model, kv, PROMPTS, config, compiled=True)
+    eager, compiled = BatchDecoder(model, kv, PROMPTS, config), BatchDecoder(model, kv, PROMPTS, config, compiled=True)
     torch.testing.assert_close(compiled.logits, eager.logits)
     # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache rounded up to 32 slots
     assert compiled.state.batch == 4 and compiled.state.slots == 32 and compiled.logits.shape[0] == 3

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from helpers import assert_causal, make_batch, overfit_model, random_images, tiny_config, tiny_model
 
 from vqa.config import PRESETS, ModelConfig, preset
+from vqa.decoding.step import StaticKVCache
 from vqa.errors import ConfigError, InputError
-from vqa.model import Attention, KVCache, VQAModel, sinusoidal_positions
+from vqa.model import Attention, VQAModel, sinusoidal_positions
 
 
 def _ids(rows: list[list[int]]) -> torch.Tensor:
@@ -96,13 +97,15 @@ def test_attention_weights_path_equals_sdpa_with_an_explicit_mask():
 def test_attention_weights_path_equals_sdpa_over_a_cache():
     attn, x = _attention_pair(cross=False, seed=2)
     full, _ = attn(x)
-    cache = KVCache(2, 4, 6, 8, torch.float32, "cpu")
-    attn(x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril()[None, None], cache=cache)
+    buffers = [(torch.zeros(2, 4, 6, 8), torch.zeros(2, 4, 6, 8)) for _ in range(2)]  # [B, H, slots, Dh]
+    for k, v in buffers:  # the first 5 tokens into slots 0..4 (the decode path's prefill)
+        attn(x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril()[None, None],
+             cache=StaticKVCache(k, v, torch.arange(5), visible=5, empty=True))
+    (k, v), (k_w, v_w) = buffers
     step_mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
-    cache_w = KVCache(2, 4, 6, 8, torch.float32, "cpu")
-    attn(x[:, :5], mask=torch.ones(5, 5, dtype=torch.bool).tril()[None, None], cache=cache_w)
-    last, _ = attn(x[:, 5:], mask=step_mask, cache=cache)
-    last_w, w = attn(x[:, 5:], cache=cache_w, need_weights=True)  # one query over a cache: causal = all keys
+    last, _ = attn(x[:, 5:], mask=step_mask, cache=StaticKVCache(k, v, torch.tensor([5])))
+    # one query over a cache: causal = all keys
+    last_w, w = attn(x[:, 5:], cache=StaticKVCache(k_w, v_w, torch.tensor([5])), need_weights=True)
     torch.testing.assert_close(last, full[:, 5:], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(last_w, full[:, 5:], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 1))

@@ -114,7 +114,7 @@ def test_batched_equals_one_by_one(pred):
 
 
 def test_a_second_question_about_the_same_image_reuses_its_encoding(pred, pictures, monkeypatch):
-    pred.clear_cache()
+    pred._cache.clear()
     calls = []
     real = pred.model.encode
     monkeypatch.setattr(pred.model, "encode", lambda x: calls.append(x.shape[0]) or real(x))
@@ -147,6 +147,18 @@ def test_attention_maps_per_generated_token_over_the_patch_grid(pred):
     cap = pred.caption(draw("blue_square"), return_attention=True)
     assert cap.attention.shape[0] == len(cap.tokens) and [w for w, _ in cap.words()] == ["a", "blue", "square"]
     assert pred.answer(draw("blue_square"), COLOR_Q).attention is None
+
+
+def test_attention_maps_of_a_padded_batch_equal_each_rows_alone(pred):
+    """The maps' teacher-forced pass (the written-out attention under `vqa.model.masks.causal_mask`, as in the
+    explain path) over prompts of different lengths padded into one batch gives each row its own maps."""
+    imgs, qs = [draw("red_circle"), draw("blue_square"), draw("blue_square")], [COLOR_Q, SHAPE_Q, "is it?"]
+    batched = pred.answer_batch(imgs, qs, return_attention=True)
+    assert len({len(r.prompt_ids) + len(r.ids) for r in batched}) > 1  # rows of different lengths: padding
+    for res, img, q in zip(batched, imgs, qs, strict=True):
+        alone = pred.answer(img, q, return_attention=True)
+        assert res.ids == alone.ids
+        torch.testing.assert_close(res.attention, alone.attention, atol=1e-5, rtol=1e-4)
 
 
 def test_heatmap_has_the_image_size_and_follows_the_letterbox():

@@ -46,6 +46,12 @@ SKIP_GUARDS = True  # after a shape's first call, evaluate only the guards that 
 RECOMPILE_LIMIT = 64  # graphs per compiled function (torch's default, 8, is a few batch shapes of one model)
 
 
+def bucket(rows: int) -> int:
+    """The batch size a compiled graph runs at for `rows` rows: the next power of two, so a few static shapes
+    serve every batch (a graph compiled for fixed shapes runs faster than one for a dynamic batch)."""
+    return 1 << (rows - 1).bit_length()
+
+
 class CompiledStep:
     """`decode_step` compiled for one model, with its state buffers pooled per (batch, slots): a decoding takes a
     state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
@@ -150,7 +156,7 @@ class CompiledEncoder:
     def __call__(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
         if self.failed is None:
             m = images.shape[0]
-            fill = (1 << (m - 1).bit_length()) - m
+            fill = bucket(m) - m
             if fill:  # [M, 3, S, S] -> [2^k, 3, S, S]: zero images, whose encodings are dropped
                 images = torch.cat((images, images.new_zeros((fill, *images.shape[1:]))))
             try:
@@ -181,4 +187,4 @@ def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> tor
     return enc(model, images)
 
 
-__all__ = ["INDUCTOR", "INDUCTOR_CPU", "CompiledStep", "compiled_step", "CompiledEncoder", "encode"]
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder", "encode"]

@@ -1,22 +1,19 @@
-"""Generation: greedy, beam search and top-k / top-p sampling (the `METHODS`), candidate ranking and the
-cross-attention maps behind generated words.
+"""Generation: greedy, beam search (`vqa.decoding.beam`) and top-k / top-p sampling (the `METHODS`), candidate
+ranking and the cross-attention maps behind generated words.
 
-The image is encoded once and each layer's cross-attention keys/values are computed once per image; the
-self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
-Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
-masked, and each prompt has its own length budget (the context left after *its* prompt), so a padded batch
-gives exactly what the prompts give one by one. Each new token goes through `vqa.decoding.step.decode_step`, a
-step of fixed shapes that runs eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
+Every method decodes a batch of prompts through one `vqa.decoding.batch.BatchDecoder`: the image's keys/values
+computed once, a preallocated KV cache, left-padded prompts each with its own length budget (so a padded batch
+gives exactly what the prompts give one by one), each new token through the fixed-shape decode step
+(`vqa.decoding.step`), eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
 
 A decoding method is a function `(model, kv, prompts, config, **decoding) -> Generation` in `METHODS` (the
-`decoding` keywords go to `_Decoder`); its settings are fields of `GenerationConfig` (vqa.config), which
+`decoding` keywords go to `BatchDecoder`); its settings are fields of `GenerationConfig` (vqa.config), which
 validates them. Adding one touches these two places.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -24,142 +21,10 @@ import torch.nn.functional as F
 from ..config import GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
+from .batch import BatchDecoder, Generation
+from .beam import beam_search
 from .compiled import compiled_step
 from .compiled import encode as encode_images
-from .step import DecodeState, decode_step, prefill
-
-
-@dataclass
-class Generation:
-    sequences: list[list[int]]  # per prompt: the generated ids, without the prompt and the final <eos>
-    scores: list[float]  # per prompt: total log-probability of the sequence (incl. <eos>) under the model
-    beams: list[list[tuple[list[int], float]]] = field(default_factory=list)  # per prompt: every kept hypothesis
-
-
-def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
-        valid[i, width - len(p) :] = True
-    return ids.to(device), valid.to(device)
-
-
-def _bucket(rows: int) -> int:
-    """Compiled: rows are padded up to a power of two (and cache slots to a multiple of 32), so a few static
-    shapes serve every batch: a graph compiled for fixed shapes runs faster than one for a dynamic batch."""
-    return 1 << (rows - 1).bit_length()
-
-
-SLOT_MULTIPLE = 32
-
-
-class _Decoder:
-    """The state of one batched decoding of B rows: the prompts run into preallocated caches, then one token per
-    row per `step` (`vqa.decoding.step`: the same step eagerly or compiled). `budget[b]` is how many tokens row b
-    may generate: the config's max_new_tokens, capped by the context left after row b's own prompt.
-
-    With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
-    alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
-    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`_bucket`): the
-    extra rows repeat row 0 and their outputs are dropped."""
-
-    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
-                 vocab: torch.Tensor | None = None, compiled: bool = False):
-        self.model, self.kv = model, kv
-        decoder = model.decoder
-        device, dtype = kv[0][0].device, kv[0][0].dtype
-        limit = model.cfg.dec_max_len
-        longest = max(len(q) for q in prompts)
-        if longest >= limit:
-            raise InputError(f"prompt of {longest} tokens leaves no room to generate (dec_max_len={limit})")
-        self.budget = [config.budget(limit - len(q)) for q in prompts]
-        self.max_new = max(self.budget)
-        self.vocab, self.head, self.eos = None, None, model.cfg.eos_id
-        if vocab is not None:
-            self.vocab = vocab.to(device)
-            self.vocab_list = self.vocab.tolist()
-            self.eos = self.vocab_list.index(model.cfg.eos_id)
-            self.head = decoder.embed.weight.index_select(0, self.vocab)  # [V', D]: the tied head's rows
-        self.padded = len({len(q) for q in prompts}) > 1
-        self.rows = len(prompts)
-        self.compiled = compiled_step(decoder) if compiled else None
-        if self.compiled is not None:
-            fill = _bucket(self.rows) - self.rows
-            prompts = list(prompts) + [prompts[0]] * fill
-            self.kv = kv = self._pad_rows(kv, self.rows, fill)
-            width = max(len(q) for q in prompts)
-            slots = -(-(width + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
-            self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
-        ids, valid = _left_pad(prompts, model.cfg.pad_id, device)
-        b, p = ids.shape
-        if self.compiled is None:
-            self.state = DecodeState.allocate(model.cfg, b, p + self.max_new, dtype, device)
-        self.written = p  # cache slots holding keys
-        hidden = prefill(decoder, self.state, ids, valid, self.kv, self.padded)
-        self.logits = self._head(hidden)[: self.rows]  # [B, V]
-
-    @staticmethod
-    def _pad_rows(kv, rows: int, fill: int):
-        """kv with `fill` more rows, copies of row 0."""
-        if fill == 0:
-            return kv
-        index = torch.zeros(rows + fill, dtype=torch.long, device=kv[0][0].device)
-        index[:rows] = torch.arange(rows, device=index.device)
-        return [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]
-
-    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return (self.model.decoder.logits(hidden) if self.head is None else hidden @ self.head.t()).float()
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Feed one token per row [B] (indices into `vocab` when there is one); returns the next logits [B, V]."""
-        if self.vocab is not None:
-            tokens = self.vocab[tokens]
-        s, decoder = self.state, self.model.decoder
-        self.written += 1
-        if self.compiled is not None:
-            if s.batch > self.rows:  # the padding rows are fed <eos>: their outputs are never read
-                tokens = torch.cat((tokens, tokens.new_full((s.batch - self.rows,), self.model.cfg.eos_id)))
-            self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)[: self.rows]
-        else:
-            self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv,
-                                      written=self.written, padded=self.padded)
-        return self.logits
-
-    def ids(self, rows: list[list[int]]) -> list[list[int]]:
-        """Token ids of rows of `vocab` indices (unchanged without a vocab)."""
-        return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
-
-    def _full(self, index: torch.Tensor) -> torch.Tensor:
-        """A row index over the B rows, extended over the state's padding rows (which keep their places)."""
-        extra = self.state.batch - index.shape[0]
-        if extra <= 0:
-            return index
-        return torch.cat((index, torch.arange(index.shape[0], self.state.batch, device=index.device)))
-
-    def expand(self, k: int) -> None:
-        """Give each row k copies (beam search: the prompt ran once, its beams continue from it)."""
-        old, rows = self.state, self.rows * k
-        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [B*K]
-        self.rows = rows
-        dtype, device = old.k[0].dtype, old.k[0].device
-        if self.compiled is not None:
-            fill = _bucket(rows) - rows
-            index = torch.cat((index, index.new_zeros(fill)))  # padding rows: copies of row 0
-            kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
-            self.state, self.kv = self.compiled.state(rows + fill, old.slots, dtype, device, kv)
-        else:
-            self.kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
-            self.state = DecodeState.allocate(self.model.cfg, rows, old.slots, dtype, device)
-        self.state.copy_rows(old, index)
-        self.logits = self.logits.index_select(0, index[:rows])
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same
-        prompt, so the image's keys/values, the same in all of them, stay."""
-        self.state.reorder(self._full(index))
-        self.logits = self.logits.index_select(0, index)
 
 
 def _check_ids(model: VQAModel, rows: list[list[int]]) -> None:
@@ -182,9 +47,12 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-def _config(config: GenerationConfig | None, changes: dict) -> GenerationConfig:
+def generation_config(config: GenerationConfig | None, changes: dict,
+                      default: GenerationConfig | None = None) -> GenerationConfig:
+    """`config` (None: `default`, else GenerationConfig()) with the GenerationConfig fields in `changes`; a bad
+    value is an InputError (the caller's input, not the program's configuration)."""
     try:
-        return (config or GenerationConfig()).replace(**changes) if changes else (config or GenerationConfig())
+        return (config or default or GenerationConfig()).replace(**changes)
     except ConfigError as e:
         raise InputError(str(e)) from None
 
@@ -208,7 +76,7 @@ def generate(
     computed for them alone, and probabilities and scores are renormalized over them (the model's distribution
     given that the output stays in the vocabulary). `compile` compiles the decode step (its weights frozen in:
     for a model that is no longer trained); the result is that of the eager step."""
-    config = _config(config, changes)
+    config = generation_config(config, changes)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token (<bos>)")
     if memory is None:
@@ -251,7 +119,7 @@ def _sample(model, kv, prompts, config: GenerationConfig, **decoding) -> Generat
 
 
 def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool, **decoding) -> Generation:
-    dec = _Decoder(model, kv, prompts, config, **decoding)
+    dec = BatchDecoder(model, kv, prompts, config, **decoding)
     eos, b, n = dec.eos, len(prompts), dec.max_new
     device = dec.logits.device
     generator = None
@@ -293,89 +161,8 @@ def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool
     return Generation(sequences=dec.ids(sequences), scores=scores)
 
 
-def _until_eos(ids: list[int], eos: int) -> list[int]:
-    return ids[: ids.index(eos)] if eos in ids else ids
 
-
-def _beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
-    """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
-    k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability
-    divided by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended
-    hypotheses and no live beam can still beat the worst of them: log-probabilities only fall as tokens are
-    added, so a live beam's best final score is its score so far divided by its longest possible length **
-    length_penalty when length_penalty > 0, by its shortest (one more token) otherwise -- a true bound, so
-    the search returns what running every beam to its budget would (Hugging Face's early_stopping="never").
-    With `early_stopping` a prompt is done as soon as it has k ended hypotheses. Beams still alive at the
-    prompt's budget are ended there. One beam is greedy decoding at length_penalty 0 (exact bound) or with
-    early_stopping; at length_penalty > 0 the exact search may find a longer hypothesis that greedy's
-    first <eos> cut off, scoring higher per token."""
-    k, lp = config.num_beams, config.length_penalty
-    b = len(prompts)
-    dec = _Decoder(model, kv, prompts, config, **decoding)  # the prompt is run once per prompt, not per beam
-    eos, device = dec.eos, dec.logits.device
-    if k > 1:
-        dec.expand(k)  # [B*K] rows, the beams of a prompt share its image
-    beam_score = torch.full((b, k), float("-inf"), device=device)
-    beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
-    seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
-    ended: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]
-    done = [False] * b
-    logits = dec.logits
-    for t in range(dec.max_new):
-        if t < config.min_new_tokens:
-            logits[:, eos] = float("-inf")
-        vocab = logits.shape[-1]
-        cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
-        top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
-        src, tok = top_idx // vocab, top_idx % vocab
-        new_score = torch.full((b, k), float("-inf"), device=device)
-        new_src = torch.zeros(b, k, dtype=torch.long, device=device)
-        new_tok = torch.full((b, k), eos, dtype=torch.long, device=device)
-        ts, tsrc, ttok = top_score.tolist(), src.tolist(), tok.tolist()
-        seq_list = seqs.tolist()
-        out_of_room = []
-        for i in range(b):
-            if done[i]:
-                continue
-            j = 0
-            for rank in range(2 * k):
-                s, parent, w = ts[i][rank], tsrc[i][rank], ttok[i][rank]
-                if w == eos:
-                    if rank < k:
-                        ended[i].append((s / (t + 1) ** lp, seq_list[i * k + parent], s))
-                else:
-                    new_score[i, j], new_src[i, j], new_tok[i, j] = s, parent, w
-                    j += 1
-                if j == k:
-                    break
-            if t + 1 >= dec.budget[i]:  # out of room: the live beams end here
-                out_of_room.append(i)
-                done[i] = True
-            elif len(ended[i]) >= k:
-                ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
-                best_live = float(new_score[i, 0])
-                length = dec.budget[i] if lp > 0 else t + 2  # the length that flatters a live beam most
-                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= best_live / length**lp
-        if out_of_room:
-            flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)
-            last = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1).tolist()
-            for i in out_of_room:
-                for j in range(k):
-                    s = float(new_score[i, j])
-                    if s > float("-inf"):
-                        ended[i].append((s / (t + 1) ** lp, last[i * k + j], s))
-        if all(done):
-            break
-        flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)  # [B*K] parent rows
-        seqs = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1)
-        beam_score = new_score
-        dec.reorder(flat)
-        logits = dec.step(new_tok.view(-1))
-    beams = [[(dec.ids([seq])[0], raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
-    return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
-
-
-METHODS = {"greedy": _greedy, "beam": _beam_search, "sample": _sample}
+METHODS = {"greedy": _greedy, "beam": beam_search, "sample": _sample}
 
 
 @torch.no_grad()
@@ -426,4 +213,5 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]
 
 
-__all__ = ["Generation", "METHODS", "generate", "answer_vocab", "filter_logits", "score_candidates", "cross_attention_maps"]
+__all__ = ["Generation", "METHODS", "generate", "generation_config", "answer_vocab", "filter_logits",
+           "score_candidates", "cross_attention_maps"]

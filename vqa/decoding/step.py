@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..model.masks import causal_mask
+
 
 class StaticKVCache:
     """One layer's self-attention cache over fixed buffers [B, H, S, Dh]: `append` writes the new keys/values at
@@ -107,9 +109,7 @@ def prefill(decoder: nn.Module, state: DecodeState, ids: torch.Tensor, valid: to
         state.pos.fill_(p - 1)
     else:
         pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]
-        causal = torch.ones(p, p, dtype=torch.bool, device=device).tril()
-        eye = torch.eye(p, dtype=torch.bool, device=device)
-        mask = ((causal & valid[:, None, :]) | eye)[:, None]  # [B, 1, P, P]; a padding query sees itself only
+        mask = causal_mask(p, p, device, valid)  # [B, 1, P, P]; a padding query sees itself only
         hidden, _ = decoder(ids, memory_kv, pos=pos, mask=mask, caches=caches)
         state.pos.copy_(pos[:, -1])
     state.slot.fill_(p - 1)

@@ -10,7 +10,7 @@
 
 One decoder graph serves the prompt (P = 0, T = prompt length) and every new token (T = 1): the graph is the
 model's own decoder forward with a concatenating cache, exported with torch.export (dynamic batch, new tokens
-and past length). `vqa.export.runtime` runs them with onnxruntime and greedy decoding; onnx, onnxscript and
+and past length), under the mask the eager decoding builds (`vqa.model.masks.causal_mask`). `vqa.export.runtime` runs them with onnxruntime and greedy decoding; onnx, onnxscript and
 onnxruntime are the optional extra `vqa[onnx]`.
 """
 
@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..model.masks import causal_mask
 
 ENCODER, DECODER = "encoder.onnx", "decoder_step.onnx"
 STEP_INPUTS = ("input_ids", "position_ids", "key_mask", "past_k", "past_v", "memory_k", "memory_v")
@@ -33,8 +34,8 @@ STEP_OUTPUTS = ("logits", "present_k", "present_v")
 
 
 class _ConcatCache:
-    """The KVCache interface (`len`, `append`) over tensors joined by concatenation: what an exported graph
-    can hold, where the preallocated in-place cache cannot."""
+    """The self-attention cache interface (`len`, `append`, as vqa.decoding.step.StaticKVCache) over tensors
+    joined by concatenation: what an exported graph can hold, where the preallocated in-place cache cannot."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor):
         self.k, self.v, self.len = k, v, k.shape[2]
@@ -63,8 +64,7 @@ class DecoderStepGraph(nn.Module):
     def forward(self, input_ids, position_ids, key_mask, past_k, past_v, memory_k, memory_v):
         t, p = input_ids.shape[1], past_k.shape[3]
         caches = [_ConcatCache(past_k[i], past_v[i]) for i in range(past_k.shape[0])]
-        causal = torch.ones(t, p + t, dtype=torch.bool, device=input_ids.device).tril(p)  # [T, P + T]
-        mask = (key_mask[:, None, :] & causal[None])[:, None]  # [B, 1, T, P + T]
+        mask = causal_mask(t, p + t, input_ids.device, key_mask)  # [B, 1, T, P + T], as the eager prefill's
         kv = [(memory_k[i], memory_v[i]) for i in range(memory_k.shape[0])]
         hidden, _ = self.model.decoder(input_ids, kv, pos=position_ids, mask=mask, caches=caches)
         logits = self.model.decoder.logits(hidden)  # [B, T, V]

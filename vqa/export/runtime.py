@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from ..config import ANSWER_TOKENS
 from ..data.images import letterbox, load_image
 from ..errors import CheckpointError, InputError
 from ..tokenizer import Tokenizer
-
-ANSWER_TOKENS = 10
 
 
 class OnnxPredictor:

@@ -48,7 +48,6 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,72 +60,11 @@ from ..config import GenerationConfig
 from ..data.images import load_image
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
-from ..decoding.generate import generate, score_candidates
+from ..decoding.generate import generate, generation_config, score_candidates
 from ..device import pick_device
-from ..errors import ConfigError, InputError
+from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
-
-# ----------------------------------------------------------------------------------------------- results
-
-
-@dataclass
-class _Generated:
-    tokens: list[str] = field(default_factory=list)  # the generated pieces, as text (word starts keep a space)
-    attention: torch.Tensor | None = None  # [G, L, H, grid, grid] on the CPU, when asked for
-    prompt_ids: list[int] = field(default_factory=list, repr=False)  # the prompt it was generated after
-    ids: list[int] = field(default_factory=list, repr=False)  # the generated token ids (no <eos>)
-
-    def words(self) -> list[tuple[str, torch.Tensor | None]]:
-        """The generated words with their attention maps [L, H, grid, grid]: word pieces are joined and
-        their maps averaged. A piece that starts with a space (the tokenizer's word marker) starts a word."""
-        groups: list[tuple[str, list[int]]] = []
-        for i, tok in enumerate(self.tokens):
-            if not groups or tok.startswith(" ") or not tok.strip():
-                groups.append((tok.strip(), [i]))
-            else:
-                text, idx = groups[-1]
-                groups[-1] = (text + tok, idx + [i])
-        out = []
-        for text, idx in groups:
-            maps = None if self.attention is None else self.attention[idx].mean(0)
-            out.append((text or "·", maps))
-        return out
-
-
-@dataclass
-class Answer(_Generated):
-    question: str = ""
-    answer: str = ""
-    top_k: list[tuple[str, float]] = field(default_factory=list)  # (answer, probability), most likely first
-    truncated: bool = False  # the question was cut to fit the model's context
-
-    def to_dict(self) -> dict:
-        return dict(
-            question=self.question, answer=self.answer, truncated=self.truncated,
-            top_k=[dict(answer=a, probability=round(p, 6)) for a, p in self.top_k],
-        )
-
-
-@dataclass
-class Caption(_Generated):
-    caption: str = ""
-    log_prob: float = 0.0  # total log-probability of the caption (incl. <eos>)
-    beams: list[tuple[str, float]] = field(default_factory=list)  # beam search: (caption, log-prob), best first
-
-    def to_dict(self) -> dict:
-        return dict(
-            caption=self.caption, log_prob=round(self.log_prob, 6),
-            beams=[dict(caption=c, log_prob=round(s, 6)) for c, s in self.beams],
-        )
-
-
-def _settings(generation: GenerationConfig | None, changes: dict, default: GenerationConfig) -> GenerationConfig:
-    """`generation` (or `default`) with the keyword `changes`; a bad value is an InputError."""
-    try:
-        return (generation or default).replace(**changes)
-    except ConfigError as e:
-        raise InputError(str(e)) from None
-
+from .results import Answer, Caption
 
 # ----------------------------------------------------------------------------------------------- predictor
 
@@ -232,10 +170,6 @@ class Predictor:
             self._cache.popitem(last=False)
         return torch.stack(rows), index
 
-    def clear_cache(self) -> None:
-        with self._lock:
-            self._cache.clear()
-
     # ---- text helpers ----
     def _question_prompt(self, question: Any) -> tuple[list[int], bool]:
         if question is None or not isinstance(question, str):
@@ -305,7 +239,7 @@ class Predictor:
         """The decoding `answer` uses: `generation` (default: beam search over max(top_k, 3) beams at
         length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`."""
         default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
-        settings = _settings(generation, changes or {}, default)
+        settings = generation_config(generation, changes or {}, default)
         if settings.method == "beam" and settings.num_beams < top_k:
             raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
         return settings
@@ -382,7 +316,7 @@ class Predictor:
         images = list(images)
         if not images:
             return []
-        settings = _settings(generation, changes, GenerationConfig.for_task("caption"))
+        settings = generation_config(generation, changes, GenerationConfig.for_task("caption"))
         prompt = self.tokenizer.caption_prompt()
         with self._lock:
             memory, index = self._encode(images)

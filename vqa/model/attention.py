@@ -15,28 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class KVCache:
-    """A preallocated self-attention key/value cache, so a decode step copies one position, not the past."""
-
-    def __init__(self, batch: int, heads: int, max_len: int, head_dim: int, dtype, device):
-        self.k = torch.zeros(batch, heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
-        self.len = 0
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        t = k.shape[2]
-        if self.len + t > self.k.shape[2]:
-            raise RuntimeError(f"KV cache full: {self.len} + {t} > {self.k.shape[2]} positions")
-        self.k[:, :, self.len : self.len + t] = k
-        self.v[:, :, self.len : self.len + t] = v
-        self.len += t
-        return self.k[:, :, : self.len], self.v[:, :, : self.len]
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (beam search: each surviving beam takes its parent's cache)."""
-        self.k = self.k.index_select(0, index)
-        self.v = self.v.index_select(0, index)
+from .masks import causal_mask
 
 
 class _GatherRows(torch.autograd.Function):
@@ -180,7 +159,7 @@ class Attention(nn.Module):
         x: torch.Tensor,  # [B, T, D] the text stream (queries)
         kv: tuple[torch.Tensor, torch.Tensor] | None = None,  # cross: the image's keys/values from project_kv
         mask: torch.Tensor | None = None,  # bool [B or 1, 1, T, S], True = may attend; None + self = causal
-        cache: KVCache | None = None,  # self-attention: past keys/values, extended in place
+        cache=None,  # self-attention: past keys/values (`len`, `append`; a StaticKVCache), extended in place
         need_weights: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # self: cos, sin [B or 1, 1, T, Dh / 2]
         point: torch.Tensor | None = None,  # cross with follow: [B, H, T, 2] the layer below's centroids
@@ -251,8 +230,7 @@ def _attention_with_weights(q, k, v, mask, causal):
     (masked entries -inf), for the demo's maps and the attention explorer."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, T, S]
     if causal:
-        t, s = scores.shape[-2:]
-        mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+        mask = causal_mask(*scores.shape[-2:], q.device)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)

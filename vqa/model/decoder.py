@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import Attention, KVCache, rotary_table
+from .attention import Attention, rotary_table
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -96,10 +96,6 @@ class TextDecoder(nn.Module):
         """Each layer's cross-attention keys/values of the image tokens, computed once per image."""
         return [blk.cross_attn.project_kv(memory) for blk in self.blocks]
 
-    def new_caches(self, batch: int, max_len: int, dtype, device) -> list[KVCache]:
-        c = self.cfg
-        return [KVCache(batch, c.dec_heads, max_len, c.dec_width // c.dec_heads, dtype, device) for _ in self.blocks]
-
     def positions(self, pos: torch.Tensor) -> torch.Tensor:
         """[B, T] position ids -> [B, T, D]."""
         return self.pos(pos) if self.cfg.dec_positions == "learned" else self.pe[pos]
@@ -110,7 +106,7 @@ class TextDecoder(nn.Module):
         memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh]
         pos: torch.Tensor | int | None = None,  # [B, T] position ids, or an int p: p..p+T-1 in every row; default 0
         mask: torch.Tensor | None = None,  # bool [B, 1, T, S]; default causal
-        caches: list[KVCache] | None = None,
+        caches: list | None = None,  # per layer, a self-attention cache (vqa.decoding.step.StaticKVCache)
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention

@@ -1,0 +1,153 @@
+"""One batched decoding's state (`BatchDecoder`), what the decoding methods of `vqa.decoding.generate` and
+`vqa.decoding.beam` run on, and what they return (`Generation`).
+
+The image is encoded once and each layer's cross-attention keys/values are computed once per image; the
+self-attention keeps a preallocated KV cache, so every new token costs the same whatever its position.
+Prompts of different lengths are left-padded: position ids count real tokens only and padding keys are
+masked, and each prompt has its own length budget (the context left after *its* prompt), so a padded batch
+gives exactly what the prompts give one by one. Each new token goes through `vqa.decoding.step.decode_step`, a
+step of fixed shapes that runs eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import GenerationConfig
+from ..errors import InputError
+from ..model import VQAModel
+from .compiled import bucket, compiled_step
+from .step import DecodeState, decode_step, prefill
+
+
+@dataclass
+class Generation:
+    sequences: list[list[int]]  # per prompt: the generated ids, without the prompt and the final <eos>
+    scores: list[float]  # per prompt: total log-probability of the sequence (incl. <eos>) under the model
+    beams: list[list[tuple[list[int], float]]] = field(default_factory=list)  # per prompt: every kept hypothesis
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [B, P] of the prompts padded on the left with `pad_id`, and valid [B, P]: True on their own tokens."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+        valid[i, width - len(p) :] = True
+    return ids.to(device), valid.to(device)
+
+
+SLOT_MULTIPLE = 32  # compiled: cache slots are padded up to a multiple of this (and rows to a `bucket`)
+
+
+class BatchDecoder:
+    """The state of one batched decoding of B rows: the prompts run into preallocated caches, then one token per
+    row per `step` (`vqa.decoding.step`: the same step eagerly or compiled). `budget[b]` is how many tokens row b
+    may generate: the config's max_new_tokens, capped by the context left after row b's own prompt.
+
+    With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
+    alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
+    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`bucket`): the
+    extra rows repeat row 0 and their outputs are dropped."""
+
+    def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
+                 vocab: torch.Tensor | None = None, compiled: bool = False):
+        self.model, self.kv = model, kv
+        decoder = model.decoder
+        device, dtype = kv[0][0].device, kv[0][0].dtype
+        limit = model.cfg.dec_max_len
+        longest = max(len(q) for q in prompts)
+        if longest >= limit:
+            raise InputError(f"prompt of {longest} tokens leaves no room to generate (dec_max_len={limit})")
+        self.budget = [config.budget(limit - len(q)) for q in prompts]
+        self.max_new = max(self.budget)
+        self.vocab, self.head, self.eos = None, None, model.cfg.eos_id
+        if vocab is not None:
+            self.vocab = vocab.to(device)
+            self.vocab_list = self.vocab.tolist()
+            self.eos = self.vocab_list.index(model.cfg.eos_id)
+            self.head = decoder.embed.weight.index_select(0, self.vocab)  # [V', D]: the tied head's rows
+        self.padded = len({len(q) for q in prompts}) > 1
+        self.rows = len(prompts)
+        self.compiled = compiled_step(decoder) if compiled else None
+        if self.compiled is not None:
+            fill = bucket(self.rows) - self.rows
+            prompts = list(prompts) + [prompts[0]] * fill
+            self.kv = kv = self._pad_rows(kv, self.rows, fill)
+            width = max(len(q) for q in prompts)
+            slots = -(-(width + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
+            self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
+        ids, valid = left_pad(prompts, model.cfg.pad_id, device)
+        b, p = ids.shape
+        if self.compiled is None:
+            self.state = DecodeState.allocate(model.cfg, b, p + self.max_new, dtype, device)
+        self.written = p  # cache slots holding keys
+        hidden = prefill(decoder, self.state, ids, valid, self.kv, self.padded)
+        self.logits = self._head(hidden)[: self.rows]  # [B, V]
+
+    @staticmethod
+    def _pad_rows(kv, rows: int, fill: int):
+        """kv with `fill` more rows, copies of row 0."""
+        if fill == 0:
+            return kv
+        index = torch.zeros(rows + fill, dtype=torch.long, device=kv[0][0].device)
+        index[:rows] = torch.arange(rows, device=index.device)
+        return [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return (self.model.decoder.logits(hidden) if self.head is None else hidden @ self.head.t()).float()
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row [B] (indices into `vocab` when there is one); returns the next logits [B, V]."""
+        if self.vocab is not None:
+            tokens = self.vocab[tokens]
+        s, decoder = self.state, self.model.decoder
+        self.written += 1
+        if self.compiled is not None:
+            if s.batch > self.rows:  # the padding rows are fed <eos>: their outputs are never read
+                tokens = torch.cat((tokens, tokens.new_full((s.batch - self.rows,), self.model.cfg.eos_id)))
+            self.logits = self.compiled(decoder, self.head, tokens, s, self.kv)[: self.rows]
+        else:
+            self.logits = decode_step(decoder, self.head, tokens, s.pos, s.slot, s.key_valid, s.k, s.v, self.kv,
+                                      written=self.written, padded=self.padded)
+        return self.logits
+
+    def ids(self, rows: list[list[int]]) -> list[list[int]]:
+        """Token ids of rows of `vocab` indices (unchanged without a vocab)."""
+        return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
+
+    def _full(self, index: torch.Tensor) -> torch.Tensor:
+        """A row index over the B rows, extended over the state's padding rows (which keep their places)."""
+        extra = self.state.batch - index.shape[0]
+        if extra <= 0:
+            return index
+        return torch.cat((index, torch.arange(index.shape[0], self.state.batch, device=index.device)))
+
+    def expand(self, k: int) -> None:
+        """Give each row k copies (beam search: the prompt ran once, its beams continue from it)."""
+        old, rows = self.state, self.rows * k
+        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [B*K]
+        self.rows = rows
+        dtype, device = old.k[0].dtype, old.k[0].device
+        if self.compiled is not None:
+            fill = bucket(rows) - rows
+            index = torch.cat((index, index.new_zeros(fill)))  # padding rows: copies of row 0
+            kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state, self.kv = self.compiled.state(rows + fill, old.slots, dtype, device, kv)
+        else:
+            self.kv = [(key.index_select(0, index), value.index_select(0, index)) for key, value in self.kv]
+            self.state = DecodeState.allocate(self.model.cfg, rows, old.slots, dtype, device)
+        self.state.copy_rows(old, index)
+        self.logits = self.logits.index_select(0, index[:rows])
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same
+        prompt, so the image's keys/values, the same in all of them, stay."""
+        self.state.reorder(self._full(index))
+        self.logits = self.logits.index_select(0, index)
+
+
+__all__ = ["Generation", "BatchDecoder", "left_pad", "SLOT_MULTIPLE"]

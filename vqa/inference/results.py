@@ -1,0 +1,62 @@
+"""What the Predictor returns: an `Answer` or a `Caption`, each with the generated tokens and, on request, the
+cross-attention maps behind them (`vqa.inference.predict` describes the probabilities and the maps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class _Generated:
+    tokens: list[str] = field(default_factory=list)  # the generated pieces, as text (word starts keep a space)
+    attention: torch.Tensor | None = None  # [G, L, H, grid, grid] on the CPU, when asked for
+    prompt_ids: list[int] = field(default_factory=list, repr=False)  # the prompt it was generated after
+    ids: list[int] = field(default_factory=list, repr=False)  # the generated token ids (no <eos>)
+
+    def words(self) -> list[tuple[str, torch.Tensor | None]]:
+        """The generated words with their attention maps [L, H, grid, grid]: word pieces are joined and
+        their maps averaged. A piece that starts with a space (the tokenizer's word marker) starts a word."""
+        groups: list[tuple[str, list[int]]] = []
+        for i, tok in enumerate(self.tokens):
+            if not groups or tok.startswith(" ") or not tok.strip():
+                groups.append((tok.strip(), [i]))
+            else:
+                text, idx = groups[-1]
+                groups[-1] = (text + tok, idx + [i])
+        out = []
+        for text, idx in groups:
+            maps = None if self.attention is None else self.attention[idx].mean(0)
+            out.append((text or "·", maps))
+        return out
+
+
+@dataclass
+class Answer(_Generated):
+    question: str = ""
+    answer: str = ""
+    top_k: list[tuple[str, float]] = field(default_factory=list)  # (answer, probability), most likely first
+    truncated: bool = False  # the question was cut to fit the model's context
+
+    def to_dict(self) -> dict:
+        return dict(
+            question=self.question, answer=self.answer, truncated=self.truncated,
+            top_k=[dict(answer=a, probability=round(p, 6)) for a, p in self.top_k],
+        )
+
+
+@dataclass
+class Caption(_Generated):
+    caption: str = ""
+    log_prob: float = 0.0  # total log-probability of the caption (incl. <eos>)
+    beams: list[tuple[str, float]] = field(default_factory=list)  # beam search: (caption, log-prob), best first
+
+    def to_dict(self) -> dict:
+        return dict(
+            caption=self.caption, log_prob=round(self.log_prob, 6),
+            beams=[dict(caption=c, log_prob=round(s, 6)) for c, s in self.beams],
+        )
+
+
+__all__ = ["Answer", "Caption"]

@@ -1,9 +1,10 @@
-"""Drawing a Scenes scene: a patterned background computed at 4x the image side, thin scratches, then every
-object as an outlined, rotated polygon (a ring as a thick circle), and a 4x area reduction that antialiases
-the pattern and the objects alike."""
+"""Drawing a Scenes scene: a patterned background computed at 2x the image side (and doubled), thin scratches,
+then every object as an outlined, rotated polygon (a ring as a thick circle) at 4x, and a 4x area reduction
+that antialiases the pattern, the scratches and the objects alike."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -11,13 +12,21 @@ from PIL import Image, ImageDraw
 
 from .scenes_scene import COLOURS, PALETTES
 
-K = 4  # supersampling factor
+K = 4  # supersampling factor of the drawing
+K_BACKGROUND = 2  # ... and of the background pattern (4x costs 4x the time and looks the same at 64 px)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel centres as fractions of the side: y as a column, x as a row (they broadcast to [n, n])."""
+    at = (np.arange(n, dtype=np.float32) + 0.5) / n
+    return at[:, None], at[None, :]
 
 
 def background(scene: dict, n: int) -> np.ndarray:
     """The [n, n, 3] uint8 background: a palette colour patterned by the scene's style."""
     rng = np.random.default_rng(scene["texture_seed"])
-    yy, xx = np.mgrid[0:n, 0:n].astype(np.float32) / n
+    yy, xx = _grid(n)
     style = scene["style"]
     if style == "checkerboard":
         cell = rng.uniform(0.08, 0.16)
@@ -29,12 +38,13 @@ def background(scene: dict, n: int) -> np.ndarray:
         light = np.zeros((n, n), np.float32)
         for _ in range(int(rng.integers(3, 6))):
             cx, cy, s = rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0.08, 0.2)
-            light += rng.choice((-1.6, 1.6)) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * s * s))
+            sign = rng.choice((-1.6, 1.6))  # a Gaussian is separable: two 1-D bumps, one outer product
+            light += np.float32(sign) * np.exp(-((yy - cy) ** 2) / (2 * s * s)) * np.exp(-((xx - cx) ** 2) / (2 * s * s))
     else:  # horizon: a paler sky over a darker floor that darkens towards the viewer
         h = rng.uniform(0.3, 0.6)
-        light = np.where(yy < h, 1.2, -0.6 - 0.8 * (yy - h) / (1 - h))
+        light = np.broadcast_to(np.where(yy < h, 1.2, -0.6 - 0.8 * (yy - h) / (1 - h)), (n, n))
     tone = np.asarray(PALETTES[scene["background"]], np.float32) + rng.uniform(-8, 8, size=3).astype(np.float32)
-    return np.clip(tone + 14 * light[..., None], 0, 255).astype(np.uint8)
+    return np.clip(tone + np.float32(14) * light[..., None].astype(np.float32), 0, 255).astype(np.uint8)
 
 
 def _turn(points: list[tuple[float, float]], cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
@@ -77,7 +87,7 @@ def _edge(fill: tuple[int, int, int]) -> tuple[int, int, int]:
 def render(scene: dict, side: int) -> Image.Image:
     """The scene as an RGB image of `side` x `side` pixels."""
     n = side * K
-    img = Image.fromarray(background(scene, n), "RGB")
+    img = Image.fromarray(background(scene, side * K_BACKGROUND), "RGB").resize((n, n), Image.Resampling.NEAREST)
     draw = ImageDraw.Draw(img)
     tone = np.asarray(PALETTES[scene["background"]])
     scratch = tuple(int(v) for v in np.clip(tone - 45, 0, 255))

@@ -1,7 +1,7 @@
 """Scenes scenes: what one holds and where things go.
 
 1-6 objects: 6 kinds (star, heart, cross, ring, hexagon, arrow), 6 colours (pink, brown, cyan, white, black,
-lime), a continuous size (diameter 13-27% of the image side) and a rotation; kept apart as circles, clear of
+lime), a continuous size (diameter 15-28% of the image side) and a rotation; kept apart as circles, clear of
 the border by 5% of the side. The background is one of 4 muted colours (sand, slate, sage, mauve) in one of 4
 patterns (checkerboard, stripes, soft blobs, a floor below a horizon); half of the scenes have 1-3 thin
 scratches behind the objects (clutter that is never counted). Spatial relations reuse Shapes' rule (centres
@@ -19,7 +19,7 @@ COLOURS = {
 }
 PALETTES = {"sand": (184, 164, 124), "slate": (96, 110, 138), "sage": (122, 146, 112), "mauve": (150, 118, 140)}
 STYLES = ("checkerboard", "stripes", "blobs", "horizon")
-DIAMETER = (0.13, 0.27)  # fraction of the image side
+DIAMETER = (0.15, 0.28)  # fraction of the image side (Shapes: 0.14 and 0.25)
 ROTATES = {"star": 36.0, "heart": 25.0, "cross": 45.0, "ring": 0.0, "hexagon": 30.0, "arrow": 360.0}  # max turn, degrees
 REPEAT = 0.35  # chance that a new object copies the kind (and, separately, the colour) of an earlier one
 SUPERLATIVE = 1.25  # "the biggest X" only when it is this much bigger than the next X (and "smallest" alike)

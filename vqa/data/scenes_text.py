@@ -115,7 +115,7 @@ BACKDROP = {"checkerboard": "a {} checkerboard", "stripes": "{} stripes", "blobs
 
 
 def _size_word(o: dict, side: int) -> str:
-    return "big " if o["d"] >= 0.22 * side else "little " if o["d"] <= 0.16 * side else ""
+    return "big " if o["d"] >= 0.245 * side else "little " if o["d"] <= 0.185 * side else ""
 
 
 def _join(parts: list[str]) -> str:

@@ -149,6 +149,17 @@ def test_many_answers_are_right_and_every_template_is_used():
     assert len(used) >= 3 * 4 + 2 + 3, sorted(used)  # 3 templates x 4 families, 2 spatial, 3 comparison
 
 
+def test_more_questions_per_family_are_right_and_distinct():
+    data = build_split("val", 40, SIDE, 5, per_family=3)
+    objs = {s["image_id"]: s["objects"] for s in data["scenes"]}
+    per_image = defaultdict(list)
+    for q in data["questions"]:
+        assert _answer(q["question"], objs[q["image_id"]]) == (q["family"], q["answer"]), q["question"]
+        per_image[q["image_id"]].append(q["question"])
+    assert all(len(qs) == len(set(qs)) <= 18 for qs in per_image.values())
+    assert sum(map(len, per_image.values())) > 14 * 40
+
+
 def test_scenes_are_valid_and_pictures_match(scenes):
     for s in _load(scenes, "scenes_train_scenes.json")["scenes"]:
         objs = s["objects"]

@@ -194,12 +194,14 @@ def test_question_only_priors_are_low():
     assert count_answers == {str(k) for k in range(7)}
 
 
-def test_cli_shapes_and_info(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["shapes", "scenes"])  # the other built-in set (tests/test_data_scenes.py)
+def test_cli_shapes_and_info(tmp_path, capsys, name):
     out = tmp_path / "s"
-    assert main(["data", "shapes", "--out", str(out), "--train", "10", "--val", "5", "--seed", "1", "--no-progress"]) == 0
+    assert main(["data", name, "--out", str(out), "--train", "10", "--val", "5", "--seed", "1", "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "train: 10 images, 60 questions, 40 captions" in text
     assert "question-only prior" in text and all(f in text for f in FAMILIES)
+    assert [p.name for p in out.glob("*_info.json")] == [f"{name}_info.json"]
     assert main(["data", "info", str(out)]) == 0
     text = capsys.readouterr().out
     assert "splits train, val" in text and "60 questions on 10 images" in text
@@ -207,8 +209,8 @@ def test_cli_shapes_and_info(tmp_path, capsys):
     bad.write_bytes(bad.read_bytes()[:60])
     assert main(["data", "info", str(out), "--split", "val", "--check-images"]) == 1
     assert "COCO_val_000002000001.png: truncated" in capsys.readouterr().out
-    assert main(["data", "shapes", "--out", str(out), "--size", "16"]) == 2
-    assert "too small" in capsys.readouterr().err
+    assert main(["data", name, "--out", str(out), "--size", "16"]) == 2
+    assert f"too small for {name.title()}" in capsys.readouterr().err
 
 
 def test_more_questions_per_family(tmp_path):

@@ -1,5 +1,6 @@
-"""The data layer: the built-in Shapes set, readers for VQA v2 / OK-VQA / COCO captions / JSONL, image loading,
-transforms, and the torch dataset + collate. Submodules that need torch are imported on first use."""
+"""The data layer: the built-in synthetic sets (Shapes, Scenes), readers for VQA v2 / OK-VQA / COCO captions /
+JSONL, image loading, transforms, and the torch dataset + collate. Submodules that need torch are imported on
+first use."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ _LAZY = {
     "build_transform": "transforms", "ImageTransform": "transforms",
     "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "Batch": "collate",
     "TaskGroup": "collate",
-    "generate_shapes": "shapes",
+    "generate_shapes": "shapes", "generate_scenes": "scenes",
 }
 
 

@@ -1,5 +1,5 @@
-"""`vqa data`: build the built-in Shapes set (`vqa data shapes`), inspect a data set (`vqa data info`), or write
-one as shards (`vqa data convert SRC --to webdataset|parquet OUT`)."""
+"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`), inspect a data set
+(`vqa data info`), or write one as shards (`vqa data convert SRC --to webdataset|parquet OUT`)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,25 @@ import numpy as np
 
 from .split import skipped_summary
 
+SETS = {
+    "shapes": "the built-in Shapes set",
+    "scenes": "the built-in Scenes set, a second synthetic set to check a training recipe on (docs/scenes.md)",
+}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    p = sub.add_parser("shapes", help="generate the built-in Shapes set (VQA v2 + COCO captions layout)")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
-    p.add_argument("--train", type=int, default=10000, help="training images (default 10000)")
-    p.add_argument("--val", type=int, default=1000, help="validation images (default 1000)")
-    p.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives identical files")
-    p.add_argument("--questions-per-family", type=int, default=1,
-                   help="questions per image per family (6 families; default 1)")
-    p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    for name, what in SETS.items():
+        p = sub.add_parser(name, help=f"generate {what} (VQA v2 + COCO captions layout)")
+        p.add_argument("--out", required=True, type=Path, help="output folder")
+        p.add_argument("--train", type=int, default=10000, help="training images (default 10000)")
+        p.add_argument("--val", type=int, default=1000, help="validation images (default 1000)")
+        p.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
+        p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives identical files")
+        p.add_argument("--questions-per-family", type=int, default=1,
+                       help="questions per image per family (6 families; default 1)")
+        p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p = sub.add_parser("info", help="list a data set's splits with their record (or shard) counts")
     p.add_argument("dir", help="data folder, or a shard pattern (shards/{00000..00009}.tar)")
     p.add_argument("--split", action="append", help="only this split (repeatable)")
@@ -40,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"shapes": run_shapes, "info": run_info, "convert": run_convert}[args.data_command](args)
+    return {"shapes": run_synthetic, "scenes": run_synthetic, "info": run_info,
+            "convert": run_convert}[args.data_command](args)
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -60,17 +67,20 @@ def run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_shapes(args: argparse.Namespace) -> int:
-    from .shapes import generate_shapes
-    from .shapes_text import FAMILIES
+def run_synthetic(args: argparse.Namespace) -> int:
+    """`vqa data shapes` / `vqa data scenes`: build the set, then print its counts, answers and priors."""
+    from .synthetic import FAMILIES, generate
 
+    if args.data_command == "shapes":
+        from .shapes import SHAPES_SET as spec
+    else:
+        from .scenes import SCENES_SET as spec
     t0 = time.perf_counter()
-    priors = generate_shapes(
-        args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
-        progress=not args.no_progress, workers=args.workers, questions_per_family=args.questions_per_family,
-    )
+    priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
+                      progress=not args.no_progress, workers=args.workers,
+                      questions_per_family=args.questions_per_family)
     seconds = time.perf_counter() - t0
-    info = json.loads((args.out / "shapes_info.json").read_text())
+    info = json.loads((args.out / f"{spec.prefix}_info.json").read_text())
     for split, c in info["counts"].items():
         print(f"{split}: {c['images']} images, {c['questions']} questions, {c['captions']} captions")
     print(f"written to {args.out} in {seconds:.1f} s")

@@ -1,23 +1,21 @@
 """The words of the Shapes set: questions and captions about a scene.
 
-Questions: one per family per image (6; a family with nothing askable is replaced by another). Each question is
-chosen among the scene's valid candidates so that, per question string, answers stay as uniform as possible
-(`Balancer`): a model that ignores the image scores about chance. Referring expressions always pick out exactly
-one object. Captions name the objects and their layout, from varied templates.
+Questions: every valid (question, answer) of a scene per family (`candidates`), among which `vqa.data.synthetic`
+picks one per family so that, per question string, answers stay as uniform as possible (`Balancer`): a model
+that ignores the image scores about chance. Referring expressions always pick out exactly one object. Captions
+name the objects and their layout, from varied templates.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from itertools import product
 
 import numpy as np
 
 from .shapes_scene import COLORS, SHAPES, SIZES, relation_holds
+from .synthetic import FAMILIES
 
-FAMILIES = ("attribute_color", "attribute_shape", "existence", "count", "spatial", "comparison")
-ANSWER_TYPES = {"attribute_color": "other", "attribute_shape": "other", "existence": "yes/no",
-                "count": "number", "spatial": "yes/no", "comparison": "yes/no"}
 N_ANSWERS = {"attribute_color": 6, "attribute_shape": 4, "count": 7}  # others: yes/no
 RELATIONS = ("left of", "right of", "above", "below")
 WORDS = ("zero", "one", "two", "three", "four", "five", "six")
@@ -98,59 +96,6 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
         nx, ny = counts[x], counts[y]
         cands["comparison"].append((q, "yes" if (nx > ny if more else nx < ny) else "no"))
     return cands
-
-
-class Balancer:
-    """Picks questions so answers stay near uniform per family and per question string.
-
-    First the answer: among those the scene allows, the one whose family share and best per-string surplus
-    are lowest; then a question string with that answer whose own answer counts need it most."""
-
-    def __init__(self, rng: np.random.Generator, alpha: float = 2.0):
-        self.rng, self.alpha = rng, alpha
-        self.per_qa: Counter = Counter()  # (question, answer) -> times asked
-        self.per_q: Counter = Counter()
-        self.per_f: dict[str, Counter] = defaultdict(Counter)
-
-    def pick(self, family: str, cands: list[tuple[str, str]], taken: set[str]) -> tuple[str, str] | None:
-        inv_k = 1.0 / N_ANSWERS.get(family, 2)
-        qa, qt = self.per_qa, self.per_q
-        by_answer: dict[str, list[tuple[float, str]]] = defaultdict(list)
-        for q, a in cands:
-            if q not in taken:
-                by_answer[a].append((qa[q, a] - qt[q] * inv_k, q))
-        if not by_answer:
-            return None
-        fam = self.per_f[family]
-        share = max(1.0, sum(fam.values()) * inv_k)
-        lows = {a: min(qs)[0] for a, qs in by_answer.items()}
-        score = {a: lows[a] + self.alpha * (fam[a] - share) / share for a in by_answer}
-        best = min(score.values())
-        answers = sorted(a for a, v in score.items() if v <= best + 0.25)
-        a = answers[self.rng.integers(len(answers))]
-        pool = [q for e, q in by_answer[a] if e <= lows[a] + 0.5]
-        q = pool[self.rng.integers(len(pool))]
-        qa[q, a] += 1
-        qt[q] += 1
-        fam[a] += 1
-        return q, a
-
-
-def choose_questions(scene: dict, side: int, bal: Balancer, per_family: int = 1) -> list[tuple[str, str, str]]:
-    """(family, question, answer): `per_family` per family; a family with nothing (more) to ask (e.g. spatial
-    with one object) is replaced by the least-asked family that has something, so the families stay balanced."""
-    cands = candidates(scene, side, bal.rng)
-    out: list[tuple[str, str, str]] = []
-    taken: set[str] = set()
-    for fam in FAMILIES * per_family:
-        spares = sorted((f for f in FAMILIES if f != fam), key=lambda f: (sum(bal.per_f[f].values()), f))
-        for f in [fam, *spares]:
-            got = bal.pick(f, cands[f], taken)
-            if got:
-                out.append((f, *got))
-                taken.add(got[0])
-                break
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------

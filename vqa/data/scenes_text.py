@@ -1,0 +1,178 @@
+"""The words of the Scenes set: questions and captions about a scene, worded unlike Shapes'.
+
+Questions: every valid (question, answer) per family, from 2-3 templates each ("which colour is the biggest
+star?", "what is the pink thing?", "can you see a brown ring?", "what number of hearts can you see?", "is the
+cyan cross higher up than the white arrow?", "are the stars outnumbered by the rings?"); `vqa.data.synthetic`
+picks among them so that answers stay balanced per question string. A thing is named by colour and / or kind,
+or as the clearly biggest / smallest of such things; a name used as a reference picks out exactly one object.
+Spatial words are ones that `vqa.data.transpose` refuses ("further left", "higher up"), never the phrases it
+rewrites, so a transposed or flipped training image never gets a wrong text. Captions: four per image, two
+of them listing every object left to right and top to bottom.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import product
+
+import numpy as np
+
+from .scenes_scene import COLOURS, KINDS, extreme
+from .shapes_scene import relation_holds
+from .synthetic import FAMILIES
+
+N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 7}  # others: yes/no
+NUMBERS = ("zero", "one", "two", "three", "four", "five", "six")
+PLURAL = {k: "crosses" if k == "cross" else f"{k}s" for k in KINDS}
+# our relation -> the Shapes relation with the same meaning (the same 10% margin)
+RELATIONS = {"further left": "left of", "further right": "right of", "higher up": "above", "lower down": "below"}
+
+COLOUR_Q = ("which colour is the {}?", "what colour does the {} have?", "the {} is which colour?")
+KIND_Q = ("which kind of shape is the {}?", "what is the {}?", "the {} has which shape?")
+EXIST_Q = ("can you see {}?", "does the picture contain {}?", "is any {} visible?")
+COUNT_Q = ("how many {} are in the picture?", "what number of {} can you see?", "how many {} does the picture show?")
+SPATIAL_Q = ("is the {a} {rel} than the {b}?", "compared with the {b}, is the {a} {rel}?")
+COMPARE_Q = (("is the number of {} greater than the number of {}?", ">"), ("are the {} outnumbered by the {}?", "<"),
+             ("are there as many {} as {}?", "="))
+
+
+def name(colour: str | None, kind: str | None, plural: bool = False, most: str | None = None) -> str:
+    """'pink star', 'pink things', 'stars', 'biggest thing'..."""
+    noun = (PLURAL[kind] if plural else kind) if kind else ("things" if plural else "thing")
+    return " ".join(w for w in (most, colour, noun) if w)
+
+
+def article(phrase: str) -> str:
+    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
+
+DESCS = [(c, k) for c in (None, *COLOURS) for k in (None, *KINDS)]  # (colour, kind); (None, None) = anything
+# the wordings, made once (candidates() runs for every image): per description / pair, one per template
+COUNTS = {d: [t.format(name(*d, plural=True)) for t in COUNT_Q] for d in DESCS}
+EXISTS = {d: [t.format(x) for t, x in zip(EXIST_Q, (article(name(*d)), article(name(*d)), name(*d)), strict=True)]
+          for d in DESCS if any(d)}
+PAIRS = [(x, y) for group in ([(None, k) for k in KINDS], [(c, None) for c in COLOURS])
+         for x, y in product(group, repeat=2) if x != y]
+COMPARES = {(x, y): [(t.format(name(*x, plural=True), name(*y, plural=True)), op) for t, op in COMPARE_Q] for x, y in PAIRS}
+
+
+def _matches(objs: list[dict], colour: str | None, kind: str | None) -> list[dict]:
+    return [o for o in objs if colour in (None, o["color"]) and kind in (None, o["kind"])]
+
+
+def references(objs: list[dict], o: dict, use_colour: bool, use_kind: bool) -> list[str]:
+    """The names that pick out object o and nothing else: by colour and / or kind (only those allowed),
+    or as the clearly biggest / smallest of the things sharing the allowed attribute(s)."""
+    out = []
+    for colour, kind in product((None, o["color"]) if use_colour else (None,), (None, o["kind"]) if use_kind else (None,)):
+        group = _matches(objs, colour, kind)
+        if (colour or kind) and len(group) == 1:
+            out.append(name(colour, kind))
+        out += [name(colour, kind, most=m) for m in ("biggest", "smallest") if extreme(group, m) is o]
+    return out
+
+
+def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, list[tuple[str, str]]]:
+    """Every valid (question, answer) per family for a scene (spatial: one random wording per object pair
+    and relation)."""
+    objs = scene["objects"]
+    cands: dict[str, list[tuple[str, str]]] = {f: [] for f in FAMILIES}
+    for o in objs:
+        for ref in references(objs, o, use_colour=False, use_kind=True):
+            cands["attribute_color"] += [(t.format(ref), o["color"]) for t in COLOUR_Q]
+        for ref in references(objs, o, use_colour=True, use_kind=False):
+            cands["attribute_shape"] += [(t.format(ref), o["kind"]) for t in KIND_Q]
+    count = Counter(d for o in objs for d in ((None, None), (o["color"], None), (None, o["kind"]), (o["color"], o["kind"])))
+    pick = iter(rng.integers(3, size=2 * len(DESCS) + len(PAIRS)).tolist())  # one of the 3 templates each
+    for d in DESCS:
+        cands["count"].append((COUNTS[d][next(pick)], str(count[d])))
+        if d in EXISTS:
+            cands["existence"].append((EXISTS[d][next(pick)], "yes" if count[d] else "no"))
+    plain = [[r for r in references(objs, o, True, True) if not r.startswith(("biggest", "smallest"))] for o in objs]
+    for i, j in product(range(len(objs)), repeat=2):
+        if i == j or not plain[i] or not plain[j]:
+            continue
+        for rel, same in RELATIONS.items():
+            holds = relation_holds(objs[i], objs[j], same, side)
+            if holds is not None:
+                a, b = plain[i][rng.integers(len(plain[i]))], plain[j][rng.integers(len(plain[j]))]
+                q = SPATIAL_Q[rng.integers(len(SPATIAL_Q))].format(a=a, b=b, rel=rel)
+                cands["spatial"].append((q, "yes" if holds else "no"))
+    for x, y in PAIRS:
+        nx, ny = count[x], count[y]
+        q, op = COMPARES[x, y][next(pick)]
+        if op == "=" and not nx + ny:
+            continue  # "as many stars as hearts" with neither: true, but says nothing
+        cands["comparison"].append((q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+    return cands
+
+
+# ---------------------------------------------------------------------------------------------------------
+# captions
+
+BACKDROP = {"checkerboard": "a {} checkerboard", "stripes": "{} stripes", "blobs": "a blotchy {} backdrop",
+            "horizon": "a {} floor with a horizon"}
+
+
+def _size_word(o: dict, side: int) -> str:
+    return "big " if o["d"] >= 0.245 * side else "little " if o["d"] <= 0.185 * side else ""
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _listing(objs: list[dict], side: int) -> str:
+    """'a big pink star, two cyan rings and a black cross': neighbours with one name merged, order kept."""
+    runs: list[list] = []
+    for o in objs:
+        words = (f"{_size_word(o, side)}{o['color']}", o["kind"])
+        if runs and runs[-1][0] == words:
+            runs[-1][1] += 1
+        else:
+            runs.append([words, 1])
+    return _join([article(f"{a} {k}") if n == 1 else f"{NUMBERS[n]} {a} {PLURAL[k]}" for (a, k), n in runs])
+
+
+def _kinds(objs: list[dict]) -> str:
+    """'two stars and a ring'."""
+    counts = sorted(Counter(o["kind"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
+    return _join([article(k) if n == 1 else f"{NUMBERS[n]} {PLURAL[k]}" for k, n in counts])
+
+
+def _spot(o: dict, side: int) -> str:
+    col, row = min(2, int(3 * o["x"] / side)), min(2, int(3 * o["y"] / side))
+    if (col, row) == (1, 1):
+        return "in the middle"
+    if col == 1 or row == 1:
+        return f"near the {('top', '', 'bottom')[row] or ('left', '', 'right')[col]} edge"
+    return f"in the {('top', '', 'bottom')[row]} {('left', '', 'right')[col]} corner"
+
+
+def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
+    """Four captions: the objects going left to right, top to bottom, a tally on the backdrop, and one clear
+    relation (a single object: where it is)."""
+    objs = sorted(scene["objects"], key=lambda o: o["x"])
+    n = len(objs)
+    backdrop = BACKDROP[scene["style"]].format(scene["background"])
+    tally = f"{NUMBERS[n]} shape{'s' if n > 1 else ''} on {backdrop}: {_kinds(objs)}"
+    if n == 1:
+        o = objs[0]
+        return [f"just one {_size_word(o, side)}{o['color']} {o['kind']}, {_spot(o, side)}", tally,
+                f"the only thing in the picture is {_listing(objs, side)}", f"a lone {o['color']} {o['kind']} on {backdrop}"]
+    caps = ["going left to right: " + _listing(objs, side),
+            "top to bottom: " + _listing(sorted(objs, key=lambda o: o["y"]), side), tally]
+    short = [f"{o['color']} {o['kind']}" for o in objs]
+    pairs = [(i, j, rel) for i, j in product(range(n), repeat=2) for rel, same in RELATIONS.items()
+             if short.count(short[i]) == 1 and short.count(short[j]) == 1 and i != j
+             and relation_holds(objs[i], objs[j], same, side)]
+    if pairs:
+        i, j, rel = pairs[rng.integers(len(pairs))]
+        caps.append(f"the {short[i]} sits {rel} than the {short[j]}")
+    else:
+        colours = sorted(Counter(o["color"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
+        caps.append("the shapes huddle close together: " + _join([f"{NUMBERS[k]} {c}" for c, k in colours]))
+    return caps
+
+
+__all__ = ["N_ANSWERS", "candidates", "make_captions", "name", "references"]

@@ -282,19 +282,13 @@ def test_tiny_model_overfits_8_triples_until_greedy_reproduces_every_target():
 # ---------------------------------------------------------------- the image encoder
 
 
-def test_memory_keeps_or_drops_the_cls_token():
+def test_memory_is_the_cls_token_then_the_patches():
     cfg = tiny_config()
     grid = cfg.vit_image_size // cfg.vit_patch_size
     images = random_images(2, cfg)
-    keep = tiny_model()
-    assert keep.vision.grid == grid
-    assert keep.encode(images).shape == (2, grid * grid + 1, cfg.dec_width)
-    drop = tiny_model(vit_keep_prefix=False)
-    mem = drop.encode(images)
-    assert mem.shape == (2, grid * grid, cfg.dec_width)
-    # the same weights: dropping the prefix removes exactly the CLS token
-    drop.load_state_dict(keep.state_dict())
-    torch.testing.assert_close(drop.encode(images), keep.encode(images)[:, 1:])
+    model = tiny_model()
+    assert model.vision.grid == grid and model.vision.num_prefix == 1
+    assert model.encode(images).shape == (2, 1 + grid * grid, cfg.dec_width)
 
 
 def test_vit_freeze_leaves_vit_params_without_grad():

@@ -82,6 +82,19 @@ def test_every_train_config_field_is_an_option_and_help_comes_from_the_field():
     assert "cosine schedule is fitted to it" in text
 
 
+def test_every_option_says_what_it_is():
+    """A TrainConfig field's help is its option's --help text; a ModelConfig field (set with --set, which
+    points to them) has its help in the comment on its line."""
+    import inspect
+
+    for f in dataclasses.fields(TrainConfig):
+        assert len(f.metadata.get("help", "")) > 10, f.name
+    lines = inspect.getsource(ModelConfig).splitlines()
+    for f in dataclasses.fields(ModelConfig):
+        line = next(x for x in lines if x.strip().startswith(f"{f.name}:"))
+        assert len(line.partition("  # ")[2].strip()) > 10, f.name
+
+
 def _resolve(argv: list[str]) -> TrainConfig:
     args = ["train", *argv]
     ns = build_parser(args).parse_args(args)

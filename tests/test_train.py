@@ -459,3 +459,23 @@ def test_a_time_limited_run_prints_its_steps_and_the_command_that_repeats_them(s
     assert main(words[1:]) == 0
     assert checkpoint.load_train_state(Path(f"{run}-{steps}") / "last")["step"] == steps
     assert not (Path(f"{run}-{steps}") / "max_steps_command.txt").exists()  # a run by steps has nothing to add
+
+
+def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, tmp_path):
+    """--caption-weight is the caption task's weight in every step's loss; --hflip turns on the training
+    transform's flips (the transform's own tests check when it flips)."""
+    from vqa import distributed
+    from vqa.cli import build_parser
+    from vqa.config import TrainConfig
+    from vqa.options import given
+    from vqa.train import Trainer, resolve
+
+    for extra, weight, flips in (((), 0.5, False), (("--caption-weight", "0.25", "--hflip"), 0.25, True)):
+        args = train_args(shapes_dir, tmp_path / f"run{weight}", "--max-steps", "1", "--workers", "0", *extra)
+        ns = build_parser(args).parse_args(args)
+        trainer = Trainer(resolve(given(ns, TrainConfig), ns.config), distributed.Dist())
+        try:
+            assert trainer.runner.weights == {"vqa": 1.0, "caption": weight}
+            assert trainer.data.dataset.transform.allow_hflip is flips
+        finally:
+            trainer.close()

@@ -110,37 +110,37 @@ DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
 @dataclass
 class ModelConfig(_Config):
     # image encoder (any timm ViT; `vit_name` picks the architecture and, after a dot, the weights' tag)
-    vit_name: str = "vit_tiny_patch16_224"
+    vit_name: str = "vit_tiny_patch16_224"  # a timm ViT, optionally with its weights' tag after a dot
     vit_image_size: int | None = None  # None: timm's input size for vit_name
-    vit_patch_size: int = 16
+    vit_patch_size: int = 16  # pixels per patch side (a power of two with vit_conv_stem)
     vit_width: int | None = None  # None: the timm model's own width; set for a custom-size ViT
-    vit_depth: int | None = None
-    vit_heads: int | None = None
+    vit_depth: int | None = None  # None: the timm model's own number of blocks
+    vit_heads: int | None = None  # None: the timm model's own number of attention heads
     vit_pretrained: bool = False  # timm's own download (needs internet)
     vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
     vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
     vit_qk_norm: bool = False  # LayerNorm on each head's queries and keys (timm's qk_norm)
     vit_memory_pos: bool = False  # add fixed 2-D sin-cos positions to the image tokens the decoder attends to
-    vit_freeze: bool = False
+    vit_freeze: bool = False  # no gradients for the ViT (its projection to the decoder still trains)
     vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
-    vit_std: tuple[float, float, float] | None = None
+    vit_std: tuple[float, float, float] | None = None  # None: timm's for vit_name, like vit_mean
     # text decoder
     dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
-    dec_width: int = 192
-    dec_depth: int = 3
-    dec_heads: int = 4
-    dec_mlp_ratio: float = 4.0
+    dec_width: int = 192  # the decoder's model width (the image tokens are projected to it)
+    dec_depth: int = 3  # decoder blocks (self-attention, cross-attention, MLP)
+    dec_heads: int = 4  # attention heads per layer (dec_width must divide by it)
+    dec_mlp_ratio: float = 4.0  # the MLP's hidden width / dec_width
     dec_max_len: int = 64  # the longest prompt + target, in tokens
-    dec_positions: str = "sinusoidal"  # or "learned"
-    dec_dropout: float = 0.0
+    dec_positions: str = "sinusoidal"  # the positions added to the tokens: "sinusoidal" (fixed) or "learned"
+    dec_dropout: float = 0.0  # dropout in the decoder (embeddings, attention, residual branches) while training
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
     dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
     vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    pad_id: int = 0  # the tokenizer's <pad> id (set with vocab_size)
+    bos_id: int = 1  # the tokenizer's <bos> id
+    eos_id: int = 2  # the tokenizer's <eos> id: generation stops at it
 
     def __post_init__(self) -> None:
         if self.vit_image_size is None or self.vit_mean is None or self.vit_std is None:
@@ -329,7 +329,8 @@ class TrainConfig(_Config):
     out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
-        "override a model config field (repeatable)", flag="--set", metavar="FIELD=VALUE"))
+        "override a model config field (repeatable); the fields, each with what it does: ModelConfig in "
+        "vqa/config.py", flag="--set", metavar="FIELD=VALUE"))
     tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
     epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
     max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))

@@ -479,3 +479,26 @@ def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, t
             assert trainer.data.dataset.transform.allow_hflip is flips
         finally:
             trainer.close()
+
+
+def test_dist_timeout_is_how_long_a_collective_waits_under_torchrun(monkeypatch, tmp_path):
+    import datetime
+
+    from vqa.config import TrainConfig
+    from vqa.train import train
+
+    asked = []
+
+    class Joined(Exception):
+        pass
+
+    def init_process_group(backend, timeout):
+        asked.append(timeout)
+        raise Joined  # this test needs only what train() asks for
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    with pytest.raises(Joined):
+        train(TrainConfig(data="d", out=str(tmp_path / "run"), device="cpu", dist_timeout=45))
+    assert asked == [datetime.timedelta(minutes=45)]

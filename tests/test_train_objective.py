@@ -85,3 +85,19 @@ def test_a_batch_without_any_text_row_gives_a_zero_loss_that_backpropagates():
     loss.backward()
     assert float(loss.detach()) == 0.0
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_grad_clip_bounds_the_norm_of_the_steps_gradient():
+    """--grad-clip: with plain SGD at lr 1 a step moves the weights by exactly the (clipped) gradient."""
+    from vqa.train.step import StepRunner
+
+    moved = {}
+    for clip in (0.0, 1e-3):
+        model = tiny_model().train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        before = [p.detach().clone() for p in params]
+        runner = StepRunner(Objective(model), torch.optim.SGD(params, lr=1.0), torch.amp.GradScaler("cpu", enabled=False),
+                            params, torch.device("cpu"), {"vqa": 1.0, "caption": 0.5}, grad_clip=clip)
+        runner([collate(items(model, torch.Generator().manual_seed(0)), pad_id=0)])
+        moved[clip] = float(torch.cat([(p.detach() - b).flatten() for p, b in zip(params, before, strict=True)]).norm())
+    assert moved[0.0] > 0.1 and moved[1e-3] == pytest.approx(1e-3, rel=1e-3)

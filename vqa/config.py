@@ -22,9 +22,9 @@ from typing import Any
 
 from .errors import ConfigError
 
-# Options that were removed (docs/tried.md), each with the value that meant "off" and the commit whose code
-# last served it. A saved config.json, train_config.json or --config file that still holds one at that value
-# loads as if the field were absent; at any other value it is refused, naming the option.
+# Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
+# or --config file that still holds one at that value loads as if the field were absent; at any other value it
+# is refused in one line naming the option: the code that served it is gone (REMOVED_IN has it).
 REMOVED_FIELDS: dict[str, dict[str, Any]] = {
     "ModelConfig": dict(dec_rope=False, dec_cross_rope=False, dec_cross_rope_follow=False, dec_cross_coords=False,
                         vit_keep_prefix=True),

@@ -13,7 +13,7 @@ from helpers import random_images, tiny_model
 
 from vqa.cli import build_parser
 from vqa.config import PRESETS, GenerationConfig, ModelConfig, TrainConfig, preset
-from vqa.errors import ConfigError
+from vqa.errors import CheckpointError, ConfigError
 from vqa.model import VQAModel
 from vqa.options import given
 from vqa.train import resolve
@@ -80,6 +80,19 @@ def test_every_train_config_field_is_an_option_and_help_comes_from_the_field():
         assert flag in text, flag
     assert "epochs, --max-steps" not in text  # nothing hand-written beside the fields
     assert "cosine schedule is fitted to it" in text
+
+
+def test_every_option_says_what_it_is():
+    """A TrainConfig field's help is its option's --help text; a ModelConfig field (set with --set, which
+    points to them) has its help in the comment on its line."""
+    import inspect
+
+    for f in dataclasses.fields(TrainConfig):
+        assert len(f.metadata.get("help", "")) > 10, f.name
+    lines = inspect.getsource(ModelConfig).splitlines()
+    for f in dataclasses.fields(ModelConfig):
+        line = next(x for x in lines if x.strip().startswith(f"{f.name}:"))
+        assert len(line.partition("  # ")[2].strip()) > 10, f.name
 
 
 def _resolve(argv: list[str]) -> TrainConfig:
@@ -160,16 +173,48 @@ def test_a_config_json_from_before_the_timm_statistics_still_loads(tmp_path):
     assert ModelConfig.load(tmp_path / "config.json") == preset("tiny")
 
 
-def test_question_weights_are_pairs_that_layer_like_set_and_bad_ones_are_config_errors(tmp_path):
-    cfg = _resolve(["--data", "d", "--out", "o", "--question-weight", "spatial=2", "--question-weight", "count=0.5"])
-    assert cfg.question_weights == {"spatial": 2, "count": 0.5}
-    yaml_file = tmp_path / "run.yaml"
-    yaml_file.write_text("question_weights:\n  spatial: 3\n  count: 2\n")
-    both = _resolve(["--data", "d", "--out", "o", "--config", str(yaml_file), "--question-weight", "spatial=1.5"])
-    assert both.question_weights == {"spatial": 1.5, "count": 2}  # merged, the flag wins
-    for bad in ("spatial=-1", "spatial=abc", "spatial=true"):
-        with pytest.raises(ConfigError, match="--question-weight spatial="):
-            _resolve(["--data", "d", "--out", "o", "--question-weight", bad])
+def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_path, shapes_dir, capsys):
+    """Checkpoints and runs saved while vqa had an option that is gone (REMOVED_FIELDS, docs/tried.md) still
+    load when the option held its default; one that had it on is refused in one line naming the option."""
+    from vqa.config import REMOVED_FIELDS
+
+    model = tiny_model()
+    model.save_pretrained(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / "config.json").read_text())
+    old = {**saved, **REMOVED_FIELDS["ModelConfig"]}  # a config.json written before the removals
+    (tmp_path / "m" / "config.json").write_text(json.dumps(old))
+    assert VQAModel.from_pretrained(tmp_path / "m").cfg == model.cfg
+    for name, off in REMOVED_FIELDS["ModelConfig"].items():
+        (tmp_path / "m" / "config.json").write_text(json.dumps({**saved, name: not off}))
+        with pytest.raises(CheckpointError) as e:
+            VQAModel.from_pretrained(tmp_path / "m")
+        assert f"{name}={not off!r}: vqa no longer has this option (docs/tried.md" in str(e.value)
+        assert "\n" not in str(e.value)
+        with pytest.raises(ConfigError, match=f"{name}={not off!r}: vqa no longer has this option"):
+            preset("tiny", **{name: not off})
+    assert preset("tiny", dec_rope=False) == preset("tiny")  # --set at the old default: nothing to do
+    # a run folder's train_config.json from before: resumes; with a removed option on: refused
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = _resolve(["--data", "d", "--out", str(run), "--max-steps", "3"])
+    (run / "train_config.json").write_text(json.dumps(
+        {**cfg.to_dict(), **REMOVED_FIELDS["TrainConfig"], "model": {"dec_rope": False, "dec_depth": 1}}))
+    again = _resolve(["--out", str(run), "--resume"])
+    assert again.model == {"dec_depth": 1} and dataclasses.replace(again, resume=False, model={}) == cfg
+    (run / "train_config.json").write_text(json.dumps({**cfg.to_dict(), "transpose": 0.5}))
+    with pytest.raises(ConfigError, match=r"transpose=0.5: vqa no longer has this option"):
+        _resolve(["--out", str(run), "--resume"])
+    (run / "train_config.json").write_text(json.dumps({**cfg.to_dict(), "question_weights": {"spatial": 3}}))
+    with pytest.raises(ConfigError, match=r"question_weights=\{'spatial': 3\}: vqa no longer has this option"):
+        _resolve(["--out", str(run), "--resume"])
+    # and on the command line: the flag is gone; --set of a removed model field says so
+    from vqa.cli import main
+
+    assert main(["train", "--data", str(shapes_dir), "--out", str(tmp_path / "r"), "--set", "dec_cross_rope=true"]) == 2
+    err = capsys.readouterr().err
+    assert "dec_cross_rope=True: vqa no longer has this option" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        _resolve(["--data", "d", "--out", "o", "--transpose", "0.5"])
 
 
 def test_command_line_gives_back_the_config_it_was_made_from(tmp_path):
@@ -180,7 +225,7 @@ def test_command_line_gives_back_the_config_it_was_made_from(tmp_path):
     from vqa.train.runfolder import command_line
 
     typed = ["--data", "data/shapes", "--out", "runs/t", "--time-limit", "10m", "--set", "dec_depth=2", "--seed", "1",
-             "--question-weight", "spatial=2", "--tasks", "vqa", "--hflip", "--lr", "0.002", "--resume"]
+             "--caption-weight", "1.0", "--tasks", "vqa", "--hflip", "--lr", "0.002", "--resume"]
     cfg = _resolve(typed)
     cmd = command_line(cfg, time_limit=None, max_steps=1837, out="runs/t-1837")
     words = shlex.split(cmd)

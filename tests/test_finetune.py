@@ -1,6 +1,5 @@
 """The fine-tuning recipe: three learning rates (new cross-attention, decoder, encoder), freezing either tower,
-`--train-only`, and pretraining on captions then fine-tuning on VQA with `--init-from`; the measurement
-script's commands at a tiny size."""
+`--train-only`, and pretraining on captions then fine-tuning on VQA with `--init-from`."""
 
 from __future__ import annotations
 
@@ -147,21 +146,3 @@ def test_caption_pretraining_then_vqa_fine_tuning(shapes_dir, tmp_path):
     assert main([*ft[:4], str(tmp_path / "vqa2"), *ft[5:]]) == 0  # and with the preset's rate it trains
     assert sorted(losses(tmp_path / "vqa2")) == [1, 2]
     assert any(not torch.equal(v, source[k]) for k, v in weights(tmp_path / "vqa2").items())
-
-
-@pytest.mark.slow
-def test_the_measurement_script_runs_its_commands(shapes_dir, tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "pretrain_finetune.py"
-    spec = importlib.util.spec_from_file_location("pretrain_finetune", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    out = tmp_path / "pf"
-    assert script.main(["--data", str(shapes_dir), "--out", str(out), "--max-steps", "1", "--", "--batch-size", "4",
-                        "--eval-images", "4", *tiny_set_flags()]) == 0
-    assert json.loads((out / "finetune" / "last" / "card.json").read_text())["init_from"] == str(out / "caption")
-    assert checkpoint.load_train_state(out / "scratch" / "last")["step"] == 2  # twice the steps
-    table = (out / "table.md").read_text()
-    assert "caption, then VQA" in table and "vqa from scratch" in table and "spatial" in table

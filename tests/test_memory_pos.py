@@ -33,23 +33,6 @@ def test_memory_positions_are_added_to_the_patch_tokens_only():
     assert torch.cdist(patches, patches).add(torch.eye(len(patches)) * 9).min() > 0.1  # every patch distinct
 
 
-@torch.no_grad()
-def test_memory_positions_follow_a_dropped_prefix():
-    """Without the CLS token the memory is the 16 patch tokens, and each gets its own patch's position: the
-    table the model adds is the grid's sin-cos table, with no zero row for a prefix that is gone."""
-    from timm.layers import build_sincos2d_pos_embed
-
-    cfg = tiny_config(vit_memory_pos=True, vit_keep_prefix=False)
-    with_pos = tiny_model(vit_memory_pos=True, vit_keep_prefix=False)
-    without = tiny_model(vit_keep_prefix=False)
-    without.load_state_dict(with_pos.state_dict())  # the same weights; positions are a buffer, not saved
-    images = random_images(2, cfg)
-    added = with_pos.encode(images) - without.encode(images)  # [2, 16, D]
-    expected = build_sincos2d_pos_embed([4, 4], cfg.dec_width, temperature=100.0)  # [16, D], row-major patches
-    assert added.shape == (2, 16, cfg.dec_width)
-    torch.testing.assert_close(added, expected.expand(2, -1, -1), atol=1e-5, rtol=0)
-
-
 def test_memory_positions_need_a_width_divisible_by_four():
     with pytest.raises(ConfigError, match="divisible by 4"):
         tiny_config(vit_memory_pos=True, dec_width=30, dec_heads=3)

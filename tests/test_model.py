@@ -285,19 +285,41 @@ def test_tiny_model_overfits_8_triples_until_greedy_reproduces_every_target():
 # ---------------------------------------------------------------- the image encoder
 
 
-def test_memory_keeps_or_drops_the_cls_token():
+def test_memory_is_the_cls_token_then_the_patches():
     cfg = tiny_config()
     grid = cfg.vit_image_size // cfg.vit_patch_size
     images = random_images(2, cfg)
-    keep = tiny_model()
-    assert keep.vision.grid == grid
-    assert keep.encode(images).shape == (2, grid * grid + 1, cfg.dec_width)
-    drop = tiny_model(vit_keep_prefix=False)
-    mem = drop.encode(images)
-    assert mem.shape == (2, grid * grid, cfg.dec_width)
-    # the same weights: dropping the prefix removes exactly the CLS token
-    drop.load_state_dict(keep.state_dict())
-    torch.testing.assert_close(drop.encode(images), keep.encode(images)[:, 1:])
+    model = tiny_model()
+    assert model.vision.grid == grid and model.vision.num_prefix == 1
+    assert model.encode(images).shape == (2, 1 + grid * grid, cfg.dec_width)
+
+
+def test_vit_pretrained_asks_timm_for_its_weights_and_a_checkpoint_never_does(monkeypatch, tmp_path):
+    import timm
+
+    asked, real = [], timm.create_model
+
+    def spy(name, pretrained=False, **kwargs):
+        asked.append(pretrained)
+        return real(name, pretrained=False, **kwargs)  # no download in the tests
+
+    monkeypatch.setattr(timm, "create_model", spy)
+    model = tiny_model(vit_pretrained=True)
+    assert asked == [True]
+    model.save_pretrained(tmp_path / "m")
+    VQAModel.from_pretrained(tmp_path / "m")
+    assert asked == [True, False]  # a checkpoint brings its own weights
+
+
+def test_dec_dropout_drops_in_training_only():
+    images, ids = random_images(1, tiny_config()), _ids([[1, 5, 6, 7, 8]])
+    with torch.no_grad():
+        for p, random_in_training in ((0.0, False), (0.5, True)):
+            model = tiny_model(dec_dropout=p)
+            torch.testing.assert_close(model(images, ids).logits, model(images, ids).logits)  # eval: no dropout
+            model.train()
+            a, b = model(images, ids).logits, model(images, ids).logits
+            assert (not torch.allclose(a, b)) is random_in_training
 
 
 def test_vit_freeze_leaves_vit_params_without_grad():

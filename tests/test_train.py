@@ -459,3 +459,46 @@ def test_a_time_limited_run_prints_its_steps_and_the_command_that_repeats_them(s
     assert main(words[1:]) == 0
     assert checkpoint.load_train_state(Path(f"{run}-{steps}") / "last")["step"] == steps
     assert not (Path(f"{run}-{steps}") / "max_steps_command.txt").exists()  # a run by steps has nothing to add
+
+
+def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, tmp_path):
+    """--caption-weight is the caption task's weight in every step's loss; --hflip turns on the training
+    transform's flips (the transform's own tests check when it flips)."""
+    from vqa import distributed
+    from vqa.cli import build_parser
+    from vqa.config import TrainConfig
+    from vqa.options import given
+    from vqa.train import Trainer, resolve
+
+    for extra, weight, flips in (((), 0.5, False), (("--caption-weight", "0.25", "--hflip"), 0.25, True)):
+        args = train_args(shapes_dir, tmp_path / f"run{weight}", "--max-steps", "1", "--workers", "0", *extra)
+        ns = build_parser(args).parse_args(args)
+        trainer = Trainer(resolve(given(ns, TrainConfig), ns.config), distributed.Dist())
+        try:
+            assert trainer.runner.weights == {"vqa": 1.0, "caption": weight}
+            assert trainer.data.dataset.transform.allow_hflip is flips
+        finally:
+            trainer.close()
+
+
+def test_dist_timeout_is_how_long_a_collective_waits_under_torchrun(monkeypatch, tmp_path):
+    import datetime
+
+    from vqa.config import TrainConfig
+    from vqa.train import train
+
+    asked = []
+
+    class Joined(Exception):
+        pass
+
+    def init_process_group(backend, timeout):
+        asked.append(timeout)
+        raise Joined  # this test needs only what train() asks for
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    with pytest.raises(Joined):
+        train(TrainConfig(data="d", out=str(tmp_path / "run"), device="cpu", dist_timeout=45))
+    assert asked == [datetime.timedelta(minutes=45)]

@@ -87,36 +87,17 @@ def test_a_batch_without_any_text_row_gives_a_zero_loss_that_backpropagates():
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
 
 
-@torch.no_grad()
-@pytest.mark.parametrize("pad_multiple", [1, 8])
-def test_question_weights_weigh_each_answer_by_its_question_type(pad_multiple):
-    """--question-weight: a row's answer tokens count its type's weight (others 1), in the loss and in the
-    count the step divides by; captions are untouched, and weights of 1 change nothing."""
-    model = tiny_model()
-    objective = Objective(model)
-    its = items(model, torch.Generator().manual_seed(3))
-    types = ["spatial", "count", "spatial", "color"]  # the VQA rows in collate's order (image 0's, then 1's)
-    k = 0
-    for item in its:
-        for row in item["rows"]:
-            if row["task"] == "vqa":
-                row["meta"] = dict(question_type=types[k])
-                k += 1
-    plain = collate(its, pad_id=0, pad_multiple=pad_multiple)
-    weights = {"spatial": 3.0, "count": 0.0}
-    weighted = collate(its, pad_id=0, pad_multiple=pad_multiple, question_weights=weights)
-    vqa, vqa_w = plain.groups[0], weighted.groups[0]
-    assert vqa.target_weight is None and vqa.weighted_targets == vqa.n_targets == 8
-    assert vqa_w.weighted_targets == 2 * (3.0 + 0.0 + 3.0 + 1.0)  # 2 answer tokens a row
-    assert weighted.groups[1].target_weight is None  # captions keep their task weight only
-    # each row alone, as the model scores it: the weighted sum is the weighted sum of the rows' sums
-    per_row = []
-    for r in range(4):
-        out = model(plain.images, vqa.input_ids[r : r + 1], loss_mask=vqa.loss_mask[r : r + 1],
-                    image_index=vqa.image_index[r : r + 1], return_logits=False)
-        per_row.append(float(out.loss) * out.n_targets)
-    expected = sum(w * s for w, s in zip([3.0, 0.0, 3.0, 1.0], per_row, strict=True))
-    assert float(objective(weighted.images, [vqa_w], [1.0])) == pytest.approx(expected, rel=1e-5)
-    ones = collate(its, pad_id=0, pad_multiple=pad_multiple, question_weights={"spatial": 1.0})
-    assert float(objective(ones.images, ones.groups, [1.0, 0.5])) == pytest.approx(
-        float(objective(plain.images, plain.groups, [1.0, 0.5])), rel=1e-6)
+def test_grad_clip_bounds_the_norm_of_the_steps_gradient():
+    """--grad-clip: with plain SGD at lr 1 a step moves the weights by exactly the (clipped) gradient."""
+    from vqa.train.step import StepRunner
+
+    moved = {}
+    for clip in (0.0, 1e-3):
+        model = tiny_model().train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        before = [p.detach().clone() for p in params]
+        runner = StepRunner(Objective(model), torch.optim.SGD(params, lr=1.0), torch.amp.GradScaler("cpu", enabled=False),
+                            params, torch.device("cpu"), {"vqa": 1.0, "caption": 0.5}, grad_clip=clip)
+        runner([collate(items(model, torch.Generator().manual_seed(0)), pad_id=0)])
+        moved[clip] = float(torch.cat([(p.detach() - b).flatten() for p, b in zip(params, before, strict=True)]).norm())
+    assert moved[0.0] > 0.1 and moved[1e-3] == pytest.approx(1e-3, rel=1e-3)

@@ -22,9 +22,26 @@ from typing import Any
 
 from .errors import ConfigError
 
+# Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
+# or --config file that still holds one at that value loads as if the field were absent; at any other value it
+# is refused in one line naming the option: the code that served it is gone (REMOVED_IN has it).
+REMOVED_FIELDS: dict[str, dict[str, Any]] = {
+    "ModelConfig": dict(dec_rope=False, dec_cross_rope=False, dec_cross_rope_follow=False, dec_cross_coords=False,
+                        vit_keep_prefix=True),
+    "TrainConfig": dict(question_weights={}, transpose=0.0),
+}
+REMOVED_IN = "cb9f6a9"  # the last commit with their code
 
-def check_fields(cls, d: dict, what: str) -> None:
-    """Raise ConfigError naming unknown keys of `d` (and the closest field names) for dataclass `cls`."""
+
+def check_fields(cls, d: dict, what: str) -> dict:
+    """Raise ConfigError naming unknown keys of `d` (and the closest field names) for dataclass `cls`, or a
+    removed option (REMOVED_FIELDS) set to anything but its old default; return `d` without removed fields."""
+    removed = REMOVED_FIELDS.get(cls.__name__, {})
+    for key in sorted(set(d) & set(removed)):
+        if d[key] != removed[key]:
+            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md; its code "
+                              f"is in commit {REMOVED_IN})")
+    d = {k: v for k, v in d.items() if k not in removed}
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(known))
     if unknown:
@@ -34,6 +51,7 @@ def check_fields(cls, d: dict, what: str) -> None:
             close += [k for k in known if len(key) > 3 and key in k and k not in close]  # beams -> num_beams
             hints.append(f"{key!r}" + (f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""))
         raise ConfigError(f"unknown {what} field(s): {', '.join(hints)}")
+    return d
 
 
 class _Config:
@@ -46,14 +64,14 @@ class _Config:
     def from_dict(cls, d: dict, what: str | None = None):
         if not isinstance(d, dict):
             raise ConfigError(f"a {cls.__name__} must be a JSON object, got {type(d).__name__}")
-        check_fields(cls, d, what or cls.__name__)
+        d = check_fields(cls, d, what or cls.__name__)
         try:
             return cls(**d)
         except TypeError as e:
             raise ConfigError(f"{cls.__name__}: {e}") from None
 
     def replace(self, **changes):
-        check_fields(type(self), changes, type(self).__name__)
+        changes = check_fields(type(self), changes, type(self).__name__)
         return dataclasses.replace(self, **changes)
 
     def save(self, path: str | Path) -> None:
@@ -92,42 +110,37 @@ DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
 @dataclass
 class ModelConfig(_Config):
     # image encoder (any timm ViT; `vit_name` picks the architecture and, after a dot, the weights' tag)
-    vit_name: str = "vit_tiny_patch16_224"
+    vit_name: str = "vit_tiny_patch16_224"  # a timm ViT, optionally with its weights' tag after a dot
     vit_image_size: int | None = None  # None: timm's input size for vit_name
-    vit_patch_size: int = 16
+    vit_patch_size: int = 16  # pixels per patch side (a power of two with vit_conv_stem)
     vit_width: int | None = None  # None: the timm model's own width; set for a custom-size ViT
-    vit_depth: int | None = None
-    vit_heads: int | None = None
+    vit_depth: int | None = None  # None: the timm model's own number of blocks
+    vit_heads: int | None = None  # None: the timm model's own number of attention heads
     vit_pretrained: bool = False  # timm's own download (needs internet)
     vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
     vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
     vit_qk_norm: bool = False  # LayerNorm on each head's queries and keys (timm's qk_norm)
-    vit_keep_prefix: bool = True  # keep the CLS / register tokens in the memory the decoder attends to
     vit_memory_pos: bool = False  # add fixed 2-D sin-cos positions to the image tokens the decoder attends to
-    vit_freeze: bool = False
+    vit_freeze: bool = False  # no gradients for the ViT (its projection to the decoder still trains)
     vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
-    vit_std: tuple[float, float, float] | None = None
+    vit_std: tuple[float, float, float] | None = None  # None: timm's for vit_name, like vit_mean
     # text decoder
     dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
-    dec_width: int = 192
-    dec_depth: int = 3
-    dec_heads: int = 4
-    dec_mlp_ratio: float = 4.0
+    dec_width: int = 192  # the decoder's model width (the image tokens are projected to it)
+    dec_depth: int = 3  # decoder blocks (self-attention, cross-attention, MLP)
+    dec_heads: int = 4  # attention heads per layer (dec_width must divide by it)
+    dec_mlp_ratio: float = 4.0  # the MLP's hidden width / dec_width
     dec_max_len: int = 64  # the longest prompt + target, in tokens
-    dec_positions: str = "sinusoidal"  # or "learned"
-    dec_dropout: float = 0.0
+    dec_positions: str = "sinusoidal"  # the positions added to the tokens: "sinusoidal" (fixed) or "learned"
+    dec_dropout: float = 0.0  # dropout in the decoder (embeddings, attention, residual branches) while training
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
-    dec_rope: bool = False  # rotary positions in self-attention too: a head can attend by offset ("the last words")
-    dec_cross_rope: bool = False  # 2-D rotary positions in cross-attention: keys by patch, queries by a computed point
-    dec_cross_rope_follow: bool = False  # ... whose point starts where the same head one layer below looked
-    dec_cross_coords: bool = False  # each cross-attention head also outputs where it looked (its centroid x, y)
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
     dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
     vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    pad_id: int = 0  # the tokenizer's <pad> id (set with vocab_size)
+    bos_id: int = 1  # the tokenizer's <bos> id
+    eos_id: int = 2  # the tokenizer's <eos> id: generation stops at it
 
     def __post_init__(self) -> None:
         if self.vit_image_size is None or self.vit_mean is None or self.vit_std is None:
@@ -144,12 +157,6 @@ class ModelConfig(_Config):
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")
-        if self.dec_rope and (self.dec_width // self.dec_heads) % 2:
-            raise ConfigError(f"dec_rope needs an even head width, not {self.dec_width // self.dec_heads}")
-        if self.dec_cross_rope and (self.dec_width // self.dec_heads) % 8:
-            raise ConfigError(f"dec_cross_rope needs a head width divisible by 8, not {self.dec_width // self.dec_heads}")
-        if self.dec_cross_rope_follow and not self.dec_cross_rope:
-            raise ConfigError("dec_cross_rope_follow needs dec_cross_rope")
         if self.vit_memory_pos and self.dec_width % 4:
             raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:
@@ -243,7 +250,7 @@ def get_preset(name: str) -> Preset:
 def preset_fields(name: str, overrides: dict) -> dict:
     """The named preset's model fields with `overrides` on top (before a pretrained language model's own
     fields are applied; see `preset`)."""
-    check_fields(ModelConfig, overrides, "model config")
+    overrides = check_fields(ModelConfig, overrides, "model config")
     fields = dict(get_preset(name).model)
     if "vit_name" in overrides and overrides["vit_name"] != fields.get("vit_name"):
         for key in VIT_ARCHITECTURE:
@@ -310,7 +317,8 @@ class TrainConfig(_Config):
     out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
-        "override a model config field (repeatable)", flag="--set", metavar="FIELD=VALUE"))
+        "override a model config field (repeatable); the fields, each with what it does: ModelConfig in "
+        "vqa/config.py", flag="--set", metavar="FIELD=VALUE"))
     tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
     epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
     max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))
@@ -323,10 +331,6 @@ class TrainConfig(_Config):
     caption_weight: float = field(default=0.5, metadata=_opt(
         "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
         "see docs/shapes-10min.md for the values tried)"))
-    question_weights: dict = field(default_factory=dict, metadata=_opt(
-        "loss weight of the answers to one question type (the annotations' question_type; on Shapes its "
-        "families, e.g. spatial=2), relative to 1 for the others (repeatable)",
-        flag="--question-weight", metavar="TYPE=W"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's)"))
@@ -382,11 +386,6 @@ class TrainConfig(_Config):
         "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
     image_cache_budget: str = field(default="25%", metadata=_opt(
         "largest image cache that auto makes: a share of RAM (25%) or a size (8G)", metavar='SIZE'))
-    transpose: float = field(default=0.0, metadata=_opt(
-        "chance that a training image is transposed (x and y swapped), its questions and captions rewritten to "
-        "match (left of <-> above, on the right <-> at the bottom, ...: the phrasing of `vqa data shapes`; an "
-        "image with any other spatial word is never transposed). Shapes' captions list objects left to right; "
-        "transposed, they teach vertical order too (docs/shapes-10min.md, section 7)"))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 
@@ -394,12 +393,7 @@ class TrainConfig(_Config):
         self.tasks = _tasks(self.tasks)
         if not isinstance(self.model, dict):
             raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
-        check_fields(ModelConfig, self.model, "model config")
-        if not isinstance(self.question_weights, dict):
-            raise ConfigError(f"question_weights must map question types to weights, got {self.question_weights!r}")
-        for qtype, w in self.question_weights.items():
-            if isinstance(w, bool) or not isinstance(w, int | float) or not w >= 0:
-                raise ConfigError(f"--question-weight {qtype}={w!r}: the weight must be a number >= 0")
+        self.model = check_fields(ModelConfig, self.model, "model config")
         given = [f for f in LENGTH_FIELDS if getattr(self, f) is not None]
         if len(given) > 1:
             raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
@@ -412,8 +406,6 @@ class TrainConfig(_Config):
             raise ConfigError(f"epochs must be > 0, got {self.epochs}")
         if self.time_limit is not None:
             parse_duration(self.time_limit)
-        if not 0 <= self.transpose <= 1:
-            raise ConfigError(f"transpose must be a chance between 0 and 1, got {self.transpose}")
         if self.train_only is not None:
             self.train_only = _parts(self.train_only)
             for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):

@@ -83,7 +83,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, exclude: tu
         kw: dict[str, Any] = dict(dest=dest, default=argparse.SUPPRESS, help=help_.replace("%", "%%"))  # argparse formats help
         if meta.get("metavar"):
             kw["metavar"] = meta["metavar"]
-        if hints[f.name] is dict:  # FIELD=VALUE pairs, repeatable: --set, --question-weight
+        if hints[f.name] is dict:  # FIELD=VALUE pairs, repeatable: --set
             group.add_argument(flag, action=_SetAction, type=_parse_set, **kw)
             continue
         tp = _base_type(hints[f.name])

@@ -37,13 +37,6 @@ class TaskGroup:
     n_targets: int  # real targets among the K
     meta: list[dict] = field(default_factory=list)  # per real row: ids and references for evaluation
     rows: int = 0  # real rows among the B
-    target_weight: torch.Tensor | None = None  # [K] float: each target's loss weight (None: all 1, padding 0)
-    weight_sum: float | None = None  # the real targets' summed weight (None: n_targets)
-
-    @property
-    def weighted_targets(self) -> float:
-        """What this group's targets count for in the loss's mean."""
-        return float(self.n_targets if self.weight_sum is None else self.weight_sum)
 
     def to(self, device, non_blocking: bool = False) -> TaskGroup:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -83,8 +76,7 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple if multiple > 1 else n
 
 
-def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int, multiple: int,
-           question_weights: dict[str, float] | None = None) -> TaskGroup:
+def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int, multiple: int) -> TaskGroup:
     n = len(rows)
     t = _round_up(max(len(r["input_ids"]) for r in rows), multiple)
     b = _round_up(n, multiple)
@@ -108,30 +100,20 @@ def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int, mul
     if kp > k:  # padding targets: any position, ignored by the loss
         target_pos = torch.cat([target_pos, target_pos.new_zeros(kp - k)])
         target_ids = torch.cat([target_ids, target_ids.new_full((kp - k,), IGNORE)])
-    target_weight = weight_sum = None
-    if question_weights and task == "vqa":  # each answer's tokens weighted by its question type
-        row_w = torch.tensor([float(question_weights.get(r["meta"].get("question_type", ""), 1.0)) for r in rows]
-                             + [0.0] * (b - n))
-        target_weight = row_w[target_pos // (t - 1)]  # [K]: the row of each target position
-        if kp > k:
-            target_weight[k:] = 0.0
-        weight_sum = float(target_weight.sum())
     return TaskGroup(
         task=task, input_ids=input_ids, loss_mask=loss_mask,
         attention_mask=torch.tensor(attn, dtype=torch.bool).view(b, t),
         image_index=torch.tensor(image_index + [0] * (b - n), dtype=torch.long),
         prompt_len=torch.tensor([r["prompt_len"] for r in rows] + [0] * (b - n), dtype=torch.long),
         target_pos=target_pos, target_ids=target_ids, n_targets=k,
-        meta=[r["meta"] for r in rows], rows=n, target_weight=target_weight, weight_sum=weight_sum,
+        meta=[r["meta"] for r in rows], rows=n,
     )
 
 
-def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
-            question_weights: dict[str, float] | None = None) -> Batch:
+def collate(items: list[dict], pad_id: int, pad_multiple: int = 1) -> Batch:
     """Items (dict(image=uint8 [3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)], and in
     training jitter=[2])) -> a Batch: the images stacked once, the rows grouped by task in order of first
-    appearance. `question_weights` (question type -> weight, e.g. {"spatial": 2.0}) weights the answer tokens
-    of those questions in the loss (`--question-weight`); other questions weigh 1."""
+    appearance."""
     by_task: dict[str, tuple[list[dict], list[int]]] = {}
     for k, item in enumerate(items):
         for row in item["rows"]:
@@ -139,17 +121,14 @@ def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
             rows.append(row)
             index.append(k)
     images = torch.stack([item["image"] for item in items]) if items else torch.empty(0)
-    groups = [_group(task, rows, index, pad_id, pad_multiple, question_weights)
-              for task, (rows, index) in by_task.items()]
+    groups = [_group(task, rows, index, pad_id, pad_multiple) for task, (rows, index) in by_task.items()]
     jitter = torch.stack([item["jitter"] for item in items]) if items and "jitter" in items[0] else None
     return Batch(images=images, groups=groups, jitter=jitter)
 
 
-def make_collate(pad_id: int, pad_multiple: int = 1,
-                 question_weights: dict[str, float] | None = None) -> Callable[[list[dict]], Batch]:
+def make_collate(pad_id: int, pad_multiple: int = 1) -> Callable[[list[dict]], Batch]:
     """A picklable collate function for DataLoader workers."""
-    return functools.partial(collate, pad_id=pad_id, pad_multiple=pad_multiple,
-                             question_weights=dict(question_weights) if question_weights else None)
+    return functools.partial(collate, pad_id=pad_id, pad_multiple=pad_multiple)
 
 
 __all__ = ["TaskGroup", "Batch", "collate", "make_collate", "IGNORE"]

@@ -33,7 +33,6 @@ from .images import load_image
 from .records import CaptionRecord, VQARecord
 from .split import SplitData
 from .transforms import ImageTransform
-from .transpose import is_spatial, transpose_text
 
 TASKS = ("vqa", "caption")
 
@@ -49,10 +48,9 @@ class ItemMaker:
     rows=[dict(input_ids, loss_mask, task, meta, prompt_len)])."""
 
     def __init__(self, tokenizer: Tokenizer, transform: ImageTransform, max_len: int,
-                 questions_per_image: int, captions_per_image: int, train: bool, transpose: float = 0.0):
+                 questions_per_image: int, captions_per_image: int, train: bool):
         self.tok, self.transform, self.max_len = tokenizer, transform, int(max_len)
         self.qpi, self.cpi, self.train = int(questions_per_image), int(captions_per_image), bool(train)
-        self.transpose = float(transpose) if train else 0.0  # --transpose: training only
         self._ids: dict[tuple[str, str], list[int]] = {}  # (kind, text) -> token ids: every epoch repeats them
 
     def _cached_ids(self, kind: str, text: str, encode: Callable[[str], list[int]]) -> list[int]:
@@ -83,9 +81,7 @@ class ItemMaker:
         """Text rows of one image with `n_questions` questions and `n_captions` captions (`question(k)` /
         `caption(k)` give the k-th): in training up to questions_per_image random questions, each with one of
         its answers drawn by frequency, and captions_per_image random captions; in evaluation every question
-        (target: the most common answer) and one caption row holding all the references. With `transpose`,
-        a share of the training images is transposed (`vqa.data.transpose`): their rows say so
-        (row["transposed"]) and read as they do for the transposed image."""
+        (target: the most common answer) and one caption row holding all the references."""
         questions: list[tuple[str, str, dict]] = []  # (question, target, meta)
         for k in _choose(rng, n_questions, self.qpi) if self.train else range(n_questions):
             r = question(k)
@@ -105,27 +101,12 @@ class ItemMaker:
             else:
                 meta = dict(image_id=c.image_id, image=str(c.image), captions=list(all_captions or [c.caption]))
             captions.append((c.caption, meta))
-        transposed = False
-        if self.transpose > 0 and rng.random() < self.transpose:  # drawn for every image: the same draws after
-            new_q = [transpose_text(q, "question") for q, _, _ in questions]
-            new_c = [transpose_text(c, "caption") for c, _ in captions]
-            if None not in new_q and None not in new_c and not any(is_spatial(t) for _, t, _ in questions):
-                transposed = True
-                questions = [(q, t, m) for q, (_, t, m) in zip(new_q, questions, strict=True)]
-                captions = [(c, m) for c, (_, m) in zip(new_c, captions, strict=True)]
         out = [self._row(self._vqa_prompt(q), t, "vqa", m) for q, t, m in questions]
         out += [self._row(self.tok.caption_prompt(), c, "caption", m) for c, m in captions]
-        if transposed:
-            for row in out:
-                row["transposed"] = True
         return out
 
     def item(self, image: torch.Tensor, rows: list[dict], texts: list[str], g: torch.Generator) -> dict:
-        transposed = bool(rows) and rows[0].get("transposed", False)
-        if transposed:  # [3, S, S]: x and y swapped
-            image = image.transpose(1, 2)
-        # `texts` are the untransposed ones, so a transposed image is never flipped on top of it
-        x, jitter = self.transform.augment(image, texts=texts, generator=g, flip=not transposed)
+        x, jitter = self.transform.augment(image, texts=texts, generator=g)
         out = dict(image=x, rows=rows)
         if jitter is not None:
             out["jitter"] = jitter
@@ -153,11 +134,9 @@ class ImageTextDataset(Dataset):
         train: bool = True,
         seed: int = 0,
         image_cache: ImageCache | None = None,
-        transpose: float = 0.0,
     ):
         check_tasks(tasks)
-        self.maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train,
-                               transpose=transpose)
+        self.maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train)
         self.tok, self.transform, self.train = tokenizer, transform, bool(train)
         self.seed, self.epoch = int(seed), 0
         self.data = split_data

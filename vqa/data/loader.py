@@ -55,8 +55,7 @@ class TrainBatches:
 
     def __init__(self, source: Source, tokenizer, transform, max_len: int, tasks, questions_per_image: int,
                  captions_per_image: int, seed: int, layout: Layout, collate, pin: bool = False,
-                 image_cache: str = "off", image_cache_budget: str = "25%", quiet: bool = False, block: int = 1000,
-                 transpose: float = 0.0):
+                 image_cache: str = "off", image_cache_budget: str = "25%", quiet: bool = False, block: int = 1000):
         self.layout, self.seed = layout, int(seed)
         self.images_per_step = layout.batch * layout.accum * layout.world
         gen = torch.Generator().manual_seed(seed * 1_000_003)  # not the global RNG: dropout masks stay exact
@@ -65,8 +64,7 @@ class TrainBatches:
         self.sampler: EpochSampler | None = None
         self.cache = None
         if isinstance(source, ShardSplit):
-            maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train=True,
-                              transpose=transpose)
+            maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train=True)
             self.dataset: Dataset = ShardStream(source, maker, seed=seed, layout=layout, train=True, block=block,
                                                 tasks=tuple(tasks))
             self.num_images = len(source)
@@ -76,8 +74,7 @@ class TrainBatches:
 
             self.dataset = ImageTextDataset(source, tokenizer, transform, max_len, tasks=tasks,
                                             questions_per_image=questions_per_image,
-                                            captions_per_image=captions_per_image, train=True, seed=seed,
-                                            transpose=transpose)
+                                            captions_per_image=captions_per_image, train=True, seed=seed)
             self.num_images = len(self.dataset)
             self.steps_per_epoch = steps_in_epoch(self.num_images, self.images_per_step)
             if self.num_images:

@@ -5,9 +5,9 @@ star?", "what is the pink thing?", "can you see a brown ring?", "what number of 
 cyan cross higher up than the white arrow?", "are the stars outnumbered by the rings?"); `vqa.data.synthetic`
 picks among them so that answers stay balanced per question string. A thing is named by colour and / or kind,
 or as the clearly biggest / smallest of such things; a name used as a reference picks out exactly one object.
-Spatial words are ones that `vqa.data.transpose` refuses ("further left", "higher up"), never the phrases it
-rewrites, so a transposed or flipped training image never gets a wrong text. Captions: four per image, two
-of them listing every object left to right and top to bottom.
+Spatial words ("further left", "higher up") differ from Shapes' ("left of", "above"); any text that says left
+or right stops a horizontal flip (`--hflip`). Captions: four per image, two of them listing every object left
+to right and top to bottom.
 """
 
 from __future__ import annotations

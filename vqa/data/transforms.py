@@ -76,11 +76,9 @@ class ImageTransform:
 
     def augment(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None,
-        flip: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(uint8 [3,S,S] shifted / flipped, [2] brightness and contrast factors) for training; (x, None) in
-        evaluation. The factors are applied with the normalization, on the device (`ImageNormalizer`).
-        `flip=False` rules the flip out for this image (the random draws stay the same)."""
+        evaluation. The factors are applied with the normalization, on the device (`ImageNormalizer`)."""
         if not self.train:
             return x, None
         r = torch.rand(5, generator=generator).tolist()
@@ -91,7 +89,7 @@ class ImageTransform:
         if dx or dy:
             fill = self.fill if x.dtype == torch.uint8 else [f / 255 for f in self.fill]
             x = _shift(x, dx, dy, fill)
-        if flip and self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts):
+        if self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts):
             x = x.flip(-1)
         return x, jitter
 

@@ -47,7 +47,7 @@ class Explanation:
     cross_scores: np.ndarray  # [L, H, T, N] its raw scaled scores
     vit_weights: np.ndarray  # [Lv, Hv, Nv, Nv] the ViT's self-attention (prefix tokens first); [0] if unread
     grid: int  # patches per side
-    memory_prefix: int  # memory tokens before the patches (CLS kept: 1; dropped: 0)
+    memory_prefix: int  # memory tokens before the patches (the CLS / register tokens)
     vit_prefix: int  # ViT tokens before the patches
     image_size: int  # the letterboxed square the model saw, in pixels
     text: str = ""  # the answer or caption explained

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import Attention, rotary_table
+from .attention import Attention
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -50,20 +50,17 @@ class DecoderBlock(nn.Module):
         self.ln1 = nn.LayerNorm(d, eps=eps)
         self.self_attn = Attention(d, h, cross=False, dropout=p, qk_norm=cfg.dec_qk_norm)
         self.ln2 = nn.LayerNorm(d, eps=eps)
-        where = cfg.dec_cross_rope or cfg.dec_cross_coords
-        self.cross_attn = Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm,
-                                    grid=cfg.grid if where else None, rope2d=cfg.dec_cross_rope,
-                                    follow=cfg.dec_cross_rope_follow, coords=cfg.dec_cross_coords)
+        self.cross_attn = Attention(d, h, cross=True, dropout=p, qk_norm=cfg.dec_qk_norm)
         self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, rope=None, point=None):
-        """-> (x, cross-attention weights or None, this layer's attention centroids or None)."""
-        h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache, rope=rope)
+    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False):
+        """-> (x, cross-attention weights or None)."""
+        h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
         x = x + _dropout(self.drop, h)
-        h, weights, *centroid = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights, point=point)
+        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights)
         x = x + _dropout(self.drop, h)
-        return x + self.mlp(self.ln3(x)), weights, (centroid[0] if centroid else None)
+        return x + self.mlp(self.ln3(x)), weights
 
 
 class TextDecoder(nn.Module):
@@ -80,10 +77,6 @@ class TextDecoder(nn.Module):
             nn.init.normal_(self.pos.weight, std=0.02 * math.sqrt(cfg.dec_width))
         else:
             self.register_buffer("pe", sinusoidal_positions(cfg.dec_max_len, cfg.dec_width), persistent=False)
-        if cfg.dec_rope:  # rotary positions in self-attention, on top of the added ones
-            cos, sin = rotary_table(cfg.dec_max_len, cfg.dec_width // cfg.dec_heads)
-            self.register_buffer("rope_cos", cos, persistent=False)  # [L, Dh / 2]
-            self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dec_dropout)
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.dec_depth))
         self.ln_f = nn.LayerNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
@@ -119,20 +112,16 @@ class TextDecoder(nn.Module):
             if pos < 0 or pos + t > table.shape[0]:
                 raise IndexError(f"positions {pos}..{pos + t - 1} are outside 0..{table.shape[0] - 1}")
             pe = table[pos : pos + t]  # [T, D], broadcast over the batch
-            rope = (self.rope_cos[pos : pos + t], self.rope_sin[pos : pos + t]) if self.cfg.dec_rope else None
         else:
             pe = self.positions(pos)
-            # [B, T] ids -> [B, 1, T, Dh / 2]: one row of angles per text row, shared by the heads
-            rope = (self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]) if self.cfg.dec_rope else None
         x = self.embed(ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
         x = _dropout(self.drop, x + pe)
         maps = [] if need_weights else None
-        point = None  # dec_cross_rope_follow: each layer's cross-attention starts where the one below looked
         for i, blk in enumerate(self.blocks):
-            x, w, point = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
-                              need_weights=need_weights, rope=rope, point=point)
+            x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
+                       need_weights=need_weights)
             if need_weights:
                 maps.append(w)
         return self.ln_f(x), maps

@@ -94,8 +94,7 @@ class VisionEncoder(nn.Module):
         from timm.layers import build_sincos2d_pos_embed
 
         table = build_sincos2d_pos_embed([self.grid, self.grid], self.cfg.dec_width, temperature=100.0)
-        prefix = self.num_prefix if self.cfg.vit_keep_prefix else 0
-        return torch.cat([table.new_zeros(prefix, table.shape[1]), table])
+        return torch.cat([table.new_zeros(self.num_prefix, table.shape[1]), table])
 
     def check_images(self, images: torch.Tensor) -> None:
         s = self.cfg.vit_image_size
@@ -106,12 +105,10 @@ class VisionEncoder(nn.Module):
             raise InputError(f"images must be normalized floats, got dtype {images.dtype}")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """[B, 3, S, S] -> memory [B, N, D]: N = prefix + patches (or patches alone when prefix is dropped)."""
+        """[B, 3, S, S] -> memory [B, N, D]: N = prefix (CLS / register) tokens + patches."""
         self.check_images(images)
         tokens = self.vit.forward_features(images)  # [B, prefix + grid^2, Dv], final norm applied
-        if not self.cfg.vit_keep_prefix:
-            tokens = tokens[:, self.num_prefix :]
         memory = self.proj(tokens)  # [B, N, D]
         # a ViT's output tokens need not say where they are: a linear probe reads an object's x from a trained
-        # tiny model's ViT input at R^2 0.97, from its output not at all (scripts/probe_positions.py)
+        # tiny model's ViT input at R^2 0.97, from its output not at all (docs/shapes-10min.md, section 5)
         return memory + self.memory_pos if self.cfg.vit_memory_pos else memory

@@ -1,8 +1,7 @@
 """The training objective as a module, so DDP and torch.compile wrap exactly what a step runs.
 
 For a batch of M images and its task groups it returns the *sum* of every target token's cross-entropy,
-each weighted by its task's weight (and, with --question-weight, its question type's); the trainer divides by
-the global weighted target count. The images
+each weighted by its task's weight; the trainer divides by the global weighted target count. The images
 are encoded once and every layer's cross-attention keys/values computed once, then gathered for each text
 row. Target positions and ids come precomputed from the collate function: no boolean-mask indexing, no
 host sync, and no data-dependent control flow for torch.compile to break on.
@@ -32,11 +31,7 @@ class Objective(nn.Module):
             kv = [(gather_rows(k, g.image_index), gather_rows(v, g.image_index)) for k, v in kv_all]
             hidden, _ = model.decoder(g.input_ids, kv)  # [B, T, D]
             logits = model.target_logits(hidden, g.target_pos)  # [K, V]
-            if g.target_weight is None:
-                ce = F.cross_entropy(logits.float(), g.target_ids, ignore_index=IGNORE, reduction="sum")
-            else:  # per-question-type weights (--question-weight)
-                ce = (F.cross_entropy(logits.float(), g.target_ids, ignore_index=IGNORE, reduction="none")
-                      * g.target_weight).sum()
+            ce = F.cross_entropy(logits.float(), g.target_ids, ignore_index=IGNORE, reduction="sum")
             total = total + w * ce
         if not groups:  # every sample of the batch was unusable (a shard's bad records): a zero loss that still
             # reaches every parameter, so backward() works and DDP's ranks stay in step

@@ -28,7 +28,7 @@ FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "o
 
 
 def _layer(base: dict, top: dict) -> dict:
-    """`top` over `base`; mappings (`model`, `question_weights`) merge; one length option (epochs / steps / time) replaces another."""
+    """`top` over `base`; a mapping (`model`) merges; one length option (epochs / steps / time) replaces another."""
     out = dict(base)
     if any(k in top for k in LENGTH_FIELDS):
         for k in LENGTH_FIELDS:

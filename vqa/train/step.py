@@ -40,7 +40,7 @@ class StepRunner:
         """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
         ranks: `extra` carries host values every rank must agree on (the time-limit decisions)."""
         dev = self.device
-        n_local = sum(self.weights[g.task] * g.weighted_targets for b in micro for g in b.groups)
+        n_local = sum(self.weights[g.task] * g.n_targets for b in micro for g in b.groups)
         loss_sum = torch.zeros((), device=dev)
         for i, b in enumerate(micro):
             if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)

@@ -125,15 +125,14 @@ class Trainer:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else (0 if d.device.type == "cpu" else 4)
         # compiled: rows, lengths and target counts padded to multiples of 8, so an epoch sees few shapes
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1,
-                                    question_weights=c.question_weights)
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
             captions_per_image=c.captions_per_image, seed=c.seed,
             layout=Layout(d.rank, d.world, self.workers, c.batch_size, c.accum), collate=self.collate,
             pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
-            quiet=not d.main, transpose=c.transpose,
+            quiet=not d.main,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:

@@ -1,0 +1,65 @@
+"""`GenerationConfig`: how text is decoded (greedy, beam search, sampling), validated here and passed whole
+through `generate`, the `Predictor`, the CLI, evaluation and the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from .base import _Config, _opt
+
+DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its code in vqa.decoding.generate
+
+
+ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
+
+
+@dataclass
+class GenerationConfig(_Config):
+    """How to decode. `method` is one of `DECODING_METHODS` (greedy, beam, sample); each other field
+    names the methods it applies to. Validated on creation, so a bad value fails before any work. The CLI
+    options come from these fields, and the app shows a control for every field with `ui` metadata (a
+    slider's (min, max, step), or "number")."""
+
+    method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
+    max_new_tokens: int | None = field(default=None, metadata=_opt(
+        "longest output in tokens (default: 10 for answers, the model's context for captions)"))
+    min_new_tokens: int = field(default=0, metadata=_opt("<eos> is not allowed before this many tokens"))
+    num_beams: int = field(default=3, metadata=_opt("beam: hypotheses kept per prompt", ui=(1, 5, 1)))
+    length_penalty: float = field(default=1.0, metadata=_opt(
+        "beam: hypotheses rank by log-probability / length ** this (0: total log-probability)", ui=(0.0, 2.0, 0.1)))
+    early_stopping: bool = field(default=False, metadata=_opt(
+        "beam: stop a prompt as soon as it has num_beams ended hypotheses (Hugging Face's early_stopping=True); "
+        "by default it stops only when no live beam can still beat them, so the result is that of running "
+        "every beam to the end (their early_stopping='never')"))
+    temperature: float = field(default=1.0, metadata=_opt("sample: divide the logits by this", ui=(0.1, 2.0, 0.1)))
+    top_k: int = field(default=0, metadata=_opt("sample: keep the k likeliest tokens (0: all)", ui=(0, 50, 1)))
+    top_p: float = field(default=1.0, metadata=_opt("sample: keep the smallest set of this probability",
+                                                    ui=(0.05, 1.0, 0.05)))
+    seed: int | None = field(default=None, metadata=_opt("sample: a seed for a reproducible output", ui="number"))
+
+    def __post_init__(self) -> None:
+        if self.method not in DECODING_METHODS:
+            raise ConfigError(f"unknown decoding method {self.method!r}; choose one of: {', '.join(DECODING_METHODS)}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.min_new_tokens < 0:
+            raise ConfigError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if self.num_beams < 1:
+            raise ConfigError(f"num_beams must be >= 1, got {self.num_beams}")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0: no limit), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def for_task(cls, task: str, **changes) -> GenerationConfig:
+        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`."""
+        base = dict(max_new_tokens=ANSWER_TOKENS) if task == "vqa" else {}
+        return cls.from_dict({**base, **changes})
+
+    def budget(self, limit: int) -> int:
+        """New tokens allowed for a prompt that leaves `limit` positions of the context."""
+        return limit if self.max_new_tokens is None else min(self.max_new_tokens, limit)

@@ -1,0 +1,92 @@
+"""`ModelConfig`: the architecture, saved as `config.json` beside `model.safetensors` in every checkpoint.
+Fields are prefixed by the part they configure (`vit_*` image encoder, `dec_*` text decoder), as in nanoVLM."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .base import _Config
+
+
+@functools.lru_cache(maxsize=64)
+def timm_data_config(vit_name: str) -> dict:
+    """timm's input size, mean and std for `vit_name` (a model name, optionally with its weights' tag, e.g.
+    `vit_small_patch16_224.augreg_in1k`): `timm.data.resolve_data_config` on the model's pretrained config,
+    what `resolve_model_data_config(create_model(vit_name))` gives without building the model."""
+    import timm
+    from timm.data import resolve_data_config
+    from timm.models import get_pretrained_cfg
+
+    if not timm.is_model(vit_name):
+        close = timm.list_models(f"*{vit_name.split('_')[0]}*")[:8] if vit_name else []
+        raise ConfigError(f"unknown timm model {vit_name!r}" + (f"; similar: {', '.join(close)}" if close else ""))
+    cfg = get_pretrained_cfg(vit_name)
+    return resolve_data_config(pretrained_cfg=cfg.to_dict() if cfg is not None else {})
+
+
+DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
+
+
+@dataclass
+class ModelConfig(_Config):
+    # image encoder (any timm ViT; `vit_name` picks the architecture and, after a dot, the weights' tag)
+    vit_name: str = "vit_tiny_patch16_224"  # a timm ViT, optionally with its weights' tag after a dot
+    vit_image_size: int | None = None  # None: timm's input size for vit_name
+    vit_patch_size: int = 16  # pixels per patch side (a power of two with vit_conv_stem)
+    vit_width: int | None = None  # None: the timm model's own width; set for a custom-size ViT
+    vit_depth: int | None = None  # None: the timm model's own number of blocks
+    vit_heads: int | None = None  # None: the timm model's own number of attention heads
+    vit_pretrained: bool = False  # timm's own download (needs internet)
+    vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
+    vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
+    vit_qk_norm: bool = False  # LayerNorm on each head's queries and keys (timm's qk_norm)
+    vit_memory_pos: bool = False  # add fixed 2-D sin-cos positions to the image tokens the decoder attends to
+    vit_freeze: bool = False  # no gradients for the ViT (its projection to the decoder still trains)
+    vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
+    vit_std: tuple[float, float, float] | None = None  # None: timm's for vit_name, like vit_mean
+    # text decoder
+    dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
+    dec_width: int = 192  # the decoder's model width (the image tokens are projected to it)
+    dec_depth: int = 3  # decoder blocks (self-attention, cross-attention, MLP)
+    dec_heads: int = 4  # attention heads per layer (dec_width must divide by it)
+    dec_mlp_ratio: float = 4.0  # the MLP's hidden width / dec_width
+    dec_max_len: int = 64  # the longest prompt + target, in tokens
+    dec_positions: str = "sinusoidal"  # the positions added to the tokens: "sinusoidal" (fixed) or "learned"
+    dec_dropout: float = 0.0  # dropout in the decoder (embeddings, attention, residual branches) while training
+    dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
+    dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
+    dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
+    dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
+    vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
+    pad_id: int = 0  # the tokenizer's <pad> id (set with vocab_size)
+    bos_id: int = 1  # the tokenizer's <bos> id
+    eos_id: int = 2  # the tokenizer's <eos> id: generation stops at it
+
+    def __post_init__(self) -> None:
+        if self.vit_image_size is None or self.vit_mean is None or self.vit_std is None:
+            data = timm_data_config(self.vit_name)
+            self.vit_image_size = self.vit_image_size or int(data["input_size"][-1])
+            self.vit_mean = self.vit_mean or data["mean"]
+            self.vit_std = self.vit_std or data["std"]
+        self.vit_mean = tuple(float(m) for m in self.vit_mean)
+        self.vit_std = tuple(float(s) for s in self.vit_std)
+        if self.dec_width % self.dec_heads:
+            raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
+        if self.dec_positions not in ("sinusoidal", "learned"):
+            raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
+        if self.dec_activation not in DEC_ACTIVATIONS:
+            raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
+                              f"not {self.dec_activation!r}")
+        if self.vit_memory_pos and self.dec_width % 4:
+            raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
+        if self.vit_image_size % self.vit_patch_size:
+            raise ConfigError(
+                f"vit_image_size={self.vit_image_size} is not a multiple of vit_patch_size={self.vit_patch_size}"
+            )
+
+    @property
+    def grid(self) -> int:
+        """Image patches per side."""
+        return self.vit_image_size // self.vit_patch_size

@@ -1,0 +1,199 @@
+"""`TrainConfig`: everything `vqa train` takes (the command line is generated from it, see `vqa.options`);
+a run folder keeps the resolved one as `train_config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from .base import _Config, _opt, check_fields
+from .model import ModelConfig
+from .presets import PRESETS, get_preset, preset_fields
+
+
+def _tasks(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tasks = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
+    bad = [t for t in tasks if t not in ("vqa", "caption")]
+    if bad or not tasks:
+        raise ConfigError(f"tasks {value!r}: choose vqa, caption or vqa,caption")
+    return tasks
+
+
+# the parts of the model that train with their own learning rate, or not at all (vqa.train.optim.part_of)
+PARTS = ("cross_attention", "decoder", "encoder")
+
+
+def _parts(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    parts = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise ConfigError(f"--train-only {value!r}: name one or more of {', '.join(PARTS)} (comma-separated)")
+    return parts
+
+
+def parse_tasks(value: Any) -> tuple[str, ...]:
+    """'vqa, caption' / ['vqa'] -> a tuple of known task names (ConfigError otherwise)."""
+    return _tasks(value)
+
+
+LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
+
+
+@dataclass
+class TrainConfig(_Config):
+    """Everything `vqa train` takes. `vqa train --help` is generated from these fields and their help."""
+
+    data: str = field(default="", metadata=_opt(
+        "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md", metavar='DIR'))
+    out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
+    preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
+    model: dict = field(default_factory=dict, metadata=_opt(
+        "override a model config field (repeatable); the fields, each with what it does: ModelConfig in "
+        "vqa/config/model.py", flag="--set", metavar="FIELD=VALUE"))
+    tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
+    epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
+    max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))
+    time_limit: str | None = field(default=None, metadata=_opt(
+        "train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it", metavar='DURATION'))
+    batch_size: int = field(default=32, metadata=_opt("images per device per micro-batch"))
+    accum: int = field(default=1, metadata=_opt("micro-batches per optimizer step (gradient accumulation)"))
+    questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
+    captions_per_image: int = field(default=1, metadata=_opt("captions per image per step"))
+    caption_weight: float = field(default=0.5, metadata=_opt(
+        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
+        "see docs/shapes-10min.md for the values tried)"))
+    lr: float | None = field(default=None, metadata=_opt(
+        "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
+        "fractions of it (default: the preset's)"))
+    vit_lr: float | None = field(default=None, metadata=_opt(
+        "learning rate of the vision encoder (default: --lr x --vit-lr-scale; 0 freezes it)"))
+    vit_lr_scale: float = field(default=1.0, metadata=_opt(
+        "the encoder's lr as a fraction of --lr (tiny: 0.3, *-gpt2: 0.1)"))
+    dec_lr: float | None = field(default=None, metadata=_opt(
+        "learning rate of the text decoder's own layers, all but its cross-attention "
+        "(default: --lr x --dec-lr-scale; 0 freezes them)"))
+    dec_lr_scale: float = field(default=1.0, metadata=_opt("the decoder's lr as a fraction of --lr (*-gpt2: 0.2)"))
+    train_only: tuple | None = field(default=None, metadata=_opt(
+        "train only these parts and freeze the others: cross_attention (with the image projection), decoder, "
+        "encoder (comma-separated)", metavar="PARTS"))
+    optimizer: str | None = field(default=None, metadata=_opt(
+        "adamw, or muon: Muon for the weights of linear layers, AdamW for the rest (default: the preset's)",
+        choices=("adamw", "muon")))
+    muon_lr_scale: float = field(default=10.0, metadata=_opt(
+        "with --optimizer muon: Muon's lr = this x --lr. Its updates are RMS-matched to AdamW's, so the matrices "
+        "it trains move ~this x as far per step as AdamW would move them, and their weight decay (lr x "
+        "--weight-decay) is this x stronger"))
+    weight_decay: float = field(default=0.05, metadata=_opt(
+        "decoupled weight decay of matrices: each step multiplies them by 1 - lr x this (Muon's at its own lr)"))
+    warmup: int = field(default=100, metadata=_opt("linear warmup steps"))
+    grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
+    eval_every: int = field(default=0, metadata=_opt("steps between evaluations (0: four per run)"))
+    eval_images: int = field(default=300, metadata=_opt(
+        "val images scored by the evaluations during training (vqa eval scores them all)"))
+    log_every: int = field(default=10, metadata=_opt("steps between log lines in metrics.jsonl"))
+    train_split: str | None = field(default=None, metadata=_opt(
+        "the split to train on (default: 'train', else the one split named train..., e.g. train2014)", metavar='SPLIT'))
+    val_split: str | None = field(default=None, metadata=_opt(
+        "the split evaluated during training (default: 'val', else the one named val..., e.g. val2014); "
+        "with a shard pattern as --data, a shard pattern", metavar='SPLIT'))
+    tokenizer: str | None = field(default=None, metadata=_opt(
+        "use this tokenizer.json instead of training one on the training text", metavar='FILE'))
+    vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
+    init_from: str | None = field(default=None, metadata=_opt(
+        "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies", metavar='RUN'))
+    resume: bool = field(default=False, metadata=_opt(
+        "continue the run in --out where it stopped; options given now win over the saved ones"))
+    seed: int = field(default=0, metadata=_opt("seed of the weights, data order and augmentation"))
+    workers: int = field(default=-1, metadata=_opt("data loader workers (-1: 0 on CPU, 4 on GPU)"))
+    device: str = field(default="auto", metadata=_opt("cpu, cuda, cuda:1, mps (auto: CUDA, else MPS, else CPU)"))
+    precision: str = field(default="auto", metadata=_opt(
+        "auto: bf16 autocast on CUDA, fp32 elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
+    compile: bool = field(default=False, metadata=_opt(
+        "torch.compile the training step (batches padded to multiples of 8 so that few shapes compile)"))
+    dist_timeout: float = field(default=30.0, metadata=_opt(
+        "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
+    image_cache: str = field(default="auto", metadata=_opt(
+        "decoded images in one memory-mapped file shared by all workers and ranks of a node: auto (in the temp "
+        "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
+    image_cache_budget: str = field(default="25%", metadata=_opt(
+        "largest image cache that auto makes: a share of RAM (25%) or a size (8G)", metavar='SIZE'))
+    hflip: bool = field(default=False, metadata=_opt(
+        "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
+
+    def __post_init__(self) -> None:
+        self.tasks = _tasks(self.tasks)
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
+        self.model = check_fields(ModelConfig, self.model, "model config")
+        given = [f for f in LENGTH_FIELDS if getattr(self, f) is not None]
+        if len(given) > 1:
+            raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
+        for name in ("batch_size", "accum", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.epochs is not None and not self.epochs > 0:
+            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
+        if self.time_limit is not None:
+            parse_duration(self.time_limit)
+        if self.train_only is not None:
+            self.train_only = _parts(self.train_only)
+            for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):
+                if part not in self.train_only and given:
+                    flag = "--vit-lr" if part == "encoder" else "--dec-lr"
+                    raise ConfigError(f"{flag} {given} trains the {part}, but --train-only "
+                                      f"{','.join(self.train_only)} freezes it")
+
+    @classmethod
+    def from_dict(cls, d: dict, what: str | None = None):
+        if isinstance(d, dict) and "cache_images" in d:  # runs saved before the shared image cache
+            d = {k: v for k, v in d.items() if k != "cache_images"} | (
+                {} if "image_cache" in d else {"image_cache": "auto" if d["cache_images"] else "off"})
+        return super().from_dict(d, what)
+
+    def with_preset_defaults(self) -> TrainConfig:
+        """lr and optimizer (when not given) and the preset's other training defaults filled in."""
+        p = get_preset(self.preset)
+        return dataclasses.replace(self, lr=self.lr if self.lr is not None else p.lr,
+                                   optimizer=self.optimizer or p.optimizer)
+
+    @property
+    def encoder_lr(self) -> float:
+        return self.lr * self.vit_lr_scale if self.vit_lr is None else self.vit_lr
+
+    @property
+    def decoder_lr(self) -> float:
+        return self.lr * self.dec_lr_scale if self.dec_lr is None else self.dec_lr
+
+    @property
+    def frozen_parts(self) -> tuple[str, ...]:
+        """The parts (`PARTS`) that --train-only leaves out."""
+        return () if self.train_only is None else tuple(p for p in PARTS if p not in self.train_only)
+
+    @property
+    def dec_pretrained(self) -> str | None:
+        """The language model the decoder starts from (a --set or the preset's), if any."""
+        return preset_fields(self.preset, self.model).get("dec_pretrained")
+
+
+def train_defaults(preset_name: str) -> dict:
+    """TrainConfig defaults that a preset changes (beyond lr and optimizer)."""
+    extra = get_preset(preset_name).train
+    check_fields(TrainConfig, extra, f"preset {preset_name!r} train")
+    return dict(extra)
+
+
+def parse_duration(text: str) -> float:
+    """'10m' -> 600.0 seconds ('90s', '1.5h', or a bare number of seconds)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text or ""))
+    if not m:
+        raise ConfigError(f"--time-limit {text!r}: use a number with s, m or h (e.g. 10m)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]

@@ -209,6 +209,10 @@ def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
         pred.card["data"] = "/nowhere/shapes"
         assert "not on this machine" in start_reference(stub, pred, "auto")
         assert "**Shapes**" in card_markdown(pred)  # named shapes: still described
+        assert "circle" in card_markdown(pred)  # the set's own vocabulary, read from the generator
+        pred.card["data"] = "/nowhere/scenes"
+        card = card_markdown(pred)
+        assert "**Scenes**" in card and "hexagon" in card and "**Shapes**" not in card
     finally:
         pred.card.clear()
         pred.card.update(saved)

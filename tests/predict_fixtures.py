@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import tiny_config
 from PIL import Image, ImageDraw
@@ -104,6 +105,23 @@ def shared_checkpoint() -> Path:
         atexit.register(shutil.rmtree, root, ignore_errors=True)
         _BUILT["path"] = train_checkpoint(root / "run" / "best")  # a run folder, as training writes
     return _BUILT["path"]
+
+
+# the warnings of gradio's own code that the demo's tests may meet: not ours to fix
+DEMO_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),  # gradio's queue calls pandas 3 deprecations
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+    # the explorer's updates set a Dropdown's value alone (its choices stay on the page), as the app always did
+    pytest.mark.filterwarnings("ignore:The value passed into gr.Dropdown:UserWarning"),
+]
+
+
+def demo_predictor():
+    """The demo's Predictor of the shared test checkpoint, with the app's pixel limit."""
+    from vqa.data.images import MAX_PIXELS
+    from vqa.inference.predict import Predictor
+
+    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=MAX_PIXELS)
 
 
 def write_pictures(folder: str | Path) -> dict[str, Path]:

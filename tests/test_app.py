@@ -15,7 +15,9 @@ import pytest
 from PIL import Image
 from predict_fixtures import (
     COLOR_Q,
+    DEMO_WARNINGS,
     SHAPE_Q,
+    demo_predictor,
     draw,
     free_port,
     load_app_module,
@@ -31,18 +33,12 @@ from gradio_client.exceptions import AppError  # noqa: E402
 from vqa.demo.layout import build_app  # noqa: E402
 from vqa.demo.server import serve  # noqa: E402
 
-pytestmark = [  # gradio's queue calls pandas APIs that pandas 3 deprecates: not ours to fix
-    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
-]
+pytestmark = DEMO_WARNINGS
 
 
 @pytest.fixture(scope="module")
 def pred():
-    from vqa.data.images import MAX_PIXELS
-    from vqa.inference.predict import Predictor
-
-    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=MAX_PIXELS)
+    return demo_predictor()
 
 
 @pytest.fixture(scope="module")

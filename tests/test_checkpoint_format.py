@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from helpers import random_images, tiny_model
+from lm_fixtures import edit_config
 
 from vqa.cli import main
 from vqa.errors import CheckpointError
@@ -22,17 +23,6 @@ def saved(tmp_path):
     return model, folder
 
 
-def _edit(folder, **changes):
-    path = folder / "config.json"
-    d = json.loads(path.read_text())
-    for k, v in changes.items():
-        if v is None:
-            d.pop(k, None)
-        else:
-            d[k] = v
-    path.write_text(json.dumps(d))
-
-
 def test_a_saved_config_names_the_current_version_and_loads_the_same_model(saved):
     model, folder = saved
     d = json.loads((folder / "config.json").read_text())
@@ -45,7 +35,7 @@ def test_a_saved_config_names_the_current_version_and_loads_the_same_model(saved
 
 def test_an_older_checkpoint_without_a_version_is_migrated(saved):
     model, folder = saved
-    _edit(folder, format_version=None)  # as every checkpoint was written before versions were recorded
+    edit_config(folder, format_version=None)  # as every checkpoint was written before versions were recorded
     assert "format_version" not in json.loads((folder / "config.json").read_text())
     assert VQAModel.from_pretrained(folder).cfg == model.cfg
 
@@ -65,7 +55,7 @@ def test_a_migration_step_is_applied(monkeypatch):
 
 def test_a_newer_checkpoint_is_refused_in_one_line(saved):
     _, folder = saved
-    _edit(folder, format_version=FORMAT_VERSION + 1, some_future_field=3)
+    edit_config(folder, format_version=FORMAT_VERSION + 1, some_future_field=3)
     with pytest.raises(CheckpointError) as e:
         VQAModel.from_pretrained(folder)
     msg = str(e.value)
@@ -76,7 +66,7 @@ def test_a_newer_checkpoint_is_refused_in_one_line(saved):
 @pytest.mark.parametrize("bad", ["1", -1, 1.5, True, [1]])
 def test_a_version_that_is_not_a_number_is_refused(saved, bad):
     _, folder = saved
-    _edit(folder, format_version=bad)
+    edit_config(folder, format_version=bad)
     with pytest.raises(CheckpointError, match="is not a version number"):
         VQAModel.from_pretrained(folder)
 
@@ -94,7 +84,7 @@ def test_a_config_that_is_not_an_object_is_refused(saved):
 def test_the_cli_says_it_in_one_line(saved, tmp_path, capsys):
     _, folder = saved
     (folder / "tokenizer.json").write_text("{}")  # never reached: the config is read first
-    _edit(folder, format_version=99)
+    edit_config(folder, format_version=99)
     image = tmp_path / "x.png"
     from PIL import Image
 

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 from PIL import Image
-from predict_fixtures import COLOR_Q, ROOT, SHAPE_Q, shared_checkpoint, write_pictures
+from predict_fixtures import COLOR_Q, DEMO_WARNINGS, ROOT, SHAPE_Q, demo_predictor, write_pictures
 
 gr = pytest.importorskip("gradio", reason="gradio is not installed (pip install -e '.[dev]')")
 
@@ -23,19 +23,12 @@ from vqa.demo import handlers as h  # noqa: E402
 from vqa.demo.explorer import EMPTY_HINT, Explorer  # noqa: E402
 from vqa.demo.uploads import Upload, picture_input, user_message  # noqa: E402
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-    # the explorer's updates set a Dropdown's value alone (its choices stay on the page), as the app always did
-    pytest.mark.filterwarnings("ignore:The value passed into gr.Dropdown:UserWarning"),
-]
+pytestmark = DEMO_WARNINGS
 
 
 @pytest.fixture(scope="module")
 def pred():
-    from vqa.data.images import MAX_PIXELS
-    from vqa.inference.predict import Predictor
-
-    return Predictor.from_pretrained(shared_checkpoint(), device="cpu", max_pixels=MAX_PIXELS)
+    return demo_predictor()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..jsonfile import read_object
 
 # Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
 # or --config file that still holds one at that value loads as if the field were absent; at any other value it
@@ -68,10 +69,7 @@ class _Config:
 
     @classmethod
     def load(cls, path: str | Path):
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()), what=f"{path}:")
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+        return cls.from_dict(read_object(path, ConfigError), what=f"{path}:")
 
 
 def _opt(help: str, **extra) -> Any:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, ConfigError
+from ..jsonfile import read_object
 
 FORMAT_VERSION = 1
 KEY = "format_version"
@@ -52,12 +53,7 @@ def migrate(d: dict, where: str) -> dict:
 def read(path: str | Path) -> ModelConfig:
     """The ModelConfig of a checkpoint's config.json, any version this vqa reads."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    if not isinstance(d, dict):
-        raise CheckpointError(f"{path}: expected a JSON object of model fields, got {type(d).__name__}")
+    d = read_object(path, CheckpointError, "a JSON object of model fields")
     try:
         return ModelConfig.from_dict(migrate(d, str(path)), what=f"{path}:")
     except (ConfigError, TypeError) as e:

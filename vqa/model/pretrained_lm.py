@@ -39,6 +39,7 @@ import torch
 
 from ..config import GPT2_DECODER, ModelConfig, preset_fields
 from ..errors import ConfigError
+from ..jsonfile import read_object
 from ..tokenizer import Tokenizer, read_tokenizer_json
 
 HUB_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
@@ -93,12 +94,7 @@ def read_config(folder: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{path}: missing (a pretrained decoder needs config.json, model.safetensors and "
                           "tokenizer.json in its folder)")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+    raw = read_object(path, ConfigError)
     kind = raw.get("model_type")
     if kind not in SUPPORTED:
         arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""

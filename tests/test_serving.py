@@ -166,29 +166,51 @@ def test_batched_answers_equal_one_by_one_answers_for_mixed_questions_and_pictur
     assert len({r.answer for r, _ in results}) > 1  # mixed pictures gave different answers
 
 
+def _calls_of(server) -> list:
+    """Make `server`'s batcher record each batched call as (generation method, number of items)."""
+    calls, real = [], server.batcher.run_batch
+
+    def run(key, items):
+        calls.append((items[0][1].method, len(items)))
+        return real(key, items)
+
+    server.batcher.run_batch = run
+    return calls
+
+
+def _at_once(fn, args) -> list:
+    """fn(*a) for each a in `args`, from threads started together; the results in order."""
+    out = [None] * len(args)
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, fn(*args[i]))) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
 def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
     from vqa.config import GenerationConfig
 
     pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64))]
     greedy = GenerationConfig.for_task("caption")
-    server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
-    out = [None] * 3
-    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, server.caption(pics[i], greedy)))
-               for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    for (res, _), img in zip(out, pics, strict=True):
+    # max_batch = the number of requests and a long wait: the batch closes when all three are there
+    server = BatchedPredictor(pred, max_batch=3, max_wait=10.0)
+    calls = _calls_of(server)
+    out = _at_once(server.caption, [(p, greedy) for p in pics])
+    assert calls == [("greedy", 3)]  # the three greedy captions went in one call ...
+    for (res, _), img in zip(out, pics, strict=True):  # ... and each is its one-by-one caption
         one = pred.caption(img, greedy, return_attention=True)
         assert res.caption == one.caption and res.log_prob == pytest.approx(one.log_prob, rel=1e-5, abs=1e-6)
         torch.testing.assert_close(res.attention, one.attention, rtol=1e-4, atol=1e-6)
+
+    # two identical seeded samples asked at once, with room for both in a batch: each gets a call of its own
     sample = greedy.replace(method="sample", temperature=2.0, seed=3)
-    before = server.batcher.batches
-    a, _ = server.caption(pics[0], sample)
-    b, _ = server.caption(pics[0], sample)
+    server = BatchedPredictor(pred, max_batch=2, max_wait=10.0)
+    calls = _calls_of(server)
+    (a, _), (b, _) = _at_once(server.caption, [(pics[0], sample)] * 2)
+    assert calls == [("sample", 1), ("sample", 1)]
     assert a.caption == b.caption == pred.caption(pics[0], sample).caption
-    assert server.batcher.batches == before + 2
 
 
 def test_bad_input_reaches_only_its_caller(pred):

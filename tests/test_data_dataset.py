@@ -160,6 +160,21 @@ def test_answers_sampled_by_frequency(tmp_path, data):
     assert 0.65 < seen["cat"] / 1000 < 0.75  # 0.7 expected; 5 sigma is about 0.07
 
 
+def _expected_targets(rows) -> list[tuple[int, int, int]]:
+    """The reference, from the rows alone: (row b, position p, token) for each target token, where the token
+    is row b's token p+1 and the loss mask is set on it (the logits at p predict the token after p)."""
+    return [(b, p, r["input_ids"][p + 1]) for b, r in enumerate(rows)
+            for p in range(len(r["input_ids"]) - 1) if r["loss_mask"][p + 1]]
+
+
+def _targets(g) -> list[tuple[int, int, int]]:
+    """A TaskGroup's real targets as (row, position, token), from its flat positions in [B, T-1]."""
+    width = g.input_ids.shape[1] - 1
+    real = g.target_ids != IGNORE
+    return [(int(p) // width, int(p) % width, int(t)) for p, t in zip(g.target_pos[real], g.target_ids[real],
+                                                                      strict=True)]
+
+
 def test_collate_groups_rows_by_task_with_their_targets(data):
     _, _, tok = data
     ds = make(data, train=False)
@@ -180,8 +195,7 @@ def test_collate_groups_rows_by_task_with_their_targets(data):
             assert (g.input_ids[b, n:] == tok.pad_id).all() and not g.attention_mask[b, n:].any()
             assert g.loss_mask[b].tolist()[:n] == row["loss_mask"]
         # the targets, precomputed on the CPU: position p of [B, T-1] predicts token p+1 of its row
-        labels = g.input_ids[:, 1:].reshape(-1)[g.target_pos]
-        assert torch.equal(labels, g.target_ids) and g.n_targets == int(g.loss_mask[:, 1:].sum())
+        assert g.n_targets > 0 and _targets(g) == _expected_targets([r for _, r in rows])
         assert g.n_targets == sum(sum(r["loss_mask"][1:]) for _, r in rows)
     fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id)))
     assert torch.equal(fn(items).groups[0].input_ids, batch.groups[0].input_ids)
@@ -197,12 +211,10 @@ def test_padded_collate_keeps_every_target_and_adds_none(data):
         assert b.n_targets == a.n_targets and b.rows == a.rows
         real = b.target_ids != IGNORE
         assert int(real.sum()) == a.n_targets
-        # the same (row, position, token) triples; padding rows attend to nothing and predict nothing
-        width_a, width_b = a.input_ids.shape[1] - 1, b.input_ids.shape[1] - 1
-        triples_a = [(int(p) // width_a, int(p) % width_a, int(t)) for p, t in zip(a.target_pos, a.target_ids, strict=True)]
-        triples_b = [(int(p) // width_b, int(p) % width_b, int(t))
-                     for p, t in zip(b.target_pos[real], b.target_ids[real], strict=True)]
-        assert triples_a == triples_b
+        # the (row, position, token) triples of the rows themselves; padding rows attend to nothing and
+        # predict nothing
+        rows = [r for it in items for r in it["rows"] if r["task"] == a.task]
+        assert _targets(a) == _targets(b) == _expected_targets(rows)
         assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
 
 

@@ -279,3 +279,51 @@ def test_user_text_is_encoded_as_text_never_as_control_tokens(data, tmp_path):
     assert target.count(tok.eos_id) == 1 and target[-1] == tok.eos_id
     tok.save(tmp_path / "t.json")
     assert not set(Tokenizer.load(tmp_path / "t.json").encode("x <eos> y")) & control  # also after loading
+
+
+def _same_group(a, b):
+    """Every field of two TaskGroups equal (tensors by value and dtype)."""
+    from dataclasses import fields
+
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if torch.is_tensor(x):
+            assert torch.is_tensor(y) and x.dtype == y.dtype and torch.equal(x, y), f.name
+        else:
+            assert x == y, f.name
+
+
+def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypatch):
+    _, _, tok = data
+    ds = make(data)
+    items = [ds[i] for i in range(3)]
+    batch = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    g = batch.group("vqa")
+    assert g is batch.groups[0] and batch.group("caption") is batch.groups[1] and batch.group("none") is None
+    _same_group(g.to("cpu", non_blocking=True), g)
+    # pin_memory needs an accelerator: a stand-in that marks each tensor it was asked to pin
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
+    p = batch.pin_memory()
+    assert torch.equal(p.images, batch.images) and torch.equal(p.jitter, batch.jitter)
+    for a, b in zip(p.groups, batch.groups, strict=True):
+        _same_group(a, b)
+    n_tensors = sum(torch.is_tensor(getattr(gr, f)) for gr in batch.groups for f in vars(gr))
+    assert len(pinned) == 2 + n_tensors  # images, jitter and every tensor of every group
+    assert "jitter" in items[0] and batch.jitter.shape == (3, 2)  # training items carry their jitter ...
+    evals = [make(data, train=False)[i] for i in range(3)]
+    assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
+
+
+def test_make_collate_passes_its_settings_and_copies_the_weights(data):
+    _, _, tok = data
+    items = [make(data)[i] for i in range(3)]
+    weights = {"color": 2.0}
+    fn = make_collate(tok.pad_id, pad_multiple=4, question_weights=weights)
+    weights["color"] = 5.0  # the collate function keeps the weights it was given
+    want = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    got = fn(items)
+    for a, b in zip(got.groups, want.groups, strict=True):
+        _same_group(a, b)
+    assert got.groups[0].target_weight is not None and got.groups[0].input_ids.shape[1] % 4 == 0
+    assert make_collate(tok.pad_id, question_weights={}).keywords["question_weights"] is None

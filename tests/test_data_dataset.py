@@ -193,6 +193,7 @@ def test_collate_groups_rows_by_task_with_their_targets(data):
             assert g.image_index[b] == k and torch.equal(batch.images[k], items[k]["image"])
             assert g.input_ids[b, :n].tolist() == row["input_ids"]
             assert (g.input_ids[b, n:] == tok.pad_id).all() and not g.attention_mask[b, n:].any()
+            assert g.attention_mask[b, :n].all()
             assert g.loss_mask[b].tolist()[:n] == row["loss_mask"]
         # the targets, precomputed on the CPU: position p of [B, T-1] predicts token p+1 of its row
         assert g.n_targets > 0 and _targets(g) == _expected_targets([r for _, r in rows])
@@ -216,6 +217,9 @@ def test_padded_collate_keeps_every_target_and_adds_none(data):
         rows = [r for it in items for r in it["rows"] if r["task"] == a.task]
         assert _targets(a) == _targets(b) == _expected_targets(rows)
         assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
+        # padding rows read image 0 and have no prompt; every per-row tensor has one entry per padded row
+        assert b.image_index.shape == b.prompt_len.shape == (b.input_ids.shape[0],)
+        assert not b.image_index[b.rows :].any() and not b.prompt_len[b.rows :].any()
 
 
 def test_epoch_travels_with_the_index(data):
@@ -327,3 +331,26 @@ def test_make_collate_passes_its_settings_and_copies_the_weights(data):
         _same_group(a, b)
     assert got.groups[0].target_weight is not None and got.groups[0].input_ids.shape[1] % 4 == 0
     assert make_collate(tok.pad_id, question_weights={}).keywords["question_weights"] is None
+
+
+def test_collate_edge_cases(data, monkeypatch):
+    _, _, tok = data
+    ds = make(data)
+    items = [ds[i] for i in range(3)]
+    empty = collate([], tok.pad_id)
+    assert empty.images.shape == (0,) and empty.groups == [] and empty.jitter is None
+    assert collate(items[:1], tok.pad_id).jitter.shape == (1, 2)  # one item: its jitter still travels
+    for g in collate(items, tok.pad_id, pad_multiple=2).groups:  # 2 pads too
+        assert g.input_ids.shape[0] % 2 == 0 and g.input_ids.shape[1] % 2 == 0 and g.target_pos.numel() % 2 == 0
+    # padding targets weigh nothing: the weights of the real targets alone sum to weight_sum
+    weighted = collate(items, tok.pad_id, pad_multiple=8, question_weights={"color": 2.0, "count": 3.0})
+    g = weighted.group("vqa")
+    assert g.target_pos.numel() > g.n_targets  # the test needs padding targets
+    assert (g.target_weight[g.n_targets :] == 0).all() and g.weight_sum == float(g.target_weight[: g.n_targets].sum())
+    # moved tensors really move (the meta device: no data, only the device changes)
+    moved = g.to("meta")
+    assert all(getattr(moved, f).device.type == "meta" for f in vars(g) if torch.is_tensor(getattr(g, f)))
+    # an evaluation batch (no jitter) pins too
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
+    evals = collate([make(data, train=False)[i] for i in range(2)], tok.pad_id)
+    assert evals.pin_memory().jitter is None

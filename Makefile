@@ -29,7 +29,8 @@ test: $(STAMP)
 
 mutation: $(STAMP)
 	@# mutmut writes the mutated copy to mutants/ and resumes where an interrupted run stopped
-	$(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS)
+	@# one torch thread per mutant process: JOBS processes share the cores
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS)
 	$(VENV)/bin/mutmut results
 	$(PY) scripts/mutation_scores.py
 

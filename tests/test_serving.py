@@ -230,3 +230,128 @@ def test_bad_input_reaches_only_its_caller(pred):
         t.join(30)
     assert out["good"] == "red"
     assert isinstance(out["bad"], InputError) and "empty" in str(out["bad"])
+
+
+# ------------------------------------------------------------------ settings, messages and the plumbing
+# (cases the mutation run, make mutation, showed unchecked)
+
+
+def test_batcher_defaults_and_bad_settings():
+    b = Batcher(lambda k, items: list(items))
+    assert (b.max_batch, b.max_wait, b.max_pending, b.name) == (16, 0.01, None, "vqa-batcher")
+    assert b.batches == b.largest == 0  # nothing answered yet
+    with pytest.raises(ValueError, match=r"^max_batch must be at least 1, got 0$"):
+        Batcher(lambda k, items: items, max_batch=0)
+    with pytest.raises(ValueError, match=r"^max_wait must be >= 0 seconds, got -1$"):
+        Batcher(lambda k, items: items, max_wait=-1)
+
+
+def test_the_worker_is_a_named_daemon_and_counts_its_calls():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=8, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    assert b._worker.name == "vqa-batcher" and b._worker.daemon  # never keeps the process alive
+    futures = [b.submit("k", i) for i in range(1, 4)]
+    gate.set()
+    assert [f.result(5) for f in futures] == ["k:1", "k:2", "k:3"]
+    assert b.batches == 2 and b.largest == 3
+
+
+def test_max_batch_caps_one_key_too():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=2, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    futures = [b.submit("k", i) for i in range(1, 6)]
+    gate.set()
+    assert [f.result(5) for f in futures] == [f"k:{i}" for i in range(1, 6)]
+    assert [len(items) for _, items in calls] == [1, 2, 2, 1]
+
+
+def test_the_busy_message_and_the_call_timeout():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=1, max_wait=0.0, max_pending=1)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    b.submit("k", 1)
+    with pytest.raises(Busy) as e:
+        b.submit("k", 2)
+    assert str(e.value) == "The demo is busy: 1 questions are waiting. Please try again in a few seconds."
+    b.max_pending = None
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    with pytest.raises(FutureTimeout):
+        b("k", 3, timeout=0.05)  # the caller's timeout is honoured while the worker is busy
+    gate.set()
+
+
+def test_a_lone_bad_request_and_a_wrong_result_count_reach_their_caller():
+    b = Batcher(lambda k, items: [1 / 0 for _ in items], max_wait=0.0)
+    with pytest.raises(ZeroDivisionError):
+        b("k", 1, timeout=5)
+    short = Batcher(lambda k, items: [], max_wait=0.0)
+    with pytest.raises(RuntimeError, match=r"^run_batch returned 0 results for 1 requests$"):
+        short("k", 1, timeout=5)
+
+
+class _FakePredictor:
+    """Records what BatchedPredictor asks of a Predictor; answers with values that name their inputs."""
+
+    def __init__(self):
+        self._lock, self.calls = threading.RLock(), []
+
+    def answer_settings(self, top_k, generation):
+        from vqa.config import GenerationConfig
+
+        self.calls.append(("settings", top_k, generation))
+        return generation or GenerationConfig.for_task("vqa", method="beam", num_beams=max(top_k, 3))
+
+    def answer_batch(self, images, questions, top_k, generation, return_attention):
+        from types import SimpleNamespace
+
+        self.calls.append(("answer", list(images), list(questions), top_k, generation, return_attention))
+        return [SimpleNamespace(top_k=[(f"{q}{i}", 0.1) for i in range(top_k)]) for q in questions]
+
+    def caption_batch(self, images, settings, return_attention):
+        self.calls.append(("caption", list(images), settings, return_attention))
+        return [f"caption of {img}" for img in images]
+
+    def image_features(self, images):
+        return np.array([[float(img)] for img in images])
+
+
+class _Ratio:
+    def ratio(self, features):
+        return features[:, 0] * 10
+
+
+def test_batched_predictor_passes_its_settings_through():
+    from vqa.config import GenerationConfig
+
+    server = BatchedPredictor(_FakePredictor())
+    assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (16, 0.01, None)
+    server = BatchedPredictor(_FakePredictor(), max_batch=3, max_wait=0.5, max_pending=7)
+    assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (3, 0.5, 7)
+
+    fake = _FakePredictor()
+    server = BatchedPredictor(fake, max_wait=0.0, attention=False)
+    res, ratio = server.answer(1, "q")  # top_k defaults to 1
+    assert fake.calls[0] == ("settings", 1, None) and [t for t, _ in res.top_k] == ["q0"] and ratio is None
+    g = GenerationConfig.for_task("vqa", method="greedy")
+    server.answer(2, "r", 2, generation=g)
+    assert fake.calls[2] == ("settings", 2, g) and fake.calls[3] == ("answer", [2], ["r"], 2, g, False)
+    assert server.caption(3) == ("caption of 3", None)
+    assert fake.calls[4] == ("caption", [3], GenerationConfig.for_task("caption"), False)
+
+
+def test_batched_predictor_gives_each_picture_its_familiarity():
+    fake = _FakePredictor()
+    server = BatchedPredictor(fake, max_batch=2, max_wait=10.0, familiarity=_Ratio())
+    out = _at_once(server.answer, [(1, "a", 1), (2, "b", 3)])
+    assert [r for _, r in out] == [10.0, 20.0]
+    assert [len(res.top_k) for res, _ in out] == [1, 3]  # one call with top_k 3, each cut to its own
+    assert [c[0] for c in fake.calls].count("answer") == 1

@@ -468,3 +468,29 @@ def test_conv_stem_needs_a_power_of_two_patch():
 
     with pytest.raises(ConfigError, match="power-of-two"):
         VQAModel(tiny_config(vit_conv_stem=True, vit_image_size=36, vit_patch_size=6))
+
+
+# ---- cases the mutation run (make mutation) showed unchecked ----
+
+
+def test_kv_cache_allocates_as_asked_fills_in_order_refuses_overflow_and_reorders_rows():
+    cache = KVCache(batch=2, heads=1, max_len=4, head_dim=3, dtype=torch.float64, device="cpu")
+    assert cache.k.dtype == cache.v.dtype == torch.float64 and cache.k.shape == (2, 1, 4, 3)
+    assert KVCache(1, 1, 2, 3, dtype=torch.float32, device="meta").k.device.type == "meta"
+    k = torch.arange(2 * 3 * 3, dtype=torch.float64).view(2, 1, 3, 3)
+    ks, vs = cache.append(k, -k)
+    assert torch.equal(ks, k) and torch.equal(vs, -k) and cache.len == 3
+    with pytest.raises(RuntimeError, match=r"^KV cache full: 3 \+ 2 > 4 positions$"):
+        cache.append(k[:, :, :2], k[:, :, :2])
+    cache.reorder(torch.tensor([1, 1]))  # beam search: both rows continue row 1
+    assert torch.equal(cache.k[:, :, :3], k[[1, 1]]) and torch.equal(cache.v[:, :, :3], -k[[1, 1]])
+
+
+def test_query_points_move_at_most_half_the_grid():
+    att = Attention(32, 2, cross=True, grid=4, rope2d=True)
+    with torch.no_grad():
+        att.q_point.fill_(50.0)  # tanh saturates: every head's point at (+half, +half) of the grid
+    ax, ay = att.query_angles(torch.ones(1, 3, 32))
+    want = (2.0 * att.rope_freq).expand_as(ax)  # half of a 4-patch grid, in patches, times each frequency
+    torch.testing.assert_close(ax, want)
+    torch.testing.assert_close(ay, want)

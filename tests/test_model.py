@@ -494,3 +494,16 @@ def test_query_points_move_at_most_half_the_grid():
     want = (2.0 * att.rope_freq).expand_as(ax)  # half of a 4-patch grid, in patches, times each frequency
     torch.testing.assert_close(ax, want)
     torch.testing.assert_close(ay, want)
+
+
+def test_rotary_table_and_grid_frequencies_against_their_formulas():
+    from vqa.model.attention import grid_frequencies, rotary_table
+
+    # RoFormer: pair i of a head turns by pos / base^(2i / dim); positions up to 2047 need float64 angles
+    cos, sin = rotary_table(2048, 8)
+    want = torch.tensor([[p / 10000.0 ** (2 * i / 8) for i in range(4)] for p in range(2048)], dtype=torch.float64)
+    torch.testing.assert_close(cos, want.cos().float(), rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin, want.sin().float(), rtol=0, atol=2e-6)
+    # pi per patch down to pi / grid, evenly in log scale
+    freq = grid_frequencies(8, 4)
+    torch.testing.assert_close(freq, torch.tensor([math.pi * 8 ** (-i / 3) for i in range(4)]), rtol=1e-6, atol=0)

@@ -1,15 +1,20 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   build the Shapes data, train the tiny model, evaluate it, and serve the app
 #   make test   run the test suite
+# and one that is not part of make test (too slow):
+#   make mutation   mutation testing of the modules in pyproject's [tool.mutmut] (docs/testing.md)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 DATA   ?= data/shapes
 RUN    ?= runs/tiny
 TIME   ?= 10m
+JOBS   ?= 2
+# mutant names to run, e.g. MUTANTS='vqa.data.collate*' (empty: all of [tool.mutmut]'s modules)
+MUTANTS ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test install lint bench mutation clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +26,13 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+mutation: $(STAMP)
+	@# mutmut writes the mutated copy to mutants/ and resumes where an interrupted run stopped
+	@# one torch thread per mutant process: JOBS processes share the cores
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS)
+	$(VENV)/bin/mutmut results
+	$(PY) scripts/mutation_scores.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check vqa tests scripts app.py
@@ -40,4 +52,4 @@ bench: $(STAMP)
 	$(PY) scripts/bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache mutants

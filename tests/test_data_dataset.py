@@ -160,6 +160,21 @@ def test_answers_sampled_by_frequency(tmp_path, data):
     assert 0.65 < seen["cat"] / 1000 < 0.75  # 0.7 expected; 5 sigma is about 0.07
 
 
+def _expected_targets(rows) -> list[tuple[int, int, int]]:
+    """The reference, from the rows alone: (row b, position p, token) for each target token, where the token
+    is row b's token p+1 and the loss mask is set on it (the logits at p predict the token after p)."""
+    return [(b, p, r["input_ids"][p + 1]) for b, r in enumerate(rows)
+            for p in range(len(r["input_ids"]) - 1) if r["loss_mask"][p + 1]]
+
+
+def _targets(g) -> list[tuple[int, int, int]]:
+    """A TaskGroup's real targets as (row, position, token), from its flat positions in [B, T-1]."""
+    width = g.input_ids.shape[1] - 1
+    real = g.target_ids != IGNORE
+    return [(int(p) // width, int(p) % width, int(t)) for p, t in zip(g.target_pos[real], g.target_ids[real],
+                                                                      strict=True)]
+
+
 def test_collate_groups_rows_by_task_with_their_targets(data):
     _, _, tok = data
     ds = make(data, train=False)
@@ -178,10 +193,10 @@ def test_collate_groups_rows_by_task_with_their_targets(data):
             assert g.image_index[b] == k and torch.equal(batch.images[k], items[k]["image"])
             assert g.input_ids[b, :n].tolist() == row["input_ids"]
             assert (g.input_ids[b, n:] == tok.pad_id).all() and not g.attention_mask[b, n:].any()
+            assert g.attention_mask[b, :n].all()
             assert g.loss_mask[b].tolist()[:n] == row["loss_mask"]
         # the targets, precomputed on the CPU: position p of [B, T-1] predicts token p+1 of its row
-        labels = g.input_ids[:, 1:].reshape(-1)[g.target_pos]
-        assert torch.equal(labels, g.target_ids) and g.n_targets == int(g.loss_mask[:, 1:].sum())
+        assert g.n_targets > 0 and _targets(g) == _expected_targets([r for _, r in rows])
         assert g.n_targets == sum(sum(r["loss_mask"][1:]) for _, r in rows)
     fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id)))
     assert torch.equal(fn(items).groups[0].input_ids, batch.groups[0].input_ids)
@@ -197,13 +212,14 @@ def test_padded_collate_keeps_every_target_and_adds_none(data):
         assert b.n_targets == a.n_targets and b.rows == a.rows
         real = b.target_ids != IGNORE
         assert int(real.sum()) == a.n_targets
-        # the same (row, position, token) triples; padding rows attend to nothing and predict nothing
-        width_a, width_b = a.input_ids.shape[1] - 1, b.input_ids.shape[1] - 1
-        triples_a = [(int(p) // width_a, int(p) % width_a, int(t)) for p, t in zip(a.target_pos, a.target_ids, strict=True)]
-        triples_b = [(int(p) // width_b, int(p) % width_b, int(t))
-                     for p, t in zip(b.target_pos[real], b.target_ids[real], strict=True)]
-        assert triples_a == triples_b
+        # the (row, position, token) triples of the rows themselves; padding rows attend to nothing and
+        # predict nothing
+        rows = [r for it in items for r in it["rows"] if r["task"] == a.task]
+        assert _targets(a) == _targets(b) == _expected_targets(rows)
         assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
+        # padding rows read image 0 and have no prompt; every per-row tensor has one entry per padded row
+        assert b.image_index.shape == b.prompt_len.shape == (b.input_ids.shape[0],)
+        assert not b.image_index[b.rows :].any() and not b.prompt_len[b.rows :].any()
 
 
 def test_epoch_travels_with_the_index(data):
@@ -268,3 +284,74 @@ def test_user_text_is_encoded_as_text_never_as_control_tokens(data, tmp_path):
     assert target.count(tok.eos_id) == 1 and target[-1] == tok.eos_id
     tok.save(tmp_path / "t.json")
     assert not set(Tokenizer.load(tmp_path / "t.json").encode("x <eos> y")) & control  # also after loading
+
+
+def _same_group(a, b):
+    """Every field of two TaskGroups equal (tensors by value and dtype)."""
+    from dataclasses import fields
+
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if torch.is_tensor(x):
+            assert torch.is_tensor(y) and x.dtype == y.dtype and torch.equal(x, y), f.name
+        else:
+            assert x == y, f.name
+
+
+def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypatch):
+    _, _, tok = data
+    ds = make(data)
+    items = [ds[i] for i in range(3)]
+    batch = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    g = batch.group("vqa")
+    assert g is batch.groups[0] and batch.group("caption") is batch.groups[1] and batch.group("none") is None
+    _same_group(g.to("cpu", non_blocking=True), g)
+    # pin_memory needs an accelerator: a stand-in that marks each tensor it was asked to pin
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
+    p = batch.pin_memory()
+    assert torch.equal(p.images, batch.images) and torch.equal(p.jitter, batch.jitter)
+    for a, b in zip(p.groups, batch.groups, strict=True):
+        _same_group(a, b)
+    n_tensors = sum(torch.is_tensor(getattr(gr, f)) for gr in batch.groups for f in vars(gr))
+    assert len(pinned) == 2 + n_tensors  # images, jitter and every tensor of every group
+    assert "jitter" in items[0] and batch.jitter.shape == (3, 2)  # training items carry their jitter ...
+    evals = [make(data, train=False)[i] for i in range(3)]
+    assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
+
+
+def test_make_collate_passes_its_settings_and_copies_the_weights(data):
+    _, _, tok = data
+    items = [make(data)[i] for i in range(3)]
+    weights = {"color": 2.0}
+    fn = make_collate(tok.pad_id, pad_multiple=4, question_weights=weights)
+    weights["color"] = 5.0  # the collate function keeps the weights it was given
+    want = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    got = fn(items)
+    for a, b in zip(got.groups, want.groups, strict=True):
+        _same_group(a, b)
+    assert got.groups[0].target_weight is not None and got.groups[0].input_ids.shape[1] % 4 == 0
+    assert make_collate(tok.pad_id, question_weights={}).keywords["question_weights"] is None
+
+
+def test_collate_edge_cases(data, monkeypatch):
+    _, _, tok = data
+    ds = make(data)
+    items = [ds[i] for i in range(3)]
+    empty = collate([], tok.pad_id)
+    assert empty.images.shape == (0,) and empty.groups == [] and empty.jitter is None
+    assert collate(items[:1], tok.pad_id).jitter.shape == (1, 2)  # one item: its jitter still travels
+    for g in collate(items, tok.pad_id, pad_multiple=2).groups:  # 2 pads too
+        assert g.input_ids.shape[0] % 2 == 0 and g.input_ids.shape[1] % 2 == 0 and g.target_pos.numel() % 2 == 0
+    # padding targets weigh nothing: the weights of the real targets alone sum to weight_sum
+    weighted = collate(items, tok.pad_id, pad_multiple=8, question_weights={"color": 2.0, "count": 3.0})
+    g = weighted.group("vqa")
+    assert g.target_pos.numel() > g.n_targets  # the test needs padding targets
+    assert (g.target_weight[g.n_targets :] == 0).all() and g.weight_sum == float(g.target_weight[: g.n_targets].sum())
+    # moved tensors really move (the meta device: no data, only the device changes)
+    moved = g.to("meta")
+    assert all(getattr(moved, f).device.type == "meta" for f in vars(g) if torch.is_tensor(getattr(g, f)))
+    # an evaluation batch (no jitter) pins too
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
+    evals = collate([make(data, train=False)[i] for i in range(2)], tok.pad_id)
+    assert evals.pin_memory().jitter is None

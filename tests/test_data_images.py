@@ -22,18 +22,27 @@ def test_rgb_passthrough_and_grayscale(tmp_path):
     assert load_image(str(p)).getpixel((4, 3)) == (77, 77, 77)
 
 
-@pytest.mark.parametrize("mode", ["RGBA", "LA"])
-def test_alpha_composited_on_white(tmp_path, mode):
-    im = Image.new("RGBA", (4, 4), (0, 0, 255, 0))
-    im.putpixel((1, 1), (0, 0, 255, 255))
-    im = im.convert(mode)
+@pytest.mark.parametrize("mode, opaque, half", [
+    ("RGBA", (0, 0, 255, 255), (200, 100, 0, 128)),
+    ("LA", (90, 255), (40, 128)),
+])
+def test_alpha_composited_on_white(tmp_path, mode, opaque, half):
+    im = Image.new(mode, (4, 4), (0,) * len(opaque))  # fully transparent black
+    im.putpixel((1, 1), opaque)
+    im.putpixel((2, 2), half)
     p = tmp_path / "a.png"
     im.save(p)
     img = load_image(p)
     assert img.mode == "RGB"
+
+    def over_white(px):  # the reference: colour x alpha + white x (1 - alpha), a gray value on all three channels
+        *color, alpha = px
+        color = color * 3 if len(color) == 1 else color
+        return [c * alpha / 255 + 255 * (1 - alpha / 255) for c in color]
+
     assert img.getpixel((0, 0)) == (255, 255, 255)  # fully transparent -> white
-    assert img.getpixel((1, 1)) == ((0, 0, 255) if mode == "RGBA" else img.getpixel((1, 1)))
-    assert img.getpixel((1, 1)) != (255, 255, 255)
+    assert list(img.getpixel((1, 1))) == over_white(opaque)  # opaque -> its own colour, exactly
+    np.testing.assert_allclose(img.getpixel((2, 2)), over_white(half), atol=1)  # half -> between the two
 
 
 def test_palette_with_and_without_transparency(tmp_path):

@@ -72,11 +72,30 @@ def test_deterministic_for_a_seed(tmp_path):
     assert (a / "v2_mscoco_train_annotations.json").read_bytes() != (c / "v2_mscoco_train_annotations.json").read_bytes()
 
 
-def test_parallel_rendering_gives_the_same_images(tmp_path):
-    from vqa.data.shapes import generate_shapes
+def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
+    import multiprocessing
 
-    generate_shapes(tmp_path / "p", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=2)
-    generate_shapes(tmp_path / "s", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=1)
+    import vqa.data.shapes as shapes
+
+    pools = []  # the worker count of each process pool generate_shapes starts
+
+    class Recording:
+        def get_context(self, method=None):
+            ctx = multiprocessing.get_context(method)
+
+            class Ctx:
+                def Pool(self, n):  # noqa: N802 (multiprocessing's name)
+                    pools.append(n)
+                    return ctx.Pool(n)
+            return Ctx()
+
+    monkeypatch.setattr(shapes, "mp", Recording())
+    shapes.generate_shapes(tmp_path / "p", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=2)
+    # the parallel run really rendered in 2 processes: were the set too small for a pool (a raised
+    # threshold), this test would compare serial with serial
+    assert pools == [2]
+    shapes.generate_shapes(tmp_path / "s", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=1)
+    assert pools == [2]  # the serial run started none
     files = sorted(p.relative_to(tmp_path / "p") for p in (tmp_path / "p").rglob("*") if p.is_file())
     assert len(files) == 200 + 5
     assert all((tmp_path / "p" / f).read_bytes() == (tmp_path / "s" / f).read_bytes() for f in files)

@@ -1,8 +1,9 @@
 """The attention explorer's numbers (vqa.inference.explain) against the model itself: the masked self-attention is
 causal with rows summing to 1, the per-head cross-attention maps average to the demo's single map and equal
-the maps answering returns, the raw scores are q.k / sqrt(d) of the module's own projections and their
-softmax is the weights, the explain pass computes the same logits as the fused fast path, the ViT's weights
-are read with its fused attention off and restored after, and the export / CLI write what they say."""
+the maps answering returns, the raw scores are q.k / sqrt(d) of the module's own projections and the
+weights mixed with its values give the fused fast path's output, the explain pass computes the same logits
+as the fused fast path, the ViT's weights are read with its fused attention off and restored after, and the
+export / CLI write what they say."""
 
 from __future__ import annotations
 
@@ -66,18 +67,25 @@ def test_per_head_cross_attention_maps_average_to_the_demo_map_and_equal_the_ans
             np.testing.assert_allclose(maps[g, layer].mean(0), select_map(res.attention[g], layer=layer), atol=1e-5)
 
 
-def test_the_raw_scores_are_q_dot_k_over_sqrt_d_and_their_softmax_is_the_weights(pred, answer_and_explanation):
+def test_the_raw_scores_are_q_dot_k_over_sqrt_d_and_the_weights_give_the_fast_paths_output(pred, answer_and_explanation):
     img, res, e = answer_and_explanation
     model = pred.model
-    seen = {}  # each cross-attention module's input text stream and image keys, caught on the fast path
+    seen, outputs = {}, {}  # each cross-attention's text stream, image keys and values, output: on the fast path
 
     def catch(i):
         def hook(mod, args, kwargs):
-            seen[i] = (args[0].detach(), kwargs["kv"][0].detach())
+            seen[i] = (args[0].detach(), *(t.detach() for t in kwargs["kv"]))
+        return hook
+
+    def catch_output(i):
+        def hook(mod, args, kwargs, out):
+            outputs[i] = out[0].detach()
         return hook
 
     handles = [blk.cross_attn.register_forward_pre_hook(catch(i), with_kwargs=True)
                for i, blk in enumerate(model.decoder.blocks)]
+    handles += [blk.cross_attn.register_forward_hook(catch_output(i), with_kwargs=True)
+                for i, blk in enumerate(model.decoder.blocks)]
     try:
         x = pred.transform(img)[None]
         with torch.no_grad():
@@ -89,13 +97,18 @@ def test_the_raw_scores_are_q_dot_k_over_sqrt_d_and_their_softmax_is_the_weights
             h.remove()
     for i, blk in enumerate(model.decoder.blocks):
         att = blk.cross_attn
-        text, k = seen[i]  # [1, T, D], [1, H, N, Dh]
-        b, t, _ = text.shape
+        text, k, v = seen[i]  # [1, T, D], [1, H, N, Dh] x 2
+        b, t, d = text.shape
         q = att.q_norm(att.q(text).view(b, t, att.heads, att.head_dim).transpose(1, 2))
         by_hand = ((q @ k.transpose(-2, -1))[0] / math.sqrt(att.head_dim)).detach()  # [H, T, N]
         np.testing.assert_allclose(e.cross_scores[i], by_hand.numpy(), rtol=1e-4, atol=1e-4)
-    soft = torch.from_numpy(e.cross_scores).softmax(-1).numpy()
-    np.testing.assert_allclose(soft, e.cross_weights, atol=1e-6)
+        # the weights are the ones the model attends with: mixing the fast path's values with them and
+        # projecting gives the fast path's (fused kernel's) output
+        assert not (att.follow or att.coords)  # test-tiny: the output is proj(weights @ values) alone
+        w = torch.from_numpy(e.cross_weights[i])[None]  # [1, H, T, N]
+        with torch.no_grad():
+            mixed = att.proj((w @ v).transpose(1, 2).reshape(b, t, d))
+        torch.testing.assert_close(mixed, outputs[i], rtol=1e-4, atol=1e-5)
     soft = torch.from_numpy(e.self_scores).softmax(-1).numpy()
     np.testing.assert_allclose(soft, e.self_weights, atol=1e-6)
     s, w = e.query_against_keys(0, e.cross_weights.shape[0] - 1, 1)

@@ -31,6 +31,7 @@ def test_a_reference_needs_two_pictures():
 
 
 def test_from_data_reads_the_training_split(shapes_dir):
+    from vqa.data.formats import load_split
     from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
@@ -39,8 +40,42 @@ def test_from_data_reads_the_training_split(shapes_dir):
     np.testing.assert_allclose(np.linalg.norm(ref.reference, axis=1), 1.0, atol=1e-5)
     again = Familiarity.from_data(pred, shapes_dir, "train", n=10, seed=1)
     np.testing.assert_array_equal(ref.reference, again.reference)  # seeded
-    # the reference pictures themselves are at distance 0; image_features agrees with and without the cache
-    img = draw("red_circle")
-    np.testing.assert_allclose(pred.image_features([img]), pred.image_features([img], cache=False), atol=1e-6)
+    # the reference pictures themselves are at distance 0: each reference vector is the encoding of a
+    # different training picture (the reference: every training picture encoded directly, without the cache)
+    train = sorted(load_split(shapes_dir, "train", quiet=True).images())
+    feats = _encoded(pred, train)
+    dist = 1 - ref.reference @ feats.T  # [10, 24]
+    assert np.allclose(dist.min(1), 0, atol=1e-5) and len(set(dist.argmin(1).tolist())) == 10
+    assert (ref.distance(feats) < 1e-5).sum() == 10  # ... and only those 10 of the 24
     with pytest.raises(Exception, match="no split"):
         Familiarity.from_data(pred, shapes_dir, "test")
+
+
+def _encoded(pred, images) -> np.ndarray:
+    """The reference features: model.encode of each picture alone, tokens averaged, L2-normalised."""
+    import torch
+
+    out = []
+    for img in images:
+        with torch.no_grad():
+            tokens = pred.model.encode(pred.transform(pred.load(img))[None].to(pred.device, pred.dtype))
+        v = tokens.float().mean(1)[0].cpu().numpy()
+        out.append(v / np.linalg.norm(v))
+    return np.stack(out)
+
+
+def test_image_features_agree_with_and_without_the_cache(monkeypatch):
+    import vqa.inference.predict as predict
+    from vqa.inference.predict import Predictor
+
+    pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")
+    a, b = draw("red_circle"), draw("blue_square", (40, 56))
+    want = _encoded(pred, [a, b])
+    assert 1 - want[0] @ want[1] > 1e-3  # two pictures the model tells apart
+    encoded, real = [], predict.encode_images
+    monkeypatch.setattr(predict, "encode_images", lambda m, x, c: encoded.append(len(x)) or real(m, x, c))
+    pred.clear_cache()
+    np.testing.assert_allclose(pred.image_features([a, b]), want, atol=1e-5)  # encoded, then cached
+    np.testing.assert_allclose(pred.image_features([b, a, b]), want[[1, 0, 1]], atol=1e-5)  # from the cache
+    assert encoded == [2]  # the second call was answered from the cache
+    np.testing.assert_allclose(pred.image_features([a, b], cache=False), want, atol=1e-5)

@@ -602,3 +602,18 @@ def test_a_constrained_vocabulary_decodes_over_its_tokens_alone(model, images):
     assert every.sequences == free.sequences and every.scores == pytest.approx(free.scores, abs=1e-5)
     with pytest.raises(InputError, match="outside the vocabulary"):
         generate(model, PROMPTS, images, vocab=[5, model.cfg.vocab_size])
+
+
+def test_decode_state_allocates_every_buffer_with_the_dtype_and_device_asked():
+    from helpers import tiny_config
+
+    from vqa.decoding.step import DecodeState
+
+    cfg = tiny_config()
+    s = DecodeState.allocate(cfg, batch=3, slots=7, dtype=torch.float64, device="meta")
+    assert len(s.k) == len(s.v) == cfg.dec_depth
+    shape = (3, cfg.dec_heads, 7, cfg.dec_width // cfg.dec_heads)
+    assert all(t.shape == shape and t.dtype == torch.float64 for t in (*s.k, *s.v))
+    assert (s.key_valid.dtype, s.pos.dtype, s.slot.dtype) == (torch.bool, torch.long, torch.long)
+    assert all(t.device.type == "meta" for t in s.tensors())  # every buffer where the model is
+    assert (s.batch, s.slots) == (3, 7)

@@ -37,4 +37,7 @@ def test_an_overfull_queue_refuses_politely(tmp_path):
                      "--queue-size", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert fig["errors"] == 0 and fig["answered"] + fig["refused"] == 12 and fig["answered"] > 0
+    # six users at once and room for two: some are refused (an unbounded queue would answer all 12) ...
+    assert fig["refused"] > 0 and fig["refusal_examples"], fig
+    # ... each with a message meant for a person
     assert all("Queue is full" in r or "busy" in r for r in fig["refusal_examples"])

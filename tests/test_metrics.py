@@ -331,3 +331,79 @@ def test_bad_references_are_errors():
         caption_scores({1: "a dog"}, {1: "a dog"})
     with pytest.raises(ValueError):
         caption_scores({}, {})
+
+
+# --- cases the mutation run (make mutation) showed unchecked -------------------------------------
+def test_errors_say_what_is_missing():
+    with pytest.raises(ValueError, match="^vqa_accuracy needs a non-empty list of ground-truth answers$"):
+        vqa_accuracy("yes", [])
+    with pytest.raises(ValueError, match="^vqa_scores needs at least one record$"):
+        vqa_scores({}, [])
+    with pytest.raises(ValueError, match=r"^no prediction for 6 question\(s\), e.g. question_id \[1, 2, 3, 4, 5\]$"):
+        vqa_scores({}, [record(i, ["a"] * 10, "", "") for i in range(1, 7)])
+    with pytest.raises(ValueError, match="^caption_scores needs at least one image$"):
+        caption_scores({}, {})
+
+
+def test_mismatched_image_ids_are_listed_exactly():
+    # only references missing: no word about predictions; ids sorted as strings, five shown, the rest counted
+    with pytest.raises(ValueError) as e:
+        caption_scores({1: "a", 7: "b"}, {1: ["a"]})
+    assert str(e.value) == "caption_scores: no references for image id(s) 7"
+    with pytest.raises(ValueError) as e:
+        caption_scores({1: "a"}, {1: ["a"], 2: ["b"]})
+    assert str(e.value) == "caption_scores: no prediction for image id(s) 2"
+    with pytest.raises(ValueError) as e:
+        caption_scores({1: "a", 7: "b"}, {1: ["a"], 2: ["b"]})
+    assert str(e.value) == "caption_scores: no prediction for image id(s) 2; no references for image id(s) 7"
+    with pytest.raises(ValueError) as e:
+        caption_scores({}, {i: ["a"] for i in range(9, 14)})  # five: all shown
+    assert str(e.value) == "caption_scores: no prediction for image id(s) 10, 11, 12, 13, 9"
+    with pytest.raises(ValueError) as e:
+        caption_scores({}, {i: ["a"] for i in range(9, 15)})  # six: five and a count
+    assert str(e.value) == "caption_scores: no prediction for image id(s) 10, 11, 12, 13, 14 (and 1 more)"
+
+
+def test_caption_scores_print_nothing(capsys):
+    caption_scores(PREDS, REFS)
+    assert capsys.readouterr().out == ""  # pycocoevalcap's Bleu prints its counts unless verbose=0
+
+
+def test_vqa_scores_reads_records_without_type_fields_and_rounds_per_question():
+    bare = [SimpleNamespace(question_id=1, answers=["red", "blue", "green"])]  # no answer_type, question_type
+    s = vqa_scores({1: "red"}, bare)
+    assert s["per_answer_type"] == s["per_question_type"] == {}
+    assert s["per_question"] == {1: 33.33} and s["overall"] == 33.33  # 1 match of min(3, 3)
+
+
+def test_fewer_than_ten_answers_full_credit_at_three_matches():
+    assert vqa_accuracy("yes", ["yes", "yes", "yes", "no"]) == 1.0  # min(1, 3 / min(3, 4))
+
+
+def test_newlines_and_tabs_inside_answers_are_spaces():
+    assert vqa_accuracy("two\ndogs", ["two dogs"] * 10) == 1.0
+    assert vqa_accuracy("two\tdogs", ["two dogs"] * 10) == 1.0
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("well- done", "well done"),  # a PUNCT character touching a space on either side is deleted ...
+    ("well -done", "well done"),
+    ("well-done", "well done"),  # ... else it becomes a space
+])
+def test_process_punctuation_one_sided_spaces(raw, expected):
+    assert process_punctuation(raw) == expected
+
+
+@pytest.mark.parametrize("raw, expected", [
+    # PTBTokenizer's rules (CoreNLP 3.4.1) as the module docstring lists them
+    ("gotta wanna lemme gimme GOTTA", "got ta wan na lem me gim me got ta"),
+    ("shouldn't've", "should n't 've"),  # two clitics, in order
+    ("n't", "n't"),  # a clitic alone is one token
+    ("rock'n'roll y'know Y'all rock'n'roll's", "rock 'n' roll y' know y' all rock 'n' roll 's"),
+    ("nice :) ;-) :( bye", "nice :-rrb- ;--rrb- :-lrb- bye"),
+    ("a 5 7/8 inch pipe", "a 5\xa07/8 inch pipe"),  # Java joins a fraction with a no-break space
+    ("AT&amp;T and b&amp;w", "at&t and b & w"),
+    ("plan J.\nSmith", "plan j. smith"),  # a newline is a space: "J." stays an initial
+])
+def test_ptb_tokenize_rules(raw, expected):
+    assert ptb_tokenize(raw) == expected

@@ -493,3 +493,42 @@ def test_conv_stem_needs_a_power_of_two_patch():
 
     with pytest.raises(ConfigError, match="power-of-two"):
         VQAModel(tiny_config(vit_conv_stem=True, vit_image_size=36, vit_patch_size=6))
+
+
+# ---- cases the mutation run (make mutation) showed unchecked ----
+
+
+def test_kv_cache_allocates_as_asked_fills_in_order_refuses_overflow_and_reorders_rows():
+    cache = KVCache(batch=2, heads=1, max_len=4, head_dim=3, dtype=torch.float64, device="cpu")
+    assert cache.k.dtype == cache.v.dtype == torch.float64 and cache.k.shape == (2, 1, 4, 3)
+    assert KVCache(1, 1, 2, 3, dtype=torch.float32, device="meta").k.device.type == "meta"
+    k = torch.arange(2 * 3 * 3, dtype=torch.float64).view(2, 1, 3, 3)
+    ks, vs = cache.append(k, -k)
+    assert torch.equal(ks, k) and torch.equal(vs, -k) and cache.len == 3
+    with pytest.raises(RuntimeError, match=r"^KV cache full: 3 \+ 2 > 4 positions$"):
+        cache.append(k[:, :, :2], k[:, :, :2])
+    cache.reorder(torch.tensor([1, 1]))  # beam search: both rows continue row 1
+    assert torch.equal(cache.k[:, :, :3], k[[1, 1]]) and torch.equal(cache.v[:, :, :3], -k[[1, 1]])
+
+
+def test_query_points_move_at_most_half_the_grid():
+    att = Attention(32, 2, cross=True, grid=4, rope2d=True)
+    with torch.no_grad():
+        att.q_point.fill_(50.0)  # tanh saturates: every head's point at (+half, +half) of the grid
+    ax, ay = att.query_angles(torch.ones(1, 3, 32))
+    want = (2.0 * att.rope_freq).expand_as(ax)  # half of a 4-patch grid, in patches, times each frequency
+    torch.testing.assert_close(ax, want)
+    torch.testing.assert_close(ay, want)
+
+
+def test_rotary_table_and_grid_frequencies_against_their_formulas():
+    from vqa.model.attention import grid_frequencies, rotary_table
+
+    # RoFormer: pair i of a head turns by pos / base^(2i / dim); positions up to 2047 need float64 angles
+    cos, sin = rotary_table(2048, 8)
+    want = torch.tensor([[p / 10000.0 ** (2 * i / 8) for i in range(4)] for p in range(2048)], dtype=torch.float64)
+    torch.testing.assert_close(cos, want.cos().float(), rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin, want.sin().float(), rtol=0, atol=2e-6)
+    # pi per patch down to pi / grid, evenly in log scale
+    freq = grid_frequencies(8, 4)
+    torch.testing.assert_close(freq, torch.tensor([math.pi * 8 ** (-i / 3) for i in range(4)]), rtol=1e-6, atol=0)

@@ -39,7 +39,7 @@ def test_from_pretrained_loads_model_tokenizer_card_and_picks_a_device(ckpt, pre
     assert pred.card["preset"] == "test-tiny" and pred.card["parameters"] == pred.model.num_parameters()
     assert not pred.model.training and pred.device == torch.device("cpu")
     assert pred.grid == 4 and pred.transform.size == 32
-    assert pick_device().type in ("cuda", "mps", "cpu")
+    assert pick_device("cpu") == torch.device("cpu")  # the device asked for
     assert Predictor.from_pretrained(ckpt.parent).path == ckpt.parent  # a run folder holding the checkpoint
     with pytest.raises(CheckpointError, match="does not exist"):
         Predictor.from_pretrained(ckpt.parent / "nowhere")
@@ -81,13 +81,34 @@ def test_rank_puts_the_right_candidate_first_with_probabilities_summing_to_one(p
         assert pred.rank(draw(name), SHAPE_Q, ["square", "circle", "triangle"])[0][0] == shape
 
 
+@pytest.mark.parametrize("cuda, mps, want", [(True, True, "cuda"), (False, True, "mps"), (False, False, "cpu")])
+def test_pick_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch, cuda, mps, want):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert pick_device() == pick_device("auto") == pick_device(None) == torch.device(want)
+    assert pick_device("cuda:1") == torch.device("cuda:1")  # a name given is used as given
+
+
+def _teacher_forced_log_prob(pred, image, prompt_ids, ids) -> float:
+    """The reference: the model's log-probability of `ids` then <eos> after `prompt_ids`, in one
+    teacher-forced pass (logits at position p score token p+1)."""
+    seq = torch.tensor([[*prompt_ids, *ids, pred.tokenizer.eos_id]])
+    with torch.no_grad():
+        lp = pred.model(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
+    return sum(float(lp[p - 1, seq[0, p]]) for p in range(len(prompt_ids), seq.shape[1]))
+
+
 def test_captions_greedy_beam_and_seeded_sampling(pred):
     for name in ITEMS:
         cap = ITEMS[name][2]
         assert pred.caption(draw(name)).caption == cap
         beam = pred.caption(draw(name), method="beam", num_beams=3)
         assert beam.beams and beam.caption == beam.beams[0][0]
-        assert beam.log_prob <= 0
+        # the beam's log-probability is its caption's, <eos> included, as a teacher-forced pass scores it
+        assert beam.log_prob == pytest.approx(
+            _teacher_forced_log_prob(pred, draw(name), beam.prompt_ids, beam.ids), abs=1e-4)
+        assert beam.beams[0][1] == beam.log_prob and [s for _, s in beam.beams] == sorted(
+            (s for _, s in beam.beams), reverse=True)
     # hot sampling from the overfit model: a seed gives one caption every time, other seeds other captions
     hot = dict(method="sample", temperature=3.0)
     a = pred.caption(draw("red_circle"), seed=3, **hot)

@@ -166,29 +166,51 @@ def test_batched_answers_equal_one_by_one_answers_for_mixed_questions_and_pictur
     assert len({r.answer for r, _ in results}) > 1  # mixed pictures gave different answers
 
 
+def _calls_of(server) -> list:
+    """Make `server`'s batcher record each batched call as (generation method, number of items)."""
+    calls, real = [], server.batcher.run_batch
+
+    def run(key, items):
+        calls.append((items[0][1].method, len(items)))
+        return real(key, items)
+
+    server.batcher.run_batch = run
+    return calls
+
+
+def _at_once(fn, args) -> list:
+    """fn(*a) for each a in `args`, from threads started together; the results in order."""
+    out = [None] * len(args)
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, fn(*args[i]))) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
 def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
     from vqa.config import GenerationConfig
 
     pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64))]
     greedy = GenerationConfig.for_task("caption")
-    server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
-    out = [None] * 3
-    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, server.caption(pics[i], greedy)))
-               for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    for (res, _), img in zip(out, pics, strict=True):
+    # max_batch = the number of requests and a long wait: the batch closes when all three are there
+    server = BatchedPredictor(pred, max_batch=3, max_wait=10.0)
+    calls = _calls_of(server)
+    out = _at_once(server.caption, [(p, greedy) for p in pics])
+    assert calls == [("greedy", 3)]  # the three greedy captions went in one call ...
+    for (res, _), img in zip(out, pics, strict=True):  # ... and each is its one-by-one caption
         one = pred.caption(img, greedy, return_attention=True)
         assert res.caption == one.caption and res.log_prob == pytest.approx(one.log_prob, rel=1e-5, abs=1e-6)
         torch.testing.assert_close(res.attention, one.attention, rtol=1e-4, atol=1e-6)
+
+    # two identical seeded samples asked at once, with room for both in a batch: each gets a call of its own
     sample = greedy.replace(method="sample", temperature=2.0, seed=3)
-    before = server.batcher.batches
-    a, _ = server.caption(pics[0], sample)
-    b, _ = server.caption(pics[0], sample)
+    server = BatchedPredictor(pred, max_batch=2, max_wait=10.0)
+    calls = _calls_of(server)
+    (a, _), (b, _) = _at_once(server.caption, [(pics[0], sample)] * 2)
+    assert calls == [("sample", 1), ("sample", 1)]
     assert a.caption == b.caption == pred.caption(pics[0], sample).caption
-    assert server.batcher.batches == before + 2
 
 
 def test_bad_input_reaches_only_its_caller(pred):
@@ -208,3 +230,128 @@ def test_bad_input_reaches_only_its_caller(pred):
         t.join(30)
     assert out["good"] == "red"
     assert isinstance(out["bad"], InputError) and "empty" in str(out["bad"])
+
+
+# ------------------------------------------------------------------ settings, messages and the plumbing
+# (cases the mutation run, make mutation, showed unchecked)
+
+
+def test_batcher_defaults_and_bad_settings():
+    b = Batcher(lambda k, items: list(items))
+    assert (b.max_batch, b.max_wait, b.max_pending, b.name) == (16, 0.01, None, "vqa-batcher")
+    assert b.batches == b.largest == 0  # nothing answered yet
+    with pytest.raises(ValueError, match=r"^max_batch must be at least 1, got 0$"):
+        Batcher(lambda k, items: items, max_batch=0)
+    with pytest.raises(ValueError, match=r"^max_wait must be >= 0 seconds, got -1$"):
+        Batcher(lambda k, items: items, max_wait=-1)
+
+
+def test_the_worker_is_a_named_daemon_and_counts_its_calls():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=8, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    assert b._worker.name == "vqa-batcher" and b._worker.daemon  # never keeps the process alive
+    futures = [b.submit("k", i) for i in range(1, 4)]
+    gate.set()
+    assert [f.result(5) for f in futures] == ["k:1", "k:2", "k:3"]
+    assert b.batches == 2 and b.largest == 3
+
+
+def test_max_batch_caps_one_key_too():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=2, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    futures = [b.submit("k", i) for i in range(1, 6)]
+    gate.set()
+    assert [f.result(5) for f in futures] == [f"k:{i}" for i in range(1, 6)]
+    assert [len(items) for _, items in calls] == [1, 2, 2, 1]
+
+
+def test_the_busy_message_and_the_call_timeout():
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=1, max_wait=0.0, max_pending=1)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    b.submit("k", 1)
+    with pytest.raises(Busy) as e:
+        b.submit("k", 2)
+    assert str(e.value) == "The demo is busy: 1 questions are waiting. Please try again in a few seconds."
+    b.max_pending = None
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    with pytest.raises(FutureTimeout):
+        b("k", 3, timeout=0.05)  # the caller's timeout is honoured while the worker is busy
+    gate.set()
+
+
+def test_a_lone_bad_request_and_a_wrong_result_count_reach_their_caller():
+    b = Batcher(lambda k, items: [1 / 0 for _ in items], max_wait=0.0)
+    with pytest.raises(ZeroDivisionError):
+        b("k", 1, timeout=5)
+    short = Batcher(lambda k, items: [], max_wait=0.0)
+    with pytest.raises(RuntimeError, match=r"^run_batch returned 0 results for 1 requests$"):
+        short("k", 1, timeout=5)
+
+
+class _FakePredictor:
+    """Records what BatchedPredictor asks of a Predictor; answers with values that name their inputs."""
+
+    def __init__(self):
+        self._lock, self.calls = threading.RLock(), []
+
+    def answer_settings(self, top_k, generation):
+        from vqa.config import GenerationConfig
+
+        self.calls.append(("settings", top_k, generation))
+        return generation or GenerationConfig.for_task("vqa", method="beam", num_beams=max(top_k, 3))
+
+    def answer_batch(self, images, questions, top_k, generation, return_attention):
+        from types import SimpleNamespace
+
+        self.calls.append(("answer", list(images), list(questions), top_k, generation, return_attention))
+        return [SimpleNamespace(top_k=[(f"{q}{i}", 0.1) for i in range(top_k)]) for q in questions]
+
+    def caption_batch(self, images, settings, return_attention):
+        self.calls.append(("caption", list(images), settings, return_attention))
+        return [f"caption of {img}" for img in images]
+
+    def image_features(self, images):
+        return np.array([[float(img)] for img in images])
+
+
+class _Ratio:
+    def ratio(self, features):
+        return features[:, 0] * 10
+
+
+def test_batched_predictor_passes_its_settings_through():
+    from vqa.config import GenerationConfig
+
+    server = BatchedPredictor(_FakePredictor())
+    assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (16, 0.01, None)
+    server = BatchedPredictor(_FakePredictor(), max_batch=3, max_wait=0.5, max_pending=7)
+    assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (3, 0.5, 7)
+
+    fake = _FakePredictor()
+    server = BatchedPredictor(fake, max_wait=0.0, attention=False)
+    res, ratio = server.answer(1, "q")  # top_k defaults to 1
+    assert fake.calls[0] == ("settings", 1, None) and [t for t, _ in res.top_k] == ["q0"] and ratio is None
+    g = GenerationConfig.for_task("vqa", method="greedy")
+    server.answer(2, "r", 2, generation=g)
+    assert fake.calls[2] == ("settings", 2, g) and fake.calls[3] == ("answer", [2], ["r"], 2, g, False)
+    assert server.caption(3) == ("caption of 3", None)
+    assert fake.calls[4] == ("caption", [3], GenerationConfig.for_task("caption"), False)
+
+
+def test_batched_predictor_gives_each_picture_its_familiarity():
+    fake = _FakePredictor()
+    server = BatchedPredictor(fake, max_batch=2, max_wait=10.0, familiarity=_Ratio())
+    out = _at_once(server.answer, [(1, "a", 1), (2, "b", 3)])
+    assert [r for _, r in out] == [10.0, 20.0]
+    assert [len(res.top_k) for res, _ in out] == [1, 3]  # one call with top_k 3, each cut to its own
+    assert [c[0] for c in fake.calls].count("answer") == 1

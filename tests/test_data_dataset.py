@@ -302,7 +302,7 @@ def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypat
     _, _, tok = data
     ds = make(data)
     items = [ds[i] for i in range(3)]
-    batch = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    batch = collate(items, tok.pad_id, pad_multiple=4)
     g = batch.group("vqa")
     assert g is batch.groups[0] and batch.group("caption") is batch.groups[1] and batch.group("none") is None
     _same_group(g.to("cpu", non_blocking=True), g)
@@ -320,18 +320,16 @@ def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypat
     assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
 
 
-def test_make_collate_passes_its_settings_and_copies_the_weights(data):
+def test_make_collate_passes_its_settings(data):
     _, _, tok = data
     items = [make(data)[i] for i in range(3)]
-    weights = {"color": 2.0}
-    fn = make_collate(tok.pad_id, pad_multiple=4, question_weights=weights)
-    weights["color"] = 5.0  # the collate function keeps the weights it was given
-    want = collate(items, tok.pad_id, pad_multiple=4, question_weights={"color": 2.0})
+    fn = make_collate(tok.pad_id, pad_multiple=4)
+    want = collate(items, tok.pad_id, pad_multiple=4)
     got = fn(items)
     for a, b in zip(got.groups, want.groups, strict=True):
         _same_group(a, b)
-    assert got.groups[0].target_weight is not None and got.groups[0].input_ids.shape[1] % 4 == 0
-    assert make_collate(tok.pad_id, question_weights={}).keywords["question_weights"] is None
+    assert all(g.input_ids.shape[1] % 4 == 0 and g.input_ids.shape[0] % 4 == 0 for g in got.groups)
+    assert make_collate(tok.pad_id).keywords["pad_multiple"] == 1
 
 
 def test_collate_edge_cases(data, monkeypatch):
@@ -343,11 +341,10 @@ def test_collate_edge_cases(data, monkeypatch):
     assert collate(items[:1], tok.pad_id).jitter.shape == (1, 2)  # one item: its jitter still travels
     for g in collate(items, tok.pad_id, pad_multiple=2).groups:  # 2 pads too
         assert g.input_ids.shape[0] % 2 == 0 and g.input_ids.shape[1] % 2 == 0 and g.target_pos.numel() % 2 == 0
-    # padding targets weigh nothing: the weights of the real targets alone sum to weight_sum
-    weighted = collate(items, tok.pad_id, pad_multiple=8, question_weights={"color": 2.0, "count": 3.0})
-    g = weighted.group("vqa")
+    # padding targets are ignored: every target past the real ones is IGNORE
+    g = collate(items, tok.pad_id, pad_multiple=8).group("vqa")
     assert g.target_pos.numel() > g.n_targets  # the test needs padding targets
-    assert (g.target_weight[g.n_targets :] == 0).all() and g.weight_sum == float(g.target_weight[: g.n_targets].sum())
+    assert (g.target_ids[g.n_targets :] == IGNORE).all() and (g.target_ids[: g.n_targets] != IGNORE).all()
     # moved tensors really move (the meta device: no data, only the device changes)
     moved = g.to("meta")
     assert all(getattr(moved, f).device.type == "meta" for f in vars(g) if torch.is_tensor(getattr(g, f)))

@@ -76,6 +76,7 @@ def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
     import multiprocessing
 
     import vqa.data.shapes as shapes
+    import vqa.data.synthetic as synthetic
 
     pools = []  # the worker count of each process pool generate_shapes starts
 
@@ -89,7 +90,7 @@ def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
                     return ctx.Pool(n)
             return Ctx()
 
-    monkeypatch.setattr(shapes, "mp", Recording())
+    monkeypatch.setattr(synthetic, "mp", Recording())  # the shared parallel build
     shapes.generate_shapes(tmp_path / "p", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=2)
     # the parallel run really rendered in 2 processes: were the set too small for a pool (a raised
     # threshold), this test would compare serial with serial

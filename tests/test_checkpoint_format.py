@@ -25,8 +25,10 @@ def saved(tmp_path):
 
 def test_a_saved_config_names_the_current_version_and_loads_the_same_model(saved):
     model, folder = saved
-    d = json.loads((folder / "config.json").read_text())
+    text = (folder / "config.json").read_text()
+    d = json.loads(text)
     assert d["format_version"] == FORMAT_VERSION == 1
+    assert text == json.dumps(d, indent=2) + "\n" and list(d)[0] == "format_version"  # readable, version first
     again = VQAModel.from_pretrained(folder)
     assert again.cfg == model.cfg
     images, ids = random_images(2, model.cfg), torch.tensor([[1, 5, 6], [1, 7, 8]])
@@ -50,7 +52,10 @@ def test_a_migration_step_is_applied(monkeypatch):
     monkeypatch.setitem(config_file.MIGRATIONS, 1, lambda d: {("dec_depth" if k == "old_depth" else k): v
                                                                for k, v in d.items()})
     assert config_file.migrate({"format_version": 1, "old_depth": 5}, "x") == {"dec_depth": 5}
+    seen = []
+    monkeypatch.setitem(config_file.MIGRATIONS, 0, lambda d: seen.append(dict(d)) or d)
     assert config_file.migrate({"old_depth": 5}, "x") == {"dec_depth": 5}  # 0 -> 1 -> 2
+    assert seen == [{"old_depth": 5}]  # a file without the field is version 0: every step runs
 
 
 def test_a_newer_checkpoint_is_refused_in_one_line(saved):
@@ -67,14 +72,14 @@ def test_a_newer_checkpoint_is_refused_in_one_line(saved):
 def test_a_version_that_is_not_a_number_is_refused(saved, bad):
     _, folder = saved
     edit_config(folder, format_version=bad)
-    with pytest.raises(CheckpointError, match="is not a version number"):
+    with pytest.raises(CheckpointError, match="is not a version number; the file is damaged or was not written by vqa"):
         VQAModel.from_pretrained(folder)
 
 
 def test_a_config_that_is_not_an_object_is_refused(saved):
     _, folder = saved
     (folder / "config.json").write_text("[1, 2]")
-    with pytest.raises(CheckpointError, match="expected a JSON object"):
+    with pytest.raises(CheckpointError, match="expected a JSON object of model fields, got list"):
         VQAModel.from_pretrained(folder)
     (folder / "config.json").write_text("{ nope")
     with pytest.raises(CheckpointError, match="not valid JSON"):
@@ -92,3 +97,11 @@ def test_the_cli_says_it_in_one_line(saved, tmp_path, capsys):
     assert main(["caption", "--checkpoint", str(folder), str(image)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "format version 99 is newer" in err[0]
+
+
+def test_an_unknown_field_names_the_file_once_and_the_field(saved):
+    _, folder = saved
+    edit_config(folder, no_such_field=1)
+    with pytest.raises(CheckpointError) as e:
+        VQAModel.from_pretrained(folder)
+    assert str(e.value) == f"{folder / 'config.json'}: incompatible config: unknown ModelConfig field(s): 'no_such_field'"

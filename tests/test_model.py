@@ -494,3 +494,22 @@ def test_conv_stem_needs_a_power_of_two_patch():
     with pytest.raises(ConfigError, match="power-of-two"):
         VQAModel(tiny_config(vit_conv_stem=True, vit_image_size=36, vit_patch_size=6))
 
+
+
+def test_causal_mask_against_a_hand_built_one():
+    """vqa.model.masks.causal_mask, checked entry by entry: T queries that are the last T of S positions; query
+    i sees keys 0 .. S - T + i that are real, and always its own key; the mask is made on the device asked."""
+    from vqa.model.masks import causal_mask
+
+    for t, s in ((3, 3), (2, 5), (1, 4)):
+        want = torch.tensor([[k <= s - t + i for k in range(s)] for i in range(t)])
+        assert torch.equal(causal_mask(t, s)[0, 0], want), (t, s)
+    valid = torch.tensor([[False, True, True, True, True], [True, True, True, True, True]])
+    m = causal_mask(2, 5, key_valid=valid)  # [2, 1, 2, 5]
+    assert m.shape == (2, 1, 2, 5)
+    assert torch.equal(m[0, 0], torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.bool))
+    assert torch.equal(m[1, 0], torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool))
+    only_self = causal_mask(3, 3, key_valid=torch.zeros(1, 3, dtype=torch.bool))[0, 0]  # all padding: own key
+    assert torch.equal(only_self, torch.eye(3, dtype=torch.bool))
+    assert causal_mask(2, 5, device="meta").device.type == "meta"
+    assert causal_mask(2, 5, device="meta", key_valid=valid.to("meta")).device.type == "meta"

@@ -55,6 +55,6 @@ def read(path: str | Path) -> ModelConfig:
     path = Path(path)
     d = read_object(path, CheckpointError, "a JSON object of model fields")
     try:
-        return ModelConfig.from_dict(migrate(d, str(path)), what=f"{path}:")
+        return ModelConfig.from_dict(migrate(d, str(path)))  # the path leads the message below
     except (ConfigError, TypeError) as e:
         raise CheckpointError(f"{path}: incompatible config: {e}") from None

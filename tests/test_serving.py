@@ -52,6 +52,17 @@ def _gated(calls):
     return run, gate
 
 
+def _held_batcher(max_batch: int = 8):
+    """A batcher whose first call (key "k", item 0) is running and held at the gate: what is submitted next
+    queues up behind it. Returns (batcher, the calls made, the gate)."""
+    calls = []
+    run, gate = _gated(calls)
+    b = Batcher(run, max_batch=max_batch, max_wait=0.0)
+    b.submit("k", 0)
+    _wait_until(lambda: len(calls) == 1)
+    return b, calls, gate
+
+
 def test_requests_that_wait_together_are_answered_by_one_call_each_with_its_own_result():
     calls = []
     run, gate = _gated(calls)
@@ -81,11 +92,7 @@ def test_different_keys_never_share_a_call_and_max_batch_is_respected():
 
 
 def test_a_bad_request_fails_alone():
-    calls = []
-    run, gate = _gated(calls)
-    b = Batcher(run, max_batch=8, max_wait=0.0)
-    b.submit("k", 0)
-    _wait_until(lambda: len(calls) == 1)
+    b, calls, gate = _held_batcher(max_batch=8)
     good1, bad, good2 = b.submit("k", 1), b.submit("k", "bad"), b.submit("k", 2)
     gate.set()
     assert good1.result(5) == "k:1" and good2.result(5) == "k:2"
@@ -247,11 +254,7 @@ def test_batcher_defaults_and_bad_settings():
 
 
 def test_the_worker_is_a_named_daemon_and_counts_its_calls():
-    calls = []
-    run, gate = _gated(calls)
-    b = Batcher(run, max_batch=8, max_wait=0.0)
-    b.submit("k", 0)
-    _wait_until(lambda: len(calls) == 1)
+    b, calls, gate = _held_batcher(max_batch=8)
     assert b._worker.name == "vqa-batcher" and b._worker.daemon  # never keeps the process alive
     futures = [b.submit("k", i) for i in range(1, 4)]
     gate.set()
@@ -260,11 +263,7 @@ def test_the_worker_is_a_named_daemon_and_counts_its_calls():
 
 
 def test_max_batch_caps_one_key_too():
-    calls = []
-    run, gate = _gated(calls)
-    b = Batcher(run, max_batch=2, max_wait=0.0)
-    b.submit("k", 0)
-    _wait_until(lambda: len(calls) == 1)
+    b, calls, gate = _held_batcher(max_batch=2)
     futures = [b.submit("k", i) for i in range(1, 6)]
     gate.set()
     assert [f.result(5) for f in futures] == [f"k:{i}" for i in range(1, 6)]

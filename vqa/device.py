@@ -1,8 +1,10 @@
-"""Devices and numeric precision: one place that picks where the model runs and in which dtype."""
+"""Devices and numeric precision: one place that picks where the model runs and in which dtype; and
+`count_host_reads`, which counts the places where a program waits for the device."""
 
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 def pick_device(name: str | torch.device | None = "auto") -> torch.device:
@@ -28,6 +30,14 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def inference_dtype(device: torch.device) -> torch.dtype:
+    """The weights' dtype a model answers in by default: bfloat16 on GPUs with bf16 tensor cores (half the bytes
+    per decoded token, the tensor cores' rate), float32 elsewhere (a CPU's float32 matmuls are its fastest)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.bfloat16
+    return torch.float32
+
+
 def use_tensor_cores(device: torch.device) -> None:
     """TF32 for float32 matmuls and convolutions on CUDA (Ampere and newer): what the parts autocast leaves
     in float32 (the loss, LayerNorms' statistics are unaffected) run on tensor cores at ~10 bits of mantissa
@@ -37,4 +47,41 @@ def use_tensor_cores(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-__all__ = ["pick_device", "autocast_dtype", "use_tensor_cores"]
+__all__ = ["pick_device", "autocast_dtype", "inference_dtype", "use_tensor_cores", "count_host_reads"]
+
+
+_READS = frozenset({torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__,
+                    torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy})
+
+
+class count_host_reads(TorchFunctionMode):  # noqa: N801 (used as a context manager, like torch's own modes)
+    """`with count_host_reads() as c: ...` then `c.count` / `c.calls`: the calls inside that copy a tensor's values
+    to the host (tolist, item, bool/float/int of a tensor, cpu, numpy, .to the CPU from a device). On CUDA each one
+    makes the host wait for the device to finish everything queued; on a CPU they cost nothing, so they are
+    counted here rather than timed. Copies to a device are not counted: they do not wait for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _READS or (func is torch.Tensor.to and _to_host(args, kwargs)):
+            self.calls.append(func.__name__)
+        return func(*args, **kwargs)
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+
+def _to_host(args, kwargs) -> bool:
+    """Whether Tensor.to(*args, **kwargs) copies a device tensor to the CPU."""
+    src = args[0]
+    target = kwargs.get("device")
+    for a in args[1:]:
+        if isinstance(a, (str, torch.device)):
+            target = a
+        elif torch.is_tensor(a):
+            target = a.device
+    return target is not None and torch.device(target).type == "cpu" and src.device.type != "cpu"

@@ -28,9 +28,12 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
         dec.expand(k)  # [B*K] rows, the beams of a prompt share its image
     beam_score = torch.full((b, k), float("-inf"), device=device)
     beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
-    seqs = torch.zeros(b * k, 0, dtype=torch.long, device=device)
+    # the bookkeeping lives on the host, in lists: each step moves the top candidates to the host once and the
+    # kept beams (score, parent row, token) back once, never a scalar at a time
+    seqs: list[list[int]] = [[] for _ in range(b * k)]  # each beam's tokens so far
     ended: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]
     done = [False] * b
+    inf = float("inf")
     logits = dec.logits
     for t in range(dec.max_new):
         if t < config.min_new_tokens:
@@ -38,24 +41,22 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
         vocab = logits.shape[-1]
         cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
         top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
-        src, tok = top_idx // vocab, top_idx % vocab
-        new_score = torch.full((b, k), float("-inf"), device=device)
-        new_src = torch.zeros(b, k, dtype=torch.long, device=device)
-        new_tok = torch.full((b, k), eos, dtype=torch.long, device=device)
-        ts, tsrc, ttok = top_score.tolist(), src.tolist(), tok.tolist()
-        seq_list = seqs.tolist()
+        ts, ti = torch.stack([top_score.double(), top_idx.double()]).tolist()  # the step's one transfer
+        new_score = [[-inf] * k for _ in range(b)]
+        new_src = [[0] * k for _ in range(b)]
+        new_tok = [[eos] * k for _ in range(b)]
         out_of_room = []
         for i in range(b):
             if done[i]:
                 continue
             j = 0
             for rank in range(2 * k):
-                s, parent, w = ts[i][rank], tsrc[i][rank], ttok[i][rank]
+                s, (parent, w) = ts[i][rank], divmod(int(ti[i][rank]), vocab)
                 if w == eos:
                     if rank < k:
-                        ended[i].append((s / (t + 1) ** lp, seq_list[i * k + parent], s))
+                        ended[i].append((s / (t + 1) ** lp, seqs[i * k + parent], s))
                 else:
-                    new_score[i, j], new_src[i, j], new_tok[i, j] = s, parent, w
+                    new_score[i][j], new_src[i][j], new_tok[i][j] = s, parent, w
                     j += 1
                 if j == k:
                     break
@@ -64,24 +65,23 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
                 done[i] = True
             elif len(ended[i]) >= k:
                 ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
-                best_live = float(new_score[i, 0])
                 length = dec.budget[i] if lp > 0 else t + 2  # the length that flatters a live beam most
-                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= best_live / length**lp
-        if out_of_room:
-            flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)
-            last = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1).tolist()
-            for i in out_of_room:
-                for j in range(k):
-                    s = float(new_score[i, j])
-                    if s > float("-inf"):
-                        ended[i].append((s / (t + 1) ** lp, last[i * k + j], s))
+                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= new_score[i][0] / length**lp
+        for i in out_of_room:
+            for j in range(k):
+                if new_score[i][j] > -inf:
+                    s = new_score[i][j]
+                    ended[i].append((s / (t + 1) ** lp, seqs[i * k + new_src[i][j]] + [new_tok[i][j]], s))
         if all(done):
             break
-        flat = (torch.arange(b, device=device)[:, None] * k + new_src).view(-1)  # [B*K] parent rows
-        seqs = torch.cat([seqs.index_select(0, flat), new_tok.view(-1, 1)], 1)
-        beam_score = new_score
-        dec.reorder(flat)
-        logits = dec.step(new_tok.view(-1))
+        flat = [i * k + new_src[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows
+        toks = [w for row in new_tok for w in row]
+        seqs = [seqs[f] + [w] for f, w in zip(flat, toks, strict=True)]
+        kept = torch.tensor([[s for row in new_score for s in row], flat, toks], dtype=torch.float64)
+        kept = kept.to(device, non_blocking=True)  # the step's one transfer back: [3, B*K]
+        beam_score = kept[0].float().view(b, k)
+        dec.reorder(kept[1].long())
+        logits = dec.step(kept[2].long())
     beams = [[(dec.ids([seq])[0], raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
     return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
 

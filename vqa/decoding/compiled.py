@@ -108,7 +108,8 @@ class CompiledStep:
             # under them. A recompile this misses would give an unfrozen graph: slower, the same results.
             shapes = (state.batch, state.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
                       state.k[0].dtype, tokens.is_inference(), torch.is_grad_enabled(),
-                      torch.is_autocast_enabled(tokens.device.type))
+                      torch.is_autocast_enabled(tokens.device.type),
+                      torch._C._len_torch_function_stack())  # a TorchFunctionMode (a profiler, a counter) retraces
             try:
                 if shapes in self._compiled_shapes:
                     # warmed up for this kind of input: run only the guards that pick between its graphs (the

@@ -38,8 +38,9 @@ class StaticKVCache:
         self.len = 0 if empty else visible or k.shape[2]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k.index_copy_(2, self.slot, k)  # [B, H, T, Dh] into slots `slot`
-        self.v.index_copy_(2, self.slot, v)
+        # [B, H, T, Dh] into slots `slot`; in the cache's dtype (under autocast a QK-normed key comes out float32)
+        self.k.index_copy_(2, self.slot, k.to(self.k.dtype))
+        self.v.index_copy_(2, self.slot, v.to(self.v.dtype))
         if self.visible is not None:
             return self.k[:, :, : self.visible], self.v[:, :, : self.visible]
         return self.k, self.v

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InputError
 from ..options import add_dataclass_arguments, given
 
 DEFAULT_CHECKPOINT = "runs/tiny"
@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     p.add_argument("--int8", action="store_true",
                    help="dynamic int8 linear layers (CPU; where int8 cannot run: a notice and float32). One answer "
                         "runs them eagerly, about as fast as float32; docs/performance.md has the figures")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                   help="the weights' dtype (default auto: bf16 on GPUs with bf16 tensor cores, fp32 elsewhere)")
     p.add_argument("--attention-out", metavar="DIR", default=None,
                    help="write the attention behind the result into DIR: attention.npz (the decoder's masked "
                         "self-attention, cross-attention weights and raw scores, the ViT's self-attention) and "
@@ -50,11 +52,14 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
 def _load(args):
     from .predict import Predictor
 
+    if args.int8 and args.precision != "auto":
+        raise InputError(f"--int8 and --precision {args.precision} do not go together: choose one")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
             pred = Predictor.from_pretrained(args.checkpoint, device=args.device,
                                              quantize="int8" if args.int8 else None,
+                                             dtype=None if args.precision == "auto" else args.precision,
                                              compile=False)  # one answer: compiling would cost more than it saves
         for w in caught:  # int8 that cannot run here: one line on stderr, then float32
             print(f"vqa {args.command}: {w.message}", file=sys.stderr)

@@ -61,7 +61,7 @@ from ..data.images import load_image
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, generation_config, score_candidates
-from ..device import pick_device
+from ..device import inference_dtype, pick_device, use_tensor_cores
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
 from .results import Answer, Caption
@@ -76,12 +76,13 @@ class Predictor:
                  max_pixels: int | None = None, quantize: str | None = None, dtype: torch.dtype | str | None = None,
                  compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
         """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.decoding.quantize`; where int8 cannot run, a
-        warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype, e.g. torch.bfloat16 on a
-        GPU. `compile`: decode through the torch.compile'd step (`vqa.decoding.step`; default: on CUDA, where
-        CUDA graphs replay a step, and with int8, which pays only compiled; on a CPU in float32 it pays for
-        long-running use, after seconds of compiling per batch shape). `answer_vocab`: the answers the model
-        may give (texts); answers are then decoded over their tokens only (`generate(vocab=...)`), their
-        probabilities renormalized over them."""
+        warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype (torch.float32,
+        torch.bfloat16, "fp32", "bf16", ...); default bfloat16 on GPUs with bf16 tensor cores (Ampere and newer),
+        float32 elsewhere; float32 matmuls on CUDA use TF32. `compile`: decode through the torch.compile'd step
+        (`vqa.decoding.step`; default: on CUDA, where CUDA graphs replay a step, and with int8, which pays only
+        compiled; on a CPU in float32 it pays for long-running use, after seconds of compiling per batch
+        shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
+        tokens only (`generate(vocab=...)`), their probabilities renormalized over them."""
         from ..decoding.quantize import ACTIVATION_DTYPE, apply_precision, precision_of
 
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -90,7 +91,10 @@ class Predictor:
             raise InputError(f"quantize must be 'int8' or None, not {quantize!r}")
         if quantize is not None and dtype is not None:
             raise InputError("choose quantize='int8' (CPUs) or a dtype (GPUs), not both")
+        if dtype is None and quantize is None:
+            dtype = inference_dtype(self.device)
         precision = "int8" if quantize else precision_of(dtype if dtype is not None else torch.float32)
+        use_tensor_cores(self.device)
         self.precision, self.notice = apply_precision(self.model, precision, self.device)
         if self.notice:
             warnings.warn(self.notice, RuntimeWarning, stacklevel=2)

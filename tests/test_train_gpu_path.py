@@ -127,3 +127,36 @@ def test_two_processes_share_the_evaluation_and_resume_on_one(shapes_dir, tmp_pa
     assert main(train_args(shapes_dir, run, "--max-steps", "3", "--batch-size", "4", "--resume")) == 0
     state = checkpoint.load_train_state(run / "last")
     assert (state["step"], state["epoch"], state["image_in_epoch"]) == (3, 0, 12)
+
+
+def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch):
+    """--batch-size not given: the largest power of two (up to 256) whose estimated memory fits 60% of the GPU;
+    32 on a CPU. small (36 M parameters, ~52 MB an image by the estimate): 256 on 80 GB, 64 on 8 GB."""
+    from types import SimpleNamespace
+
+    from vqa.config import preset
+    from vqa.model import VQAModel
+    from vqa.train.setup import default_batch
+
+    model = VQAModel(preset("small", vocab_size=1000))
+    assert default_batch(model, torch.device("cpu")) == 32
+    sizes = {}
+    for gb in (8, 24, 80):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d, gb=gb: SimpleNamespace(total_memory=gb * 1e9))
+        sizes[gb] = default_batch(model, torch.device("cuda"))
+    assert sizes == {8: 64, 24: 256, 80: 256}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=1e9))
+    assert default_batch(model, torch.device("cuda")) == 8  # never below 8
+
+
+def test_loader_workers_share_the_nodes_cores_among_its_gpus(monkeypatch):
+    from vqa.train.setup import default_workers
+
+    assert default_workers(torch.device("cpu")) == 0
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(96)), raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert default_workers(torch.device("cuda")) == 11  # 96 / 8 - 1 for the training process
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert default_workers(torch.device("cuda")) == 16  # at most 16
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert default_workers(torch.device("cuda")) == 1

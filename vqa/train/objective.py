@@ -1,9 +1,11 @@
 """The training objective as a module, so DDP and torch.compile wrap exactly what a step runs.
 
-For a batch of M images and its task groups it returns the *sum* of every target token's cross-entropy,
-each weighted by its task's weight; the trainer divides by the global weighted target count. The images
-are encoded once and every layer's cross-attention keys/values computed once, then gathered for each text
-row. Target positions and ids come precomputed from the collate function: no boolean-mask indexing, no
+For a batch of M images and its text rows it returns the *sum* of every target token's cross-entropy, each
+weighted by its task's weight; the trainer divides by the global weighted target count. The images are
+encoded once and every layer's cross-attention keys/values computed once. Training's layout is packed
+(`vqa.data.collate.PackedRows`: one row per image, each question a causal segment of it): one decoder pass
+reads each image's keys/values in place. Task groups (one padded row per question) gather them per row.
+Target positions and ids come precomputed from the collate function: no boolean-mask indexing, no
 host sync, and no data-dependent control flow for torch.compile to break on.
 """
 
@@ -13,9 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.collate import IGNORE, TaskGroup
+from ..data.collate import IGNORE, PackedRows, TaskGroup
 from ..model import VQAModel
 from ..model.attention import gather_rows
+from ..model.masks import segment_mask
 
 
 class Objective(nn.Module):
@@ -23,10 +26,22 @@ class Objective(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, images: torch.Tensor, groups: list[TaskGroup], weights: list[float]) -> torch.Tensor:
+    def forward(self, images: torch.Tensor, groups: list[TaskGroup] | PackedRows,
+                weights: list[float]) -> torch.Tensor:
+        """`groups`: task groups with one weight each, or packed rows with one weight per task of `tasks`."""
         model = self.model
         kv_all = model.decoder.memory_kv(model.encode(images))  # per layer, 2 x [M, H, N, Dh]
         total = images.new_zeros((), dtype=torch.float32)
+        if isinstance(groups, PackedRows):
+            p = groups
+            kv = kv_all if p.image_index is None else [
+                (gather_rows(k, p.image_index), gather_rows(v, p.image_index)) for k, v in kv_all]
+            hidden, _ = model.decoder(p.input_ids, kv, pos=p.positions, mask=segment_mask(p.segments))
+            logits = model.target_logits(hidden, p.target_pos)  # [K, V]
+            ce = F.cross_entropy(logits.float(), p.target_ids, ignore_index=IGNORE, reduction="none")  # [K]
+            for i, w in enumerate(weights):  # per task, without indexing by data (no host sync)
+                total = total + w * torch.where(p.target_task == i, ce, 0.0).sum()
+            return total
         for g, w in zip(groups, weights, strict=True):
             kv = [(gather_rows(k, g.image_index), gather_rows(v, g.image_index)) for k, v in kv_all]
             hidden, _ = model.decoder(g.input_ids, kv)  # [B, T, D]

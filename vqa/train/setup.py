@@ -1,9 +1,11 @@
 """A new run's tokenizer and model: the pretrained decoder's own tokenizer, a given tokenizer.json, or BPE
 trained on the training text (once, on rank 0, sent to the other ranks); the preset's model, or another
-run's weights (`--init-from`) with this run's `--set` applied."""
+run's weights (`--init-from`) with this run's `--set` applied; and the device's defaults for what was not
+given (images per GPU from a memory estimate, loader workers from the cores)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -73,3 +75,38 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
                           f"weights cannot be reused ({str(e).splitlines()[0]})") from None
     return model, tok, dict(init_from=str(path))
+
+
+def default_workers(device: torch.device) -> int:
+    """Loader workers per process when --workers is not given: none on a CPU (the step needs the cores), else
+    the machine's cores shared among the GPUs of this node, at most 16 (decoding images is per-core work)."""
+    if device.type == "cpu":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, min(16, cores // max(1, per_node) - 1))
+
+
+# training memory per image, in bytes per (token x width x layer) of the ViT and the decoder: 42-43 measured
+# for small and base (bf16 autocast, AdamW, packed rows; docs/performance.md), with a margin
+BYTES_PER_TOKEN_WIDTH_LAYER = 48
+TEXT_TOKENS = 80  # an image's packed questions and caption
+
+
+def default_batch(model, device: torch.device, share: float = 0.6, most: int = 256) -> int:
+    """Images per device when --batch-size is not given: 32 on a CPU; on a GPU the largest power of two up to
+    `most` whose estimated training memory (weights, gradients and AdamW state at 16 bytes a parameter, plus
+    activations by BYTES_PER_TOKEN_WIDTH_LAYER) fits in `share` of the GPU's memory."""
+    if device.type != "cuda":
+        return 32
+    vit, cfg = model.vision.vit, model.cfg
+    per_image = BYTES_PER_TOKEN_WIDTH_LAYER * (
+        (cfg.grid**2 + model.vision.num_prefix) * vit.embed_dim * len(vit.blocks)
+        + TEXT_TOKENS * cfg.dec_width * cfg.dec_depth)
+    free = share * torch.cuda.get_device_properties(device).total_memory - 16 * model.num_parameters()
+    batch = 8
+    while batch * 2 <= most and batch * 2 * per_image <= free:
+        batch *= 2
+    return batch
+
+

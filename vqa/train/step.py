@@ -40,14 +40,18 @@ class StepRunner:
         """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
         ranks: `extra` carries host values every rank must agree on (the time-limit decisions)."""
         dev = self.device
-        n_local = sum(self.weights[g.task] * g.n_targets for b in micro for g in b.groups)
+        n_local = sum(self.weights[t] * n for b in micro for t, n in _targets(b))
         loss_sum = torch.zeros((), device=dev)
         for i, b in enumerate(micro):
             if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does)
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1
-            groups = [g.to(dev, non_blocking=True) for g in b.groups]
+            if b.packed is not None:
+                rows, weights = b.packed.to(dev, non_blocking=True), [self.weights[t] for t in b.packed.tasks]
+            else:
+                rows = [g.to(dev, non_blocking=True) for g in b.groups]
+                weights = [self.weights[g.task] for g in rows]
             with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                part = self.fwd(self.images(b, dev), groups, [self.weights[g.task] for g in groups])
+                part = self.fwd(self.images(b, dev), rows, weights)
             loss_sum += part.detach()
             self.scaler.scale(part).backward()
         host = torch.tensor([n_local, *extra], dtype=torch.float32)
@@ -65,6 +69,13 @@ class StepRunner:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
+
+
+def _targets(b: Batch) -> list[tuple[str, int]]:
+    """(task, real target count) of a batch's rows, packed or in task groups."""
+    if b.packed is not None:
+        return list(b.packed.task_targets.items())
+    return [(g.task, g.n_targets) for g in b.groups]
 
 
 def host_tensors(optimizer) -> list[torch.Tensor]:

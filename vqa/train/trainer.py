@@ -41,7 +41,7 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import init_from, new_model, new_tokenizer
+from .setup import default_batch, default_workers, init_from, new_model, new_tokenizer
 from .step import StepRunner
 
 
@@ -123,24 +123,27 @@ class Trainer:
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
-        self.workers = c.workers if c.workers >= 0 else (0 if d.device.type == "cpu" else 4)
-        # compiled: rows, lengths and target counts padded to multiples of 8, so an epoch sees few shapes
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if c.compile else 1)
+        self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
+        self.batch_size = c.batch_size or default_batch(self.model, d.device)
+        # rows packed one per image (vqa.data.collate.PackedRows); compiled: lengths and target counts padded
+        # to multiples of 8, so an epoch sees few shapes
+        self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1, pack_rows=True)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
             captions_per_image=c.captions_per_image, seed=c.seed,
-            layout=Layout(d.rank, d.world, self.workers, c.batch_size, c.accum), collate=self.collate,
+            layout=Layout(d.rank, d.world, self.workers, self.batch_size, c.accum), collate=self.collate,
             pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
             quiet=not d.main,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:
             raise DataError(f"split '{self.train_split}' of {c.data} has no images for the tasks {', '.join(c.tasks)}")
-        self.images_per_step = c.batch_size * c.accum * d.world
+        self.images_per_step = self.batch_size * c.accum * d.world
         self.steps_per_epoch = self.data.steps_per_epoch
         if self.steps_per_epoch == 0:
-            raise ConfigError(f"{self.data.num_images} training images cannot fill one step of {c.batch_size} x "
+            raise ConfigError(f"{self.data.num_images} training images cannot fill one step of {self.batch_size} x "
                               f"{c.accum} x {d.world} images" + (f" x {max(1, self.workers)} loader workers (each "
                               "reads its own part of the shards)" if self.data.sampler is None else "")
                               + ": lower --batch-size or --accum")
@@ -163,10 +166,11 @@ class Trainer:
         self.ddp = None
         if d.world > 1:
             # buffers (sin-cos tables) are constants: nothing to broadcast every forward
+            # gradients as views of DDP's buckets: no second copy of them (~0.6 GB for base)
             self.ddp = DDP(self.objective, device_ids=[d.local_rank] if d.device.type == "cuda" else None,
-                           broadcast_buffers=False)
+                           broadcast_buffers=False, gradient_as_bucket_view=True)
         self.fwd = self.ddp or self.objective
-        if c.compile:
+        if self.compiled:
             self.fwd = torch.compile(self.fwd)
         self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device,
                                  {"vqa": 1.0, "caption": c.caption_weight}, c.grad_clip, self.amp_dtype, d.world,

@@ -1,0 +1,160 @@
+"""Training's packed layout (vqa.data.collate.PackedRows): one row per image, each question and caption a causal
+segment of it, computes exactly what the task groups compute, reads each image's keys/values in place, and is
+mostly real tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import random_images, tiny_model
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from vqa.data.collate import IGNORE, collate, plan_rows
+from vqa.model.masks import segment_mask
+from vqa.train.objective import Objective
+
+
+def items(model, seed: int, n_images: int = 3):
+    """Images with 1-4 VQA rows (prompt 3-8, answer 1-3) and 0-2 captions (prompt 2, caption 4-12) each, in a
+    mixed order, as the dataset gives them."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
+    images = random_images(n_images, model.cfg)
+    out = []
+    for k in range(n_images):
+        rows = []
+        for task, p, t in [("vqa", r(3, 8), r(1, 3)) for _ in range(r(1, 4))] + [("caption", 2, r(4, 12))
+                                                                                 for _ in range(r(0, 2))]:
+            ids = torch.randint(3, model.cfg.vocab_size, (p + t,), generator=g).tolist()
+            rows.append(dict(input_ids=ids, loss_mask=[False] * p + [True] * t, task=task, meta={}, prompt_len=p))
+        out.append(dict(image=images[k], rows=rows[::-1] if k % 2 else rows))
+    return out
+
+
+def test_segment_mask_is_causal_within_each_segment_only():
+    seg = torch.tensor([[1, 1, 1, 2, 2, 0, 0]])
+    m = segment_mask(seg)[0, 0]
+    expected = torch.tensor([[1, 0, 0, 0, 0, 0, 0],
+                             [1, 1, 0, 0, 0, 0, 0],
+                             [1, 1, 1, 0, 0, 0, 0],
+                             [0, 0, 0, 1, 0, 0, 0],
+                             [0, 0, 0, 1, 1, 0, 0],
+                             [0, 0, 0, 0, 0, 1, 0],
+                             [0, 0, 0, 0, 0, 1, 1]], dtype=torch.bool)
+    assert torch.equal(m, expected)
+
+
+def segments_by_image(p, n_images: int) -> list[list[list[int]]]:
+    """Each image's text rows as packed (token lists, sorted), read back from the packed tensors."""
+    out = [[] for _ in range(n_images)]
+    index = p.image_index.tolist() if p.image_index is not None else list(range(n_images))
+    for r, m in enumerate(index):
+        for s in range(1, int(p.segments[r].max()) + 1):
+            at = (p.segments[r] == s).nonzero().squeeze(1)
+            out[m].append(p.input_ids[r, at].tolist())
+            assert p.positions[r, at].tolist() == list(range(len(at)))  # each segment counts from 0
+            assert at.tolist() == list(range(int(at[0]), int(at[0]) + len(at)))  # and is contiguous
+    return [sorted(x) for x in out]
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_packed_rows_hold_every_row_with_its_positions_segments_and_targets(seed):
+    model = tiny_model()
+    its = items(model, seed=seed, n_images=6)
+    p = collate(its, pad_id=0, pack_rows=True).packed
+    assert segments_by_image(p, len(its)) == [sorted(r["input_ids"] for r in item["rows"]) for item in its]
+    assert not p.input_ids[p.segments == 0].any()
+    groups = collate(its, pad_id=0).groups
+    assert p.task_targets == {g.task: g.n_targets for g in groups}
+    assert p.real_tokens == sum(int(g.attention_mask.sum()) for g in groups)
+    # each target is the token after its flat position, and carries its row's task
+    flat_next = p.input_ids[:, 1:].reshape(-1)
+    assert torch.equal(flat_next[p.target_pos], p.target_ids)
+    task_names = [p.tasks[i] for i in p.target_task.tolist()]
+    assert task_names.count("vqa") == p.task_targets["vqa"]
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_packed_loss_and_gradients_equal_the_task_groups(multiple):
+    """Same batch, both layouts, float64: the summed weighted loss and every gradient agree to 1e-10."""
+    model = tiny_model().double()
+    its = items(model, seed=1, n_images=4)
+    for it in its:
+        it["image"] = it["image"].double()
+    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pad_multiple=multiple, pack_rows=True)
+    assert packed.packed.input_ids.shape[1] % multiple == 0 and packed.packed.target_ids.numel() % multiple == 0
+    objective = Objective(model)
+    losses, grads = [], []
+    for rows, weights in ((grouped.groups, [1.0, 0.3]), (packed.packed, [1.0, 0.3])):
+        model.zero_grad()
+        loss = objective(grouped.images, rows, weights)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert float(losses[1]) == pytest.approx(float(losses[0]), rel=1e-6)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-10, rtol=1e-8, msg=n)
+
+
+class Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("seed", [2, 5, 6])
+def test_packing_pads_less_than_task_groups(seed):
+    """Rows of very different lengths and counts per image: task groups pad each row to its group's longest,
+    packing pads each packed row only, and splits an image with many rows in two rather than widen them all."""
+    model = tiny_model()
+    its = items(model, seed=seed, n_images=16)
+    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pack_rows=True)
+    real = packed.packed.real_tokens
+    frac_groups = real / sum(g.input_ids.numel() for g in grouped.groups)
+    frac_packed = real / packed.packed.input_ids.numel()
+    assert frac_packed > frac_groups
+
+
+def test_images_with_like_rows_pack_one_row_each_and_copy_no_keys():
+    """Every image with the same row lengths: one packed row per image, whose cross-attention reads the image's
+    keys/values in place, where task groups gather them for every row (2 x layers index_selects a group; the
+    one left is the LM head's rows at the targets)."""
+    model = tiny_model()
+    its = items(model, seed=7, n_images=4)
+    for it in its[1:]:
+        it["rows"] = its[0]["rows"]
+    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pack_rows=True)
+    assert packed.packed.image_index is None and packed.packed.input_ids.shape[0] == 4
+    assert packed.packed.real_tokens == packed.packed.input_ids.numel()
+    depth = model.cfg.dec_depth
+    for rows, selects in ((grouped.groups, 2 * (2 * depth + 1)), (packed.packed, 1)):
+        with torch.no_grad(), Ops() as ops:
+            Objective(model)(grouped.images, rows, [1.0, 1.0])
+        assert sum(n.startswith("index_select") for n in ops.names) == selects
+
+
+def test_an_image_without_rows_gets_no_packed_row():
+    model = tiny_model()
+    its = items(model, seed=3, n_images=3)
+    its[1]["rows"] = []
+    p = collate(its, pad_id=0, pack_rows=True, pad_multiple=8).packed
+    assert p.image_index is not None and p.input_ids.shape[0] % 8 == 0
+    real_rows = p.segments.any(1)
+    assert 1 not in p.image_index[real_rows].tolist()
+    assert not p.input_ids[~real_rows].any()
+    assert p.target_ids[p.target_ids != IGNORE].numel() == sum(p.task_targets.values())
+    assert collate([dict(image=its[1]["image"], rows=[])], pad_id=0, pack_rows=True).packed is None
+
+
+@pytest.mark.parametrize("lengths", [[[5, 5], [5, 5]], [[3, 9, 2], [20], [4]], [[7] * 6, [7], [7, 7]]])
+def test_plan_rows_places_every_row_once_and_within_the_length(lengths):
+    t, plan = plan_rows(lengths)
+    assert t >= max(n for ls in lengths for n in ls)
+    for ls, rows in zip(lengths, plan, strict=True):
+        assert sorted(j for row in rows for j in row) == list(range(len(ls)))
+        assert all(sum(ls[j] for j in row) <= t for row in rows)

@@ -29,6 +29,18 @@ NEW_TOKENS = 16  # generated tokens per prompt
 PAD, BOS, EOS = 0, 1, 2
 
 
+# dense bf16 peak FLOP/s (no sparsity) by a substring of torch.cuda.get_device_name()
+PEAK_BF16 = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
+             ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("A10G", 70e12), ("A10", 125e12),
+             ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
+
+
+def peak_bf16(device) -> tuple[float | None, str]:
+    """(the CUDA device's dense bf16 peak FLOP/s or None if unknown, its name)."""
+    name = torch.cuda.get_device_name(device)
+    return next((f for key, f in PEAK_BF16 if key in name), None), name
+
+
 def preset_image_size(name: str) -> int:
     return preset(name).vit_image_size
 
@@ -119,20 +131,39 @@ def amp_dtype(device) -> torch.dtype | None:
 
 
 def ours_trainer(model: VQAModel, device, compile: bool = False):
-    """A closure running one training step as vqa.train.Trainer.train_step does (autocast on CUDA, loss on the
-    answer tokens only, one image encoding for all its questions, grad clip 1.0, AdamW)."""
+    """A closure running one training step as `vqa train` does: the batch's rows packed one row per image
+    (vqa.data.collate.pack, done once per batch, as the loader's workers do it), the training objective (one
+    image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip 1.0,
+    AdamW."""
+    from vqa.data.collate import pack
+    from vqa.train.objective import Objective
+
     model.train()
     opt = make_optimizer(model, 1e-4, 1e-4, 0.05, fused=device.type == "cuda")
-    fwd = torch.compile(model) if compile else model
+    objective = Objective(model)
+    fwd = torch.compile(objective) if compile else objective
     dt = amp_dtype(device)
+    packed: dict[int, tuple] = {}
 
     def step(b):
+        if id(b) not in packed:
+            rows = pack(_items(b), PAD)
+            packed[id(b)] = (rows.to(device), sum(rows.task_targets.values()))
+        rows, n = packed[id(b)]
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
-            out = fwd(b["images"], b["input_ids"], loss_mask=b["loss_mask"], image_index=b["image_index"],
-                      return_logits=False)
-        return update(model, opt, out.loss)
+            loss = fwd(b["images"], rows, [1.0]) / n
+        return update(model, opt, loss)
 
     return step
+
+
+def _items(b: dict) -> list[dict]:
+    """A `vqa_batch` as the dataset's items (each image's rows, unpadded)."""
+    items = [dict(rows=[]) for _ in range(b["images"].shape[0])]
+    for ids, mask, m in zip(b["input_ids"].tolist(), b["loss_mask"].tolist(), b["image_index"].tolist(), strict=True):
+        n = sum(t != PAD for t in ids)
+        items[m]["rows"].append(dict(input_ids=ids[:n], loss_mask=mask[:n], task="vqa"))
+    return items
 
 
 def update(model, opt, loss):

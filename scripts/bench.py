@@ -9,7 +9,7 @@ Measures (medians over --repeats after warm-up):
   train images/s    vqa train's own step (vqa.train.step.StepRunner) with the preset's optimizer (tiny: Muon +
                     AdamW) on a synthetic batch shaped like VQA + captions: images x (4 questions of 10-14
                     prompt tokens + a 2-3 token answer + <eos>, and 1 caption of 8-14 tokens), vocabulary
-                    1000, grouped by task as the collate function does; bf16 autocast on CUDA. Data loading
+                    1000, packed one row per image as vqa train's collate function does; bf16 autocast on CUDA. Data loading
                     is not included (scripts/bench_data.py measures it)
   step GFLOP        forward + backward FLOPs of that step (torch.utils.flop_counter), the MFU numerator
   host syncs        operations in one step that would make the host wait for a CUDA device (counted on any
@@ -47,17 +47,9 @@ from vqa.config import GenerationConfig  # noqa: E402
 from vqa.decoding.batch import BatchDecoder
 from vqa.decoding.generate import generate
 
-# dense bf16 peak FLOP/s (no sparsity) by a substring of torch.cuda.get_device_name()
-PEAK_BF16 = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
-             ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12),
-             ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
-
 
 def peak_flops(device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((f for key, f in PEAK_BF16 if key in name), None)
+    return C.peak_bf16(device)[0] if device.type == "cuda" else None
 
 
 def step_flops(objective, batch) -> float:
@@ -66,9 +58,10 @@ def step_flops(objective, batch) -> float:
     conventionally does."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    weights = [1.0] * len(batch.groups)
+    rows = batch.packed if batch.packed is not None else batch.groups
+    weights = [1.0] * len(batch.packed.tasks if batch.packed is not None else batch.groups)
     with FlopCounterMode(display=False) as fc:
-        objective(batch.images, batch.groups, weights).backward()
+        objective(batch.images, rows, weights).backward()
     objective.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
@@ -89,7 +82,8 @@ def bench_train(name, device, n_img, repeats, compile):
 
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
-    batches = [collate(C.train_items(model.cfg, n_img, seed=k), C.PAD, pad_multiple=8 if compile else 1)
+    batches = [collate(C.train_items(model.cfg, n_img, seed=k), C.PAD, pad_multiple=8 if compile else 1,
+                       pack_rows=True)
                for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:  # warm-up (and, compiled, every shape once)
@@ -107,7 +101,7 @@ def bench_train(name, device, n_img, repeats, compile):
                params_m=model.num_parameters() / 1e6, train_gflop=fl / 1e9, train_syncs=syncs.count,
                train_graphs=graphs, optimizer=type(opt).__name__)
     if device.type == "cuda":
-        row["train_tokens_per_s"] = sum(int(g.attention_mask.sum()) for g in batch.groups) / t  # no padding
+        row["train_tokens_per_s"] = batch.packed.real_tokens / t  # no padding
         peak = peak_flops(device)
         row["train_tflops"] = fl / t / 1e12
         row["mfu_percent"] = 100 * fl / t / peak if peak else None
@@ -199,7 +193,7 @@ def _train_peak(name, device, n) -> int:
 
     model = C.build_ours(name, device)
     runner, _, _ = C.step_runner(model, name, device)
-    batch = collate(C.train_items(model.cfg, n), C.PAD)
+    batch = collate(C.train_items(model.cfg, n), C.PAD, pack_rows=True)
     runner([batch])  # the optimizer state exists after the first step
     if device.type != "cuda":
         return C.tensor_peak(lambda: runner([batch]), device)  # above the start of the step: activations + grads
@@ -219,7 +213,8 @@ def readiness(name, device, compile) -> dict:
 
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
-    batches = [collate(C.train_items(model.cfg, 4, seed=k), C.PAD, pad_multiple=8 if compile else 1)
+    batches = [collate(C.train_items(model.cfg, 4, seed=k), C.PAD, pad_multiple=8 if compile else 1,
+                       pack_rows=True)
                for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:

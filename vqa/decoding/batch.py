@@ -77,8 +77,9 @@ class BatchDecoder:
             fill = bucket(self.rows) - self.rows
             prompts = list(prompts) + [prompts[0]] * fill
             self.kv = kv = self._pad_rows(kv, self.rows, fill)
-            width = max(len(q) for q in prompts)
-            slots = -(-(width + self.max_new) // SLOT_MULTIPLE) * SLOT_MULTIPLE
+            # one cache length for every decoding of a model (the most its context allows): a batch shape then
+            # has one state and one graph, all of which a server compiles at start-up (vqa.inference.warmup)
+            slots = -(-limit // SLOT_MULTIPLE) * SLOT_MULTIPLE
             self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
         ids, valid = left_pad(prompts, model.cfg.pad_id, device)
         b, p = ids.shape

@@ -57,7 +57,7 @@ class CompiledStep:
     state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
     was captured with. One decoding at a time per model (a lock)."""
 
-    POOL = 4  # state shapes kept per model
+    POOL = 16  # state shapes kept per model: a bucket of rows each (and its dtype), so none is evicted in practice
 
     def __init__(self, decoder: nn.Module):
         import torch._inductor.config  # noqa: F401 (patched around each call)

@@ -20,6 +20,7 @@ from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
 from .uploads import picture_input
 
 MAX_BATCH = 16  # questions answered by one model call, at most
+MAX_TOP_K = 5  # answers listed at most (the slider); answers decode with max(top_k, 3) beams
 BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a lone request: that much later)
 
 HOW_TO_TRAIN = """
@@ -100,7 +101,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                                 question = gr.Textbox(label="Question", placeholder="what color is the circle?",
                                                       max_length=MAX_QUESTION_CHARS, elem_id="question")
                                 with gr.Row(equal_height=True):
-                                    top_k = gr.Slider(1, 5, value=3, step=1, label="Answers to list (top-k)",
+                                    top_k = gr.Slider(1, MAX_TOP_K, value=3, step=1, label="Answers to list (top-k)",
                                                       scale=3)
                                     ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1)
                                 with gr.Row():

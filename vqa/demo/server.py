@@ -16,8 +16,9 @@ import gradio as gr
 
 from ..data.images import MAX_PIXELS
 from ..errors import VQAError
+from ..inference.warmup import warm_up
 from .examples import SAMPLES, SHAPES
-from .layout import BATCH_WAIT_MS, MAX_BATCH, build_app
+from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, build_app
 
 DEFAULT_RUN = Path("runs") / "tiny"
 MAX_FILE_SIZE = "10mb"
@@ -105,8 +106,8 @@ def parser(prog: str = "app.py") -> argparse.ArgumentParser:
                    help="dynamic int8 linear layers on a CPU (4x smaller weights; compiled, faster): "
                         "docs/performance.md has the speed and the accuracy change")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="decode through the torch.compile'd step (default: on CUDA, and with --int8); the first "
-                        "answers of each batch size wait seconds for the compiler")
+                   help="decode through the torch.compile'd step (default: on CUDA, and with --int8); every batch "
+                        "shape is compiled at start-up, before the demo takes requests")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH,
                    help=f"questions answered by one batched model call, at most (default {MAX_BATCH})")
     p.add_argument("--batch-wait", type=float, default=BATCH_WAIT_MS, metavar="MS",
@@ -141,6 +142,10 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
     if pred is None:
         print(f"{prog}: no checkpoint at {DEFAULT_RUN}; serving a page that explains how to train one "
               "(`make demo`)", file=sys.stderr)
+    if pred is not None and pred.compile:  # every shape compiled now: no request waits for the compiler
+        print(f"{prog}: compiling the model for batches of up to {args.max_batch}...", file=sys.stderr, flush=True)
+        w = warm_up(pred, args.max_batch, max_beams=MAX_TOP_K)
+        print(f"{prog}: compiled {w.shapes} batch shapes in {w.seconds:.0f} s", file=sys.stderr, flush=True)
     demo = build_app(pred, max_batch=args.max_batch, batch_wait_ms=args.batch_wait)
     try:
         _, url, _ = serve(demo, args.host, args.port, concurrency, queue_size, block=False, quiet=True)

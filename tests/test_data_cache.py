@@ -15,7 +15,7 @@ from PIL import Image
 
 from vqa.cli import main
 from vqa.data.cache import ImageCache, open_image_cache
-from vqa.data.cache_folder import cache_home, image_cache_dir
+from vqa.data.cache_folder import cache_home, image_cache_dir, network_filesystem
 
 SIDE = 16
 FILL = [0, 0, 0]
@@ -138,6 +138,18 @@ def test_vqa_data_cache_lists_and_clears_the_folder(home, tmp_path, capsys):
     held.close()
     assert main(["data", "cache", "--clear"]) == 0
     assert sorted(os.listdir(home / "images")) == [".vqa-image-cache.lock", "notes.txt"]
+
+
+def test_auto_is_off_on_a_network_filesystem(home, tmp_path, monkeypatch, capsys):
+    mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/home /home nfs4 rw 0 0\nlocal /home/me/scratch xfs rw 0 0\n"
+    assert network_filesystem(Path("/home/me/.cache/vqa"), mounts) == "nfs4"
+    assert network_filesystem(Path("/home/me/scratch/vqa"), mounts) is None  # the longest mount point wins
+    assert network_filesystem(Path("/tmp/vqa"), mounts) is None
+    import vqa.data.cache
+
+    monkeypatch.setattr(vqa.data.cache, "network_filesystem", lambda path: "nfs4")
+    assert open_image_cache("auto", "1M", image_lists(tmp_path / "pics", 1)[0], SIDE, FILL) is None
+    assert "network filesystem (nfs4)" in capsys.readouterr().err and not (home / "images").exists()
 
 
 def test_stale_leftovers_of_a_killed_process_are_removed(home, tmp_path):

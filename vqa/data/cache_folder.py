@@ -43,10 +43,11 @@ def image_cache_dir() -> Path:
     return cache_home() / "images"
 
 
-def network_filesystem(path: Path) -> str | None:
-    """The type of the network filesystem `path` is on (nfs, lustre, ...), or None (local, or unknown)."""
+def network_filesystem(path: Path, mounts_text: str | None = None) -> str | None:
+    """The type of the network filesystem `path` is on (nfs, lustre, ...), or None (local, or unknown);
+    `mounts_text` in the format of /proc/self/mounts (read from there by default)."""
     try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        mounts = (Path("/proc/self/mounts").read_text() if mounts_text is None else mounts_text).splitlines()
     except OSError:
         return None
     p = os.path.realpath(path)

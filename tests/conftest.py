@@ -15,6 +15,16 @@ def tiny_set_flags() -> list[str]:
     return [arg for item in TINY_SET for arg in ("--set", item)]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_home(tmp_path_factory):
+    """VQA_CACHE (the image cache's home) in a temp folder for the whole session, so that no test (nor a
+    `vqa train` it runs in a subprocess) writes into the real user cache. A test that looks at the folder points
+    VQA_CACHE at its own tmp_path."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VQA_CACHE", str(tmp_path_factory.mktemp("vqa-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory):
     """A 24-image train / 8-image val Shapes set in the VQA v2 + COCO layout."""

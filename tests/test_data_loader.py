@@ -93,14 +93,15 @@ def test_image_cache_is_built_once_and_rebuilt_for_other_images_or_settings(shap
     assert (ds[5]["image"][0] > 200).all()  # the new picture, never the cached old one
 
 
-def test_auto_cache_only_within_its_budget(shapes_dir, tmp_path, capsys):
+def test_auto_cache_only_within_its_budget(shapes_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VQA_CACHE", str(tmp_path / "home"))
     images = [str(p) for p in sorted(load_split(shapes_dir, "train").images())]
     assert open_image_cache("off", "25%", images, 32, [0, 0, 0]) is None
     assert open_image_cache("auto", "10K", images, 32, [0, 0, 0]) is None  # 24 x 3 KiB + header: over 10 KiB
     assert "image cache off" in capsys.readouterr().err
     c = open_image_cache("auto", "1M", images, 32, [0, 0, 0])
-    assert c is not None and c.path.parent.name == "vqa-image-cache"
-    c.path.unlink()
+    assert c is not None and c.path.parent == tmp_path / "home" / "images"  # in $VQA_CACHE/images
+    c.close()
     assert open_image_cache(str(tmp_path / "x.u8"), "1K", images, 32, [0, 0, 0]).path == tmp_path / "x.u8"
     assert parse_budget("8G") == 8 * 2**30 and parse_budget("512M") == 512 * 2**20
     assert 0 < parse_budget("25%") < parse_budget("50%")

@@ -11,7 +11,7 @@ from .errors import VQAError
 
 # command -> (module, one-line help)
 COMMANDS = {
-    "data": ("vqa.data.cli", "build the built-in Shapes data set, or inspect a data folder"),
+    "data": ("vqa.data.cli", "build the built-in Shapes data set, inspect a data folder, or list / clear the image cache"),
     "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
     "ask": ("vqa.inference.cli", "answer a question about an image"),

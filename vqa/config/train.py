@@ -123,10 +123,12 @@ class TrainConfig(_Config):
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     image_cache: str = field(default="auto", metadata=_opt(
-        "decoded images in one memory-mapped file shared by all workers and ranks of a node: auto (in the temp "
-        "folder, when it fits --image-cache-budget), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
+        "decoded images in one memory-mapped file shared by all workers and ranks of a node: auto (in "
+        "$VQA_CACHE/images, else ~/.cache/vqa/images, within --image-cache-budget; `vqa data cache` lists or "
+        "clears it), off, or a file PATH (used whatever its size)", metavar='auto|off|PATH'))
     image_cache_budget: str = field(default="25%", metadata=_opt(
-        "largest image cache that auto makes: a share of RAM (25%) or a size (8G)", metavar='SIZE'))
+        "total size of auto's cache folder, least recently used files not in use removed to fit: a share of "
+        "RAM (25%) or a size (8G)", metavar='SIZE'))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
 

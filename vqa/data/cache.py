@@ -5,10 +5,13 @@ Why a file: a per-process dict of decoded images is duplicated in every worker (
 each epoch), so it costs all the memory and brings none of the benefit. A memory-mapped file lives once in
 the page cache, whoever reads it; workers and ranks that map it see each other's writes at once; and the
 kernel may drop its pages under memory pressure (they are re-read from disk, still far cheaper than decoding
-a JPEG). It is used only within a stated budget (`--image-cache-budget`, a share of RAM by default) unless a
-path is given, and it is never reused for other images or settings: a header holds a fingerprint of the
-image list (paths, sizes, modification times) and of the preparation (side, fill colour, version), and a
-file whose header differs is rebuilt.
+a JPEG). `auto` keeps the files in vqa's cache folder (`vqa.data.cache_folder`: $VQA_CACHE/images, else
+~/.cache/vqa/images) within a total budget for the folder (`--image-cache-budget`, a share of RAM by default),
+removing the least recently used files that no running process holds; a given path is used whatever its
+size. A file is never reused for other images or settings: a header holds a fingerprint of the image list
+(paths, sizes, modification times) and of the preparation (side, fill colour, version), and a file whose
+header differs is rebuilt (into a new file that replaces the name: a process that mapped the old one keeps
+it, and every process checks the header when it maps the file, so none reads another run's slots).
 
 Layout: a 4 KiB header (magic, JSON), N flag bytes (1 = slot filled) padded to 4 KiB, then N x 3 x S x S
 bytes. A slot is written once, before its flag; two processes that fill the same slot write the same bytes.
@@ -18,14 +21,12 @@ SIGBUS in the middle of an epoch.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import mmap
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,9 +34,17 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .cache_folder import (
+    HEADER,
+    MAGIC,
+    folder_lock,
+    hold,
+    image_cache_dir,
+    make_room,
+    network_filesystem,
+    touch,
+)
 
-MAGIC = b"VQAIMGCACHE1\n"
-HEADER = 4096
 VERSION = 1  # of `ImageTransform.prepare`'s output: bump when it changes
 
 
@@ -78,6 +87,9 @@ class ImageCache:
         self._mm: mmap.mmap | None = None
         self._flags: np.ndarray | None = None
         self._data: np.ndarray | None = None
+        self._hold = None  # this file's lock, held shared while the cache is open: the file is in use
+        self.stale = False  # the file at `path` is no longer the one this cache was opened on
+        self.quiet = False
 
     @property
     def nbytes(self) -> int:
@@ -86,20 +98,47 @@ class ImageCache:
     # ---- making or reusing the file (under a lock: ranks of a node race to it) ----
     @classmethod
     def open(cls, path: str | Path, images: Sequence[str], size: int, fill: Sequence[int],
-             quiet: bool = False) -> ImageCache:
+             quiet: bool = False, budget: int | None = None) -> ImageCache | None:
+        """The cache file at `path`, made (or rebuilt) unless it is whole and made for these images and
+        settings, and held (in use) until `close`. With a `budget` (bytes for the whole folder), the least
+        recently used files of the folder that no process holds are removed to fit this one; None (said once)
+        when the files in use leave no room."""
         path = Path(path)
         fp = fingerprint(images, size, fill)
         cache = cls(path, len(images), size, fp)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            header = cache._read_header()
-            if header is None:
+        cache.quiet = quiet
+        with folder_lock(path.parent):
+            valid = cache._read_header() is not None
+            if budget is not None:
+                fits, held = make_room(path.parent, path, cache.nbytes, budget)
+                if not fits:
+                    if not quiet:
+                        print(f"vqa: image cache off: the files of {path.parent} in use by running processes "
+                              f"take {held / 2**30:.2f} GiB of the budget of {budget / 2**30:.2f} GiB, and "
+                              f"this one needs {cache.nbytes / 2**30:.2f} GiB (--image-cache-budget)",
+                              file=sys.stderr)
+                    return None
+            if not valid:
                 if path.exists() and not quiet:
                     print(f"vqa: image cache {path} was made for other images or settings: rebuilding it",
                           file=sys.stderr)
                 cache._create()
+            cache._hold = hold(path)
+            touch(path)
         return cache
+
+    def close(self) -> None:
+        """Unmap the file and let it go (it may then be evicted)."""
+        self._flags = self._data = None
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:  # a tensor still views it: the mapping goes with it
+                pass
+            self._mm = None
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     def _header_bytes(self) -> bytes:
         meta = json.dumps(dict(fingerprint=self.fp, n=self.n, size=self.size)).encode()
@@ -133,47 +172,63 @@ class ImageCache:
             tmp.unlink(missing_ok=True)
 
     # ---- slots ----
-    def _map(self) -> None:
-        with open(self.path, "r+b") as f:
-            self._mm = mmap.mmap(f.fileno(), self.nbytes)
+    def _map(self) -> bool:
+        """Map the file if it is still the one made for these images (checked on the mapped file itself: another
+        run may have rebuilt it under the same name since); else the cache is off in this process."""
+        if self.stale:
+            return False
+        try:
+            with open(self.path, "r+b") as f:
+                if f.read(HEADER) != self._header_bytes() or os.fstat(f.fileno()).st_size != self.nbytes:
+                    raise OSError("made for other images or settings since")
+                self._mm = mmap.mmap(f.fileno(), self.nbytes)
+        except OSError as e:
+            self.stale = True
+            if not self.quiet:
+                print(f"vqa: image cache {self.path} is no longer this run's ({e.strerror or e}): images are "
+                      "decoded without it in this process", file=sys.stderr)
+            return False
         self._flags = np.frombuffer(self._mm, dtype=np.uint8, count=self.n, offset=HEADER)
         self._data = np.frombuffer(self._mm, dtype=np.uint8, count=self.n * self.slot,
                                    offset=self.data_offset).reshape(self.n, 3, self.size, self.size)
+        return True
 
     def get(self, i: int) -> torch.Tensor | None:
         """Slot i as a new uint8 tensor [3, S, S], or None if not filled yet."""
-        if self._mm is None:
-            self._map()
+        if self._mm is None and not self._map():
+            return None
         if not self._flags[i]:
             return None
         return torch.from_numpy(self._data[i].copy())
 
     def put(self, i: int, x: torch.Tensor) -> None:
-        if self._mm is None:
-            self._map()
+        if self._mm is None and not self._map():
+            return
         self._data[i] = x.numpy()
         self._flags[i] = 1
 
     def filled(self) -> int:
-        if self._mm is None:
-            self._map()
+        if self._mm is None and not self._map():
+            return 0
         return int(np.count_nonzero(self._flags))
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_mm", "_flags", "_data")} | dict(
-            _mm=None, _flags=None, _data=None)
+        # a worker maps the file again (checking its header); the process that opened it holds it
+        return {k: v for k, v in self.__dict__.items() if k not in ("_mm", "_flags", "_data", "_hold")} | dict(
+            _mm=None, _flags=None, _data=None, _hold=None)
 
 
-def default_cache_path(fp_source: Sequence[str], size: int) -> Path:
-    """Node-local by default (the temp folder), named by the image list, so runs on the same images share it."""
-    h = hashlib.blake2b("\n".join(fp_source).encode(), digest_size=8).hexdigest()
-    return Path(tempfile.gettempdir()) / "vqa-image-cache" / f"{h}-{size}px.u8"
+def default_cache_path(fp_source: Sequence[str], size: int, fill: Sequence[int] = (0, 0, 0)) -> Path:
+    """In vqa's cache folder, named by the image list and the settings, so runs on the same images share it."""
+    h = hashlib.blake2b("\n".join([*fp_source, f"fill {list(fill)}"]).encode(), digest_size=8).hexdigest()
+    return image_cache_dir() / f"{h}-{size}px.u8"
 
 
 def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int, fill: Sequence[int],
                      quiet: bool = False) -> ImageCache | None:
-    """The cache `--image-cache` asks for: None for 'off'; for 'auto' the default path when the file fits the
-    budget (else None, said once); a path: that file, whatever its size."""
+    """The cache `--image-cache` asks for: None for 'off'; for 'auto' a file in vqa's cache folder, the folder
+    kept within the budget (None, said once, when the file alone is over it, when files in use leave no room, or
+    when the folder is on a network filesystem); a path: that file, whatever its size."""
     setting = str(setting or "off")
     if setting == "off" or not images:
         return None
@@ -186,10 +241,15 @@ def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int
                       f"the budget of {limit / 2**30:.2f} GiB (--image-cache-budget {budget}; --image-cache PATH "
                       "uses a file whatever its size)", file=sys.stderr)
             return None
-        path = default_cache_path(images, size)
-    else:
-        path = Path(setting)
-    return ImageCache.open(path, images, size, fill, quiet=quiet)
+        path = default_cache_path(images, size, fill)
+        remote = network_filesystem(path.parent)
+        if remote:
+            if not quiet:
+                print(f"vqa: image cache off: {path.parent} is on a network filesystem ({remote}), which ranks "
+                      "on several nodes could share; set VQA_CACHE to a folder on a local disk", file=sys.stderr)
+            return None
+        return ImageCache.open(path, images, size, fill, quiet=quiet, budget=limit)
+    return ImageCache.open(Path(setting), images, size, fill, quiet=quiet)
 
 
 __all__ = ["ImageCache", "open_image_cache", "parse_budget", "fingerprint", "default_cache_path"]

@@ -1,5 +1,6 @@
 """`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`), inspect a data set
-(`vqa data info`), or write one as shards (`vqa data convert SRC --to webdataset|parquet OUT`)."""
+(`vqa data info`), write one as shards (`vqa data convert SRC --to webdataset|parquet OUT`), or list or clear
+the image cache folder (`vqa data cache [--clear]`)."""
 
 from __future__ import annotations
 
@@ -43,11 +44,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--to", required=True, choices=("webdataset", "parquet"), help="shard format")
     p.add_argument("--split", action="append", help="only this split (repeatable; default: all)")
     p.add_argument("--shard-size", type=int, default=1000, help="images per shard (default 1000)")
+    p = sub.add_parser("cache", help="list the image cache folder ($VQA_CACHE/images, else ~/.cache/vqa/images) "
+                       "or clear it")
+    p.add_argument("--clear", action="store_true",
+                   help="remove every cache file that no running process holds (those in use are kept, listed)")
 
 
 def run(args: argparse.Namespace) -> int:
     return {"shapes": run_synthetic, "scenes": run_synthetic, "info": run_info,
-            "convert": run_convert}[args.data_command](args)
+            "convert": run_convert, "cache": run_cache}[args.data_command](args)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    """`vqa data cache`: the image cache files, least recently used first; `--clear` removes those not in use."""
+    from .cache_folder import clear, entries, folder_lock, image_cache_dir
+
+    folder = image_cache_dir()
+    if args.clear:
+        removed, kept = clear(folder)
+        print(f"{folder}: removed {len(removed)} file(s), {_size(sum(e.bytes for e in removed))}")
+        for e in kept:
+            print(f"  kept {e.path.name} ({_size(e.bytes)}): in use by a running process")
+        return 0
+    if not folder.is_dir():
+        print(f"{folder}: empty (no image cache made yet)")
+        return 0
+    with folder_lock(folder):
+        found = entries(folder, details=True)
+    print(f"{folder}: {len(found)} file(s), {_size(sum(e.bytes for e in found))}")
+    for e in found:
+        what = (f"{e.images:,} images at {e.side} px, {e.filled:,} filled" if e.images is not None
+                else "unreadable header")
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+        print(f"  {e.path.name}  {_size(e.bytes):>10s}  {what}  last used {used}"
+              + ("  in use" if e.in_use else ""))
+    return 0
 
 
 def run_convert(args: argparse.Namespace) -> int:

@@ -101,6 +101,8 @@ class TrainBatches:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self.loader._iterator = None
+        if self.cache is not None:
+            self.cache.close()  # no longer in use: the cache folder may evict it
 
 
 # ---------------------------------------------------------------------------------------------------------

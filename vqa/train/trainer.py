@@ -83,21 +83,24 @@ class Trainer:
 
     # ---- the run folder, model, tokenizer, data, optimizer ----
     def _prepare_out(self) -> None:
-        if self.d.main:
-            try:
-                self.out.mkdir(parents=True, exist_ok=True)
-                probe = self.out / ".write-test"
-                probe.write_text("ok")
-                probe.unlink()
-            except OSError as e:
-                raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
-            self.lock = RunLock(self.out).acquire()  # before anything in the folder is touched
-            if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.cfg.resume:
-                raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
-            for name in ("last", "best"):
-                checkpoint.recover(self.out / name)
-            self.cfg.save(self.out / SAVED)
-        self.d.barrier()  # the others wait for rank 0's recovery of interrupted writes
+        """On rank 0: the folder, its lock, the recovery of interrupted writes. Every rank waits for it and
+        leaves with rank 0's error when it fails (a held lock, an existing run, an unwritable folder)."""
+        distributed.on_main(self.d, self._prepare_out_main)
+
+    def _prepare_out_main(self) -> None:
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            probe = self.out / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
+        self.lock = RunLock(self.out).acquire()  # before anything in the folder is touched
+        if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.cfg.resume:
+            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+        for name in ("last", "best"):
+            checkpoint.recover(self.out / name)
+        self.cfg.save(self.out / SAVED)
 
     def _build_model(self) -> dict | None:
         c = self.cfg

@@ -41,7 +41,7 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import default_batch, default_workers, init_from, new_model, new_tokenizer
+from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
 from .step import StepRunner
 
 
@@ -67,6 +67,7 @@ class Trainer:
         self.out = Path(cfg.out)
         self.lock = None
         try:
+            check_model_options(cfg)  # every rank, before anything is written
             self._prepare_out()
             # official split names work without flags: train2014 / val2014, train2017 / val2017, ...
             self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)

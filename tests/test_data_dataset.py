@@ -352,3 +352,41 @@ def test_collate_edge_cases(data, monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
     evals = collate([make(data, train=False)[i] for i in range(2)], tok.pad_id)
     assert evals.pin_memory().jitter is None
+
+
+def test_no_flip_for_an_image_whose_answer_says_left_or_right(tmp_path, data):
+    """--hflip reads every text of the image: a question that names no side but whose answer is "left" is
+    never flipped (its answer would be wrong); the same image with a sideless answer is."""
+    from PIL import Image
+
+    _, _, tok = data
+    img = Image.new("RGB", (64, 64), (0, 0, 0))
+    img.paste((255, 255, 255), (0, 0, 20, 64))  # white on the left: a flip moves it
+    img.save(tmp_path / "a.png")
+
+    def flipped_epochs(answers: list[str]) -> int:
+        write_jsonl(tmp_path / "train.jsonl", [{"image": "a.png", "question": "which side is the fork on?",
+                                                "answers": answers}])
+        split = load_split(tmp_path, "train")
+        flips = ImageTextDataset(split, tok, build_transform(CFG, True, allow_hflip=True), 48, seed=0)
+        plain = ImageTextDataset(split, tok, build_transform(CFG, True), 48, seed=0)  # the same draws, no flip
+        return sum(not torch.equal(flips[(epoch, 0)]["image"], plain[(epoch, 0)]["image"]) for epoch in range(20))
+
+    assert flipped_epochs(["left"] * 10) == 0
+    assert flipped_epochs(["fork"] * 9 + ["Right"]) == 0  # any annotator's answer counts, not only the chosen one
+    assert flipped_epochs(["the fork"] * 10) > 0  # flips do happen for this image otherwise
+
+    from vqa.data.dataset import ItemMaker
+    from vqa.data.shards import Sample
+    from vqa.data.stream import ShardStream
+
+    def stream_flips(answers: list[str]) -> int:  # the same guard on shards' samples
+        def items(flip: bool):
+            maker = ItemMaker(tok, build_transform(CFG, True, allow_hflip=flip), 48, 4, 1, True)
+            sample = Sample("a.tar", "a", 0, (tmp_path / "a.png").read_bytes(), "png",
+                            qa=[dict(question="which side is the fork on?", answers=answers)])
+            return [ShardStream([], maker).item(epoch, sample)["image"] for epoch in range(20)]
+
+        return sum(not torch.equal(a, b) for a, b in zip(items(True), items(False), strict=True))
+
+    assert stream_flips(["left"] * 10) == 0 and stream_flips(["the fork"] * 10) > 0

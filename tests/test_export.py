@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ import torch
 from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
 
 from vqa.cli import main
-from vqa.errors import CheckpointError
+from vqa.errors import CheckpointError, ConfigError
+from vqa.export import onnx as export
+from vqa.export.onnx import MARKER
 from vqa.model import checkpoint
 
 pytest.importorskip("onnxruntime")  # the `onnx` extra; `dev` installs it, so CI runs these
@@ -43,7 +46,7 @@ def pred():
 
 def test_the_export_folder_holds_both_graphs_and_what_runs_them(exported):
     names = {p.name for p in exported.iterdir()}
-    assert {"encoder.onnx", "decoder_step.onnx", "tokenizer.json", "config.json", "card.json"} <= names
+    assert {"encoder.onnx", "decoder_step.onnx", "tokenizer.json", "config.json", "card.json", MARKER} <= names
     cfg = json.loads((exported / "config.json").read_text())
     assert cfg["onnx"]["step_inputs"][:3] == ["input_ids", "position_ids", "key_mask"]
     assert cfg["dec_depth"] == checkpoint.load(shared_checkpoint())[0].cfg.dec_depth
@@ -181,3 +184,70 @@ def test_the_runtime_path_imports_no_torch(exported, tmp_path):
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "square"
+
+
+def _files(folder) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def test_an_export_never_replaces_enters_or_holds_its_checkpoint(tmp_path, capsys, monkeypatch):
+    """`--onnx` that is the run folder, holds it, or lies inside it is refused, --force or not, before the
+    checkpoint is read: the run stays whole (the folder used to be removed first)."""
+    run = tmp_path / "runs" / "tiny"
+    (run / "best").mkdir(parents=True)
+    (run / "best" / "model.safetensors").write_bytes(b"weights")
+    (run / "metrics.jsonl").write_text("{}\n")
+    before = _files(run)
+    for out, where in ((run, "is"), (run / "best", "lies inside"), (run / "onnx", "lies inside"),
+                       (tmp_path / "runs", "holds"), (run / "best", "is")):
+        ckpt = run / "best" if (out, where) == (run / "best", "is") else run
+        assert main(["export", "--checkpoint", str(ckpt), "--onnx", str(out), "--force"]) == 2
+        assert f"{where} the checkpoint folder" in capsys.readouterr().err
+        assert _files(run) == before
+    monkeypatch.chdir(run)
+    assert main(["export", "--checkpoint", str(run), "--onnx", ".", "--force"]) == 2
+    assert "--onnx . is the checkpoint folder" in capsys.readouterr().err and _files(run) == before
+
+
+def test_force_replaces_only_an_earlier_export_and_only_once_the_new_one_is_written(tmp_path, monkeypatch):
+    """--force never removes a folder vqa export did not write (no marker file); an earlier export is swapped
+    for the new one only after the new one was written in full beside it, so a failed export leaves it as
+    it was, and nothing temporary stays behind."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=f"not written by vqa export \\(no {MARKER}\\)"):
+        export.check_output(ckpt, notes, force=True)
+    with pytest.raises(ConfigError, match="not empty; pass --force"):
+        export.check_output(ckpt, notes)
+    assert (notes / "todo.txt").read_text() == "mine"
+
+    earlier = tmp_path / "onnx"
+    earlier.mkdir()
+    (earlier / MARKER).write_text("{}")
+    (earlier / "encoder.onnx").write_text("old")
+    assert export.check_output(ckpt, earlier, force=True) is True
+    assert export.check_output(ckpt, tmp_path / "new") is False
+
+    def failing(checkpoint_path, out):
+        Path(out).mkdir()
+        (Path(out) / "encoder.onnx").write_text("half")
+        raise ConfigError("the export failed")
+
+    monkeypatch.setattr(export, "export_onnx", failing)
+    with pytest.raises(ConfigError, match="the export failed"):
+        export.export_replacing(ckpt, earlier, force=True)
+    assert (earlier / "encoder.onnx").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "notes", "onnx"]
+
+    def writing(checkpoint_path, out):
+        Path(out).mkdir()
+        (Path(out) / "encoder.onnx").write_text("new")
+        (Path(out) / MARKER).write_text("{}")
+
+    monkeypatch.setattr(export, "export_onnx", writing)
+    assert export.export_replacing(ckpt, earlier, force=True) == earlier.resolve()
+    assert (earlier / "encoder.onnx").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "notes", "onnx"]

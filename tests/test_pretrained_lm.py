@@ -341,3 +341,61 @@ def test_a_run_from_a_saved_gpt2_trains_saves_and_reloads_everywhere(shapes_dir,
                  "--set", "dec_dropout=0.1"]) == 0
     again, _, card = checkpoint.load(tmp_path / "again" / "last")
     assert again.cfg.dec_dropout == 0.1 and card["init_from"] == str(run)
+
+
+# ---------------------------------------------------------------- options that cannot be combined
+
+
+def test_a_pretrained_decoder_refuses_options_that_change_its_attention_or_layout():
+    """Whatever the language model's config.json says, a GPT-2-layout decoder has no QK-norm, learned
+    positions and unscaled embeddings: a config that says otherwise is refused where it is made, naming the
+    option and why (no model, no file read)."""
+    from vqa.config import ModelConfig
+
+    base = dict(dec_pretrained="gpt2", dec_positions="learned", dec_embed_scale=False, vit_image_size=32,
+                vit_mean=(0.5,) * 3, vit_std=(0.5,) * 3)
+    ModelConfig(**base)
+    for key, value, why in (("dec_qk_norm", True, "no LayerNorm on queries and keys"),
+                            ("dec_positions", "sinusoidal", "learned table"),
+                            ("dec_embed_scale", True, "unscaled")):
+        with pytest.raises(ConfigError, match=f"{key}={value!r} cannot be combined with dec_pretrained='gpt2': .*{why}"):
+            ModelConfig(**{**base, key: value})
+    ModelConfig(**{**base, "dec_pretrained": None, "dec_qk_norm": True})  # a decoder from scratch may
+
+
+def test_train_refuses_a_clashing_set_at_start_up_before_the_run_folder_exists(gpt2_dir, shapes_dir, tmp_path,
+                                                                                capsys):
+    from vqa.cli import main
+
+    vit = [a for item in VIT.items() for a in ("--set", f"{item[0]}={item[1]}")]
+    for clash, said in (("dec_qk_norm=true", "remove dec_qk_norm=True"),
+                        ("dec_activation=gelu", "remove dec_activation='gelu' (the language model has 'gelu_tanh')"),
+                        ("dec_heads=2", "remove dec_heads=2")):
+        run = tmp_path / clash
+        capsys.readouterr()
+        assert main(["train", "--data", str(shapes_dir), "--out", str(run), "--max-steps", "1", *vit,
+                     "--set", f"dec_pretrained={gpt2_dir}", "--set", clash]) == 2
+        assert said in capsys.readouterr().err
+        assert not run.exists()  # refused before the run folder was made or the data read
+
+
+def test_init_from_a_gpt2_run_refuses_a_set_that_changes_the_language_model(gpt2_dir, tmp_path):
+    """A run started from a language model keeps it: --init-from with a --set of a field the language model
+    fixes (an activation, an embedding scale: same shapes, other function) or another dec_pretrained is
+    refused; --set of a field it does not fix still works."""
+    from vqa.config import TrainConfig
+    from vqa.model import checkpoint
+    from vqa.train.setup import init_from
+
+    src = tmp_path / "src"
+    model = lm_model(gpt2_dir)
+    checkpoint.save(src, model, Tokenizer.for_language_model(gpt2_dir))
+
+    def start(**model_set):
+        return init_from(TrainConfig(data="d", out=str(tmp_path / "run"), init_from=str(src), model=model_set), str(src))
+
+    for key, value in (("dec_activation", "gelu"), ("dec_embed_scale", True), ("dec_norm_eps", 1e-3),
+                       ("dec_pretrained", str(tmp_path / "other"))):
+        with pytest.raises(ConfigError, match=rf"--set {key}=.* cannot be combined with its decoder"):
+            start(**{key: value})
+    assert start(dec_dropout=0.1)[0].cfg.dec_dropout == 0.1

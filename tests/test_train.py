@@ -379,6 +379,35 @@ def test_one_trainer_per_run_folder(shapes_dir, tmp_path, capsys):
     assert main(train_args(shapes_dir, run, "--max-steps", "1", "--resume")) == 0  # free again
 
 
+def test_every_rank_leaves_with_rank_0s_error_when_the_run_folder_is_taken(shapes_dir, tmp_path):
+    """Not under torchrun (nothing stops the other ranks for it): rank 0 finds the run folder locked, and
+    rank 1 leaves too, with the same one-line message, instead of waiting at the barrier (until --dist-timeout
+    with NCCL; gloo notices rank 0 is gone and crashes with a traceback)."""
+    import socket
+
+    from vqa.train.runlock import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "vqa.cli", *train_args(shapes_dir, run, "--max-steps", "1", "--resume",
+                                                         "--device", "cpu", "--dist-timeout", "2")]
+    with RunLock(run):
+        procs = [subprocess.Popen(args, env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+        try:
+            outs = [p.communicate(timeout=100) for p in procs]  # a barrier's wait: 2 minutes
+        finally:
+            for p in procs:
+                p.kill()
+    for rank, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 2, (rank, err[-2000:])
+        assert f"{run.name} is being trained by process {os.getpid()}" in err and "Traceback" not in err, err
+
+
 def test_checkpoint_saves_use_their_own_temporary_folders(shapes_dir, tmp_path):
     run = tmp_path / "run"
     assert main(train_args(shapes_dir, run, "--max-steps", "1")) == 0

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
+from . import errors
 from .device import pick_device
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -27,6 +32,31 @@ class Dist:
     def barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
+
+
+def on_main(d: Dist, fn: Callable[[], T]) -> T | None:
+    """Run `fn` on rank 0 alone and tell every rank how it went (one broadcast, which also holds the others
+    until rank 0 is done): when it raises, rank 0 raises its error and every other rank an error of the same
+    vqa.errors class with the same message, so that no rank waits at a later collective for one that has left.
+    Returns `fn`'s result on rank 0, None elsewhere."""
+    result, failure = None, None
+    if d.main:
+        try:
+            result = fn()
+        except Exception as e:
+            failure = e
+    if d.world > 1:
+        box = [None if failure is None else (type(failure).__name__, str(failure))]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is not None and not d.main:
+            name, message = box[0]
+            kind = getattr(errors, name, None)
+            if isinstance(kind, type) and issubclass(kind, errors.VQAError):
+                raise kind(message)
+            raise RuntimeError(f"rank 0 failed: {name}: {message}")
+    if failure is not None:
+        raise failure
+    return result
 
 
 def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:

@@ -27,6 +27,12 @@ def timm_data_config(vit_name: str) -> dict:
 
 
 DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
+# what every pretrained (GPT-2-layout) decoder fixes whatever its config.json says, and why (`dec_pretrained`)
+PRETRAINED_FIXED = {
+    "dec_qk_norm": (False, "the language model has no LayerNorm on queries and keys"),
+    "dec_positions": ("learned", "the language model's positions are its learned table (wpe)"),
+    "dec_embed_scale": (False, "the language model adds its token embeddings unscaled"),
+}
 
 
 @dataclass
@@ -79,6 +85,10 @@ class ModelConfig(_Config):
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")
+        for key, (want, why) in PRETRAINED_FIXED.items() if self.dec_pretrained else ():
+            if getattr(self, key) != want:
+                raise ConfigError(f"{key}={getattr(self, key)!r} cannot be combined with dec_pretrained="
+                                  f"{self.dec_pretrained!r}: {why}, so the decoder would not start as that model")
         if self.vit_memory_pos and self.dec_width % 4:
             raise ConfigError(f"vit_memory_pos needs dec_width divisible by 4, not {self.dec_width}")
         if self.vit_image_size % self.vit_patch_size:

@@ -130,7 +130,8 @@ class TrainConfig(_Config):
         "total size of auto's cache folder, least recently used files not in use removed to fit: a share of "
         "RAM (25%) or a size (8G)", metavar='SIZE'))
     hflip: bool = field(default=False, metadata=_opt(
-        "augment with horizontal flips (never for an image whose questions or captions say left or right)"))
+        "augment with horizontal flips (never for an image whose questions, answers or captions say left or "
+        "right)"))
 
     def __post_init__(self) -> None:
         self.tasks = _tasks(self.tasks)

@@ -196,8 +196,16 @@ class ImageTextDataset(Dataset):
         vqa, caps = self.data.vqa, self.data.captions
         all_caps = None if self.train else [caps.caption[k] for k in cs]
         rows = self.maker.rows(rng, len(qs), lambda k: vqa[qs[k]], len(cs), lambda k: caps[cs[k]], all_caps)
-        texts = [vqa.strings[vqa.question[k]] for k in qs] + [caps.caption[k] for k in cs]
-        return self.maker.item(self._prepared(i), rows, texts, g)
+        return self.maker.item(self._prepared(i), rows, self.texts(qs, cs), g)
+
+    def texts(self, qs: list[int], cs: list[int]) -> list[str]:
+        """Every text of an image, for the flip guard (`mentions_left_right`): each question, each of its
+        answers (every annotator's and the chosen one) and each caption. Empty when flips are off."""
+        if not self.transform.allow_hflip:
+            return []
+        vqa, s = self.data.vqa, self.data.vqa.strings
+        out = [s[vqa.question[k]] for k in qs] + [s[vqa.mc[k]] for k in qs] + [self.data.captions.caption[k] for k in cs]
+        return out + [s[a] for k in qs for a in vqa.answers[vqa.ans_start[k] : vqa.ans_start[k + 1]].tolist()]
 
 
 def _choose(rng: np.random.Generator, n: int, k: int) -> list[int]:

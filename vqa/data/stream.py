@@ -155,7 +155,7 @@ class ShardStream(IterableDataset):
         qs, caps = s.records()
         qs, caps = (qs if "vqa" in self.tasks else []), (caps if "caption" in self.tasks else [])
         rows = self.maker.rows(rng, len(qs), qs.__getitem__, len(caps), caps.__getitem__, s.captions)
-        texts = [q.question for q in qs] + s.captions
+        texts = [t for q in qs for t in (q.question, q.multiple_choice_answer, *q.answers)] + s.captions  # flip guard
         return self.maker.item(image, rows, texts, g)
 
 

@@ -7,7 +7,8 @@ normalization. Nothing is cropped, so no object or text-relevant region is ever 
 Augmentation (train only) is deliberately mild so it never changes a question's answer: small brightness and
 contrast jitter (no hue or saturation change: colour questions), a translation of at most ~3% of the side
 (the Shapes generator keeps objects farther than that from the border: counting), and no flip unless
-`allow_hflip` is set, and even then never when any text of the item mentions left or right.
+`allow_hflip` is set, and even then never when any text of the item (a question, any of its answers, a
+caption) mentions left or right.
 
 The work is split in three so that images cross process boundaries as uint8 and the float work happens on
 the device: `prepare` (decode, at reduced size for JPEGs, + letterbox -> uint8 [3,S,S], deterministic, what

@@ -157,6 +157,10 @@ def decoder_fields(source: str, dec_max_len: int) -> dict:
     return {**architecture(c), **tokenizer(source).model_ids()}
 
 
+# the ModelConfig fields a language model fixes (`architecture`): a run whose decoder started from one keeps them
+LM_FIELDS = ("dec_pretrained", *GPT2_DECODER, "dec_width", "dec_depth", "dec_heads", "dec_mlp_ratio", "dec_norm_eps")
+
+
 def model_preset(name: str, **overrides) -> ModelConfig:
     """The named preset's ModelConfig (`vqa.config.preset`), with a pretrained language model's decoder.
     With `dec_pretrained` (a language model folder or Hub name), the decoder's architecture and vocabulary

@@ -15,7 +15,7 @@ from ..data.sources import training_texts
 from ..distributed import Dist
 from ..errors import ConfigError
 from ..model import VQAModel, checkpoint, model_preset
-from ..model.pretrained_lm import context_warning, tokenizer
+from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
 from ..tokenizer import Tokenizer
 
 
@@ -61,9 +61,21 @@ def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
     return VQAModel(model_preset(cfg.preset, **{**cfg.model, **tok.model_ids()}))
 
 
+def check_model_options(cfg: TrainConfig) -> None:
+    """At start-up, before the run folder or the data is touched: a new run's --set options that contradict
+    its pretrained language model (`model_preset` reads the model's config.json and names them)."""
+    if cfg.dec_pretrained and not cfg.resume and not cfg.init_from:
+        model_preset(cfg.preset, **cfg.model)
+
+
 def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     """The weights and tokenizer of another run, with this run's --set applied to its config."""
     src, tok, card = checkpoint.load(path)
+    changed = [f"{k}={cfg.model[k]!r}" for k in LM_FIELDS if k in cfg.model and cfg.model[k] != getattr(src.cfg, k)]
+    if changed and (src.cfg.dec_pretrained or cfg.model.get("dec_pretrained")):
+        raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} cannot be combined with its decoder "
+                          f"(dec_pretrained={src.cfg.dec_pretrained!r}): the weights are that run's, and the "
+                          "decoder would no longer compute as the language model it started from")
     mcfg = ModelConfig.from_dict({**src.cfg.to_dict(), **cfg.model})
     if mcfg == src.cfg:
         return src, tok, dict(init_from=str(path))

@@ -41,7 +41,7 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import default_batch, default_workers, init_from, new_model, new_tokenizer
+from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
 from .step import StepRunner
 
 
@@ -67,6 +67,7 @@ class Trainer:
         self.out = Path(cfg.out)
         self.lock = None
         try:
+            check_model_options(cfg)  # every rank, before anything is written
             self._prepare_out()
             # official split names work without flags: train2014 / val2014, train2017 / val2017, ...
             self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)
@@ -83,21 +84,24 @@ class Trainer:
 
     # ---- the run folder, model, tokenizer, data, optimizer ----
     def _prepare_out(self) -> None:
-        if self.d.main:
-            try:
-                self.out.mkdir(parents=True, exist_ok=True)
-                probe = self.out / ".write-test"
-                probe.write_text("ok")
-                probe.unlink()
-            except OSError as e:
-                raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
-            self.lock = RunLock(self.out).acquire()  # before anything in the folder is touched
-            if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.cfg.resume:
-                raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
-            for name in ("last", "best"):
-                checkpoint.recover(self.out / name)
-            self.cfg.save(self.out / SAVED)
-        self.d.barrier()  # the others wait for rank 0's recovery of interrupted writes
+        """On rank 0: the folder, its lock, the recovery of interrupted writes. Every rank waits for it and
+        leaves with rank 0's error when it fails (a held lock, an existing run, an unwritable folder)."""
+        distributed.on_main(self.d, self._prepare_out_main)
+
+    def _prepare_out_main(self) -> None:
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            probe = self.out / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"cannot write to the output folder {self.out}: {e.strerror}") from e
+        self.lock = RunLock(self.out).acquire()  # before anything in the folder is touched
+        if ((self.out / "last").exists() or (self.out / "last.old").exists()) and not self.cfg.resume:
+            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+        for name in ("last", "best"):
+            checkpoint.recover(self.out / name)
+        self.cfg.save(self.out / SAVED)
 
     def _build_model(self) -> dict | None:
         c = self.cfg

@@ -120,6 +120,42 @@ def test_bad_input_raises_the_message_the_page_shows(handlers, pred, pictures, t
     assert handlers.ask(good, COLOR_Q, 3, None)[0] == "red"
 
 
+def test_api_callers_are_held_to_the_bounds_the_controls_show(handlers, pred, pictures):
+    """A caller of /ask or /caption can send any number (gradio_client, curl): top_k far above the slider's
+    maximum would ask for that many beams while holding the model lock, a temperature near zero gave NaN
+    probabilities. Every value is checked against its control's bounds before anything reaches the model."""
+    from vqa.config import GenerationConfig
+
+    class Untouchable:
+        def answer(self, *args):
+            raise AssertionError("a value out of bounds reached the model")
+
+        caption = answer
+
+    guarded, good, names = h.Handlers(pred, Untouchable()), str(pictures["red_circle"]), [f.name for f in h.ui_fields()]
+    for top_k in (1000, 0, -3, 2.5, float("nan"), float("inf"), "many", None):
+        err = _error(guarded.ask, good, COLOR_Q, top_k, None)
+        assert err.message.startswith("top_k (answers to list) must be a whole number from 1 to 5, got"), err.message
+    bad = dict(temperature=[1e-9, 0.0, float("nan"), 2.5], top_p=[0.0, 1.5], top_k=[51, -1, 1.5],
+               num_beams=[1000, 0], length_penalty=[-1.0, float("inf")], seed=[-1, 2**63, float("inf"), 0.5])
+    for name, values in bad.items():
+        lo, hi = GenerationConfig.ui_bounds(name)
+        for v in values:
+            settings = _defaults()
+            settings[names.index(name)] = v
+            err = _error(guarded.caption, good, "sample", *settings, None)
+            assert err.message.startswith(f"Bad decoding setting: {name} must be") and f"from {lo} to {hi}" in err.message
+            assert err.title == "Bad setting"
+    # the sliders' own ends are served (the smallest temperature samples real words, no NaN)
+    for name in ("temperature", "top_p", "top_k", "num_beams", "length_penalty"):
+        for end in GenerationConfig.ui_bounds(name):
+            settings = _defaults()
+            settings[names.index(name)] = end
+            settings[names.index("seed")] = 2**63 - 1
+            assert handlers.caption(good, "sample", *settings, None)[0]
+    assert len(handlers.ask(good, COLOR_Q, 5.0, None)[1]) <= 5  # a slider sends floats: a whole one is fine
+
+
 def test_a_busy_server_says_so(pred, pictures):
     from vqa.inference.serving import Busy
 
@@ -224,6 +260,8 @@ def test_the_examples_and_the_decoding_controls():
     assert set(DECODING_METHODS) == set(METHODS)  # the dropdown offers every method generate knows
     controls = decoding_controls()
     assert [c.elem_id for c in controls] == [f"gen-{f.name}" for f in h.ui_fields()]
+    for c, f in zip(controls, h.ui_fields(), strict=True):  # each control shows the bounds the server checks
+        assert (c.minimum, c.maximum) == GenerationConfig.ui_bounds(f.name)
     settings = h.decoding_settings("greedy", [c.value for c in controls])  # an empty seed box shows 0
     assert settings == dataclasses.replace(GenerationConfig.for_task("caption"), seed=0)
     assert h.decoding_settings("beam", [None if c.elem_id == "gen-seed" else c.value for c in controls]) == \

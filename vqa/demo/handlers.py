@@ -8,8 +8,8 @@
     text, details, word_radio, state = h.caption("photo.png", "greedy", *control_values, None)
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
 
-Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting out of range)
-raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
+Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting or top-k
+outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
 words and attention maps, the upload, the result), which the heatmap and the attention explorer read.
 """
 
@@ -23,7 +23,8 @@ import numpy as np
 from PIL import Image
 
 from ..config import GenerationConfig
-from ..errors import VQAError
+from ..config.generation import in_range
+from ..errors import ConfigError, VQAError
 from ..inference.serving import Busy
 from .uploads import fail
 
@@ -105,16 +106,25 @@ def ui_fields() -> list:
 
 
 def decoding_settings(method: Any, values: Any) -> GenerationConfig:
-    """The GenerationConfig of the caption tab's controls (an empty number box: None)."""
+    """The GenerationConfig of the caption tab's controls (an empty number box: None), each value checked
+    against the bounds its control shows (`GenerationConfig.ui_value`): a ConfigError naming the field."""
     changes = {"method": str(method)}
+    values = list(values)
+    if len(values) != len(ui_fields()):
+        raise ConfigError(f"expected {len(ui_fields())} decoding settings "
+                          f"({', '.join(f.name for f in ui_fields())}), got {len(values)}")
     for f, v in zip(ui_fields(), values, strict=True):
-        if v is None or v == "":
-            changes[f.name] = None
-        elif str(f.type).startswith("int"):
-            changes[f.name] = int(v)
-        else:
-            changes[f.name] = float(v)
+        changes[f.name] = None if v is None or v == "" else GenerationConfig.ui_value(f.name, v)
     return GenerationConfig.for_task("caption", **changes)
+
+
+def answers_to_list(top_k: Any) -> int:
+    """The Ask tab's top-k as an int within its slider's bounds: those of num_beams, since the answers listed
+    are beams (`Predictor.answer_settings`); a gr.Error naming the control otherwise."""
+    try:
+        return in_range("top_k (answers to list)", top_k, *GenerationConfig.ui_bounds("num_beams"), integer=True)
+    except ConfigError as e:
+        raise gr.Error(str(e), title="Bad setting", print_exception=False) from None
 
 
 class Handlers:
@@ -130,8 +140,9 @@ class Handlers:
         if image is None:
             raise no_picture()
         question, notes = check_question(question)
+        top_k = answers_to_list(top_k)
         try:
-            res, ratio = self.server.answer(pred.load(image), question, int(top_k))
+            res, ratio = self.server.answer(pred.load(image), question, top_k)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
@@ -156,14 +167,15 @@ class Handlers:
             raise no_picture()
         try:
             settings = decoding_settings(method, values)
+        except (ConfigError, TypeError, ValueError) as e:
+            raise gr.Error(f"Bad decoding setting: {e}", title="Bad setting", print_exception=False) from None
+        try:
             res, ratio = self.server.caption(self.pred.load(image), settings)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
         except VQAError as e:
             raise fail(e, image) from None
-        except (TypeError, ValueError) as e:
-            raise gr.Error(f"Bad decoding setting: {e}", print_exception=False) from None
         if res.beams:
             details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
         else:

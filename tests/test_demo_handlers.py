@@ -217,6 +217,49 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
     assert "attention.npz" in names and any(n.startswith("cross_attention_01_blue") for n in names)
 
 
+class _SavedExplanation:
+    """Stands in for an Explanation: its save writes one file per call, as fast as can be."""
+
+    generated = ["blue"]
+
+    def save(self, folder, **_):
+        path = folder / "attention.npz"
+        path.write_bytes(b"x" * 1000)
+        return [path]
+
+
+def test_exports_leave_a_bounded_number_of_folders(monkeypatch, tmp_path):
+    """Each export wrote a new vqa-attention-* folder that was never removed (gradio serves its own cached
+    copy, cleaned by delete_cache): a server filled its temporary folder. Only the last few are kept, and
+    those go when the explorer does."""
+    import gc
+
+    from vqa.demo.explorer import EXPORTS_KEPT
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the exports land here, to be counted
+    ex, e = Explorer(None), _SavedExplanation()
+    for n in range(1, 3 * EXPORTS_KEPT + 1):
+        files = ex.export(e, 0, 0, h.MEAN, 1, 1)
+        folders = list(tmp_path.glob("vqa-attention-*"))
+        assert len(folders) == min(n, EXPORTS_KEPT)
+        assert all(os.path.isfile(f) for f in files)  # the newest export is there to be served
+    small = Explorer(None, keep=2)
+    for _ in range(5):
+        small.export(e, 0, 0, h.MEAN, 1, 1)
+    assert len(list(tmp_path.glob("vqa-attention-*"))) == EXPORTS_KEPT + 2
+    del ex, small
+    gc.collect()
+    assert list(tmp_path.glob("vqa-attention-*")) == []  # an explorer that goes takes its exports along
+
+    class Failing(_SavedExplanation):
+        def save(self, folder, **_):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        Explorer(None).export(Failing(), 0, 0, h.MEAN, 1, 1)
+    assert list(tmp_path.glob("vqa-attention-*")) == []  # a failed export leaves nothing behind
+
+
 def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
     from types import SimpleNamespace
 

@@ -321,6 +321,12 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
     assert isinstance(ex.redraw_patch(e, 1, 1), Image.Image)
     names = sorted(os.path.basename(f) for f in ex.export(e, 0, layer.value, h.MEAN, row.value, col.value))
     assert "attention.npz" in names and any(n.startswith("cross_attention_01_blue") for n in names)
+    # values no control offers (an API caller's): a message naming the problem, never a bare IndexError
+    for fn, args in ((ex.redraw_self, (e, 0, 10**6, h.MEAN)), (ex.redraw_self, (e, 0, 0, 99)),
+                     (ex.redraw_token, (e, 99, 0, h.MEAN)), (ex.redraw_patch, (e, 10**6, 1)),
+                     (ex.redraw_patch, (e, float("nan"), 1)), (ex.export, (e, 0, 99, h.MEAN, 1, 1))):
+        err = _error(fn, *args)
+        assert err.title == "Cannot do that" and err.message, (fn.__name__, args)
 
 
 class _SavedExplanation:

@@ -9,6 +9,7 @@ writes them as PNG and every array as `.npz`. The pictures are drawn only when t
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import threading
@@ -53,6 +54,21 @@ def explorer_choices(e) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {t}", i) for i, t in enumerate(e.generated)]
 
 
+def _user_errors(method):
+    """`method` with a bad control value (one no control offers: an API caller's) as the page's message."""
+
+    @functools.wraps(method)
+    def guarded(self, e, *args):
+        try:
+            return method(self, e, *args)
+        except gr.Error:
+            raise
+        except (VQAError, IndexError, ValueError, TypeError, OverflowError) as err:
+            raise fail(err) from None
+
+    return guarded
+
+
 def _check(e):
     if e is None:
         raise gr.Error("Open this tab after asking a question or captioning a picture.",
@@ -91,6 +107,7 @@ class Explorer:
         return (e, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
                 gr.Slider(value=col + 1), info, *views)
 
+    @_user_errors
     def redraw_self(self, e, token, layer, head):
         """A new layer or head: (self-attention, query against the keys)."""
         from ..inference import figures as af
@@ -100,6 +117,7 @@ class Explorer:
         qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
+    @_user_errors
     def redraw_token(self, e, token, layer, head):
         """A new token: its cross-attention grid, its query against the keys, and the ViT from its top patch."""
         from ..inference import figures as af
@@ -110,6 +128,7 @@ class Explorer:
         return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
 
+    @_user_errors
     def redraw_patch(self, e, row, col):
         """A new ViT patch (row and column counted from 1)."""
         from ..inference import figures as af
@@ -117,6 +136,7 @@ class Explorer:
         _check(e)
         return af.vit_patch_figure(e, int(row) - 1, int(col) - 1)
 
+    @_user_errors
     def export(self, e, token, layer, head, row, col):
         """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
         `keep` folders are kept (gradio has copied the older ones into its cache by then)."""

@@ -120,6 +120,42 @@ def test_bad_input_raises_the_message_the_page_shows(handlers, pred, pictures, t
     assert handlers.ask(good, COLOR_Q, 3, None)[0] == "red"
 
 
+def test_api_callers_are_held_to_the_bounds_the_controls_show(handlers, pred, pictures):
+    """A caller of /ask or /caption can send any number (gradio_client, curl): top_k far above the slider's
+    maximum would ask for that many beams while holding the model lock, a temperature near zero gave NaN
+    probabilities. Every value is checked against its control's bounds before anything reaches the model."""
+    from vqa.config import GenerationConfig
+
+    class Untouchable:
+        def answer(self, *args):
+            raise AssertionError("a value out of bounds reached the model")
+
+        caption = answer
+
+    guarded, good, names = h.Handlers(pred, Untouchable()), str(pictures["red_circle"]), [f.name for f in h.ui_fields()]
+    for top_k in (1000, 0, -3, 2.5, float("nan"), float("inf"), "many", None):
+        err = _error(guarded.ask, good, COLOR_Q, top_k, None)
+        assert err.message.startswith("top_k (answers to list) must be a whole number from 1 to 5, got"), err.message
+    bad = dict(temperature=[1e-9, 0.0, float("nan"), 2.5], top_p=[0.0, 1.5], top_k=[51, -1, 1.5],
+               num_beams=[1000, 0], length_penalty=[-1.0, float("inf")], seed=[-1, 2**63, float("inf"), 0.5])
+    for name, values in bad.items():
+        lo, hi = GenerationConfig.ui_bounds(name)
+        for v in values:
+            settings = _defaults()
+            settings[names.index(name)] = v
+            err = _error(guarded.caption, good, "sample", *settings, None)
+            assert err.message.startswith(f"Bad decoding setting: {name} must be") and f"from {lo} to {hi}" in err.message
+            assert err.title == "Bad setting"
+    # the sliders' own ends are served (the smallest temperature samples real words, no NaN)
+    for name in ("temperature", "top_p", "top_k", "num_beams", "length_penalty"):
+        for end in GenerationConfig.ui_bounds(name):
+            settings = _defaults()
+            settings[names.index(name)] = end
+            settings[names.index("seed")] = 2**63 - 1
+            assert handlers.caption(good, "sample", *settings, None)[0]
+    assert len(handlers.ask(good, COLOR_Q, 5.0, None)[1]) <= 5  # a slider sends floats: a whole one is fine
+
+
 def test_a_busy_server_says_so(pred, pictures):
     from vqa.inference.serving import Busy
 
@@ -148,6 +184,112 @@ def test_a_file_that_is_not_a_picture_is_named_as_the_user_called_it(tmp_path, p
     good = image.preprocess(ImageData(path=str(pictures["red_circle"]), orig_name="/home/me/circle.png"))
     assert isinstance(good, Upload) and good.display_name == '"circle.png"' and os.path.isfile(good)
     assert image.preprocess(None) is None
+
+
+def test_an_upload_is_never_decoded_by_the_input_and_is_refused_by_its_header(tmp_path, monkeypatch):
+    """gradio's gr.Image decoded (and re-encoded) every upload that was not RGB in the request's thread,
+    bounded only by PIL's own limit of 179 megapixels. The input now hands the file over as uploaded, and one
+    whose header is over the pixel limit is refused before anything decodes it."""
+    from gradio.data_classes import ImageData
+    from PIL import ImageFile
+
+    from vqa.data import images
+
+    decoded = []
+    real_load = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im: decoded.append(im.size) or real_load(im))
+    image = picture_input()
+    rgba = tmp_path / "screenshot.png"
+    Image.new("RGBA", (300, 200), (10, 200, 30, 128)).save(rgba)
+    assert image.preprocess(ImageData(path=str(rgba), orig_name="shot.png")) == str(rgba)  # the file itself
+    monkeypatch.setattr(images, "MAX_PIXELS", 50_000)  # stand-in for the 64-megapixel limit
+    for mode in ("RGB", "P", "RGBA"):
+        big = tmp_path / f"big-{mode}.png"
+        Image.new(mode, (400, 300)).save(big)
+        decoded.clear()
+        err = _error(image.preprocess, ImageData(path=str(big), orig_name="wall.png"))
+        assert err.title == "Picture too large" and decoded == []
+        assert err.message.startswith('"wall.png" is 400x300 = 120,000 pixels, over the demo\'s limit of 50,000')
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_concurrent_large_uploads_stay_within_the_decode_budget(pred, tmp_path):
+    """32 requests at once, each a small file that decodes to a large picture: their decoded pictures are
+    held within the budget, never all at once, and the process's memory (RSS, sampled while they run) grows by
+    the budget and the allocator's slack (~270 MiB here), not by 32 pictures (~1,270 MiB before the budget)."""
+    import sys
+    import threading
+
+    from vqa.demo.uploads import DecodeBudget, decoded_bytes
+    from vqa.inference.serving import BatchedPredictor
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads the RSS from /proc")
+    path = tmp_path / "wide.png"
+    Image.new("RGB", (2400, 2400), (220, 40, 40)).save(path)  # ~20 KB on disk, 22 MiB decoded (4 B a pixel)
+    each = decoded_bytes(str(path))  # counted twice over: load_image holds a copy as it decodes
+    assert path.stat().st_size < 100_000 and each == 2400 * 2400 * 8
+    budget = DecodeBudget(max_bytes=2 * each, wait=60.0)
+    handlers = h.Handlers(pred, BatchedPredictor(pred, max_wait=0.0, attention=True), budget=budget)
+    peak, done = [_rss()], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak.append(_rss())
+            done.wait(0.001)
+
+    base = _rss()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    answers = [None] * 32
+    threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, handlers.ask(str(path), COLOR_Q, 1,
+                                                                                         None)[0]))
+               for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    sampler.join()
+    assert answers == ["red"] * 32
+    assert budget.peak <= budget.max_bytes and budget.held == 0
+    grew = max(peak) - base
+    assert grew < 16 * 2400 * 2400 * 4, f"RSS grew by {grew / 2**20:.0f} MiB"  # half the 32 pictures, at most
+
+
+def test_the_decode_budget_waits_then_says_busy_and_lets_a_huge_picture_run_alone(monkeypatch):
+    from PIL import Image as PILImage
+
+    from vqa.demo import uploads
+    from vqa.inference.serving import Busy
+
+    budget = uploads.DecodeBudget(max_bytes=100, wait=0.0)
+    with budget.hold(60):
+        with pytest.raises(Busy, match="busy reading other large pictures"):
+            with budget.hold(50):
+                pass
+        with budget.hold(40):
+            assert budget.held == 100
+    with budget.hold(500):  # larger than the whole budget: it runs, alone
+        assert budget.held == 500
+    assert budget.held == 0 and budget.peak == 500
+    with pytest.raises(ValueError):
+        uploads.DecodeBudget(max_bytes=0)
+    assert uploads.decoded_bytes("/nowhere.png") == 0 and uploads.decoded_bytes(object()) == 0
+    saved = PILImage.core.get_block_size()
+    try:
+        monkeypatch.setenv("PILLOW_BLOCK_SIZE", "16m")  # the operator's own setting wins
+        uploads.give_back_decoded_memory()
+        assert PILImage.core.get_block_size() == saved
+        monkeypatch.delenv("PILLOW_BLOCK_SIZE")
+        uploads.give_back_decoded_memory()
+        assert PILImage.core.get_block_size() == uploads.PIL_BLOCK_SIZE
+    finally:
+        PILImage.core.set_block_size(saved)
 
 
 def test_messages_lose_server_paths_even_without_a_name():
@@ -179,6 +321,55 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
     assert isinstance(ex.redraw_patch(e, 1, 1), Image.Image)
     names = sorted(os.path.basename(f) for f in ex.export(e, 0, layer.value, h.MEAN, row.value, col.value))
     assert "attention.npz" in names and any(n.startswith("cross_attention_01_blue") for n in names)
+    # values no control offers (an API caller's): a message naming the problem, never a bare IndexError
+    for fn, args in ((ex.redraw_self, (e, 0, 10**6, h.MEAN)), (ex.redraw_self, (e, 0, 0, 99)),
+                     (ex.redraw_token, (e, 99, 0, h.MEAN)), (ex.redraw_patch, (e, 10**6, 1)),
+                     (ex.redraw_patch, (e, float("nan"), 1)), (ex.export, (e, 0, 99, h.MEAN, 1, 1))):
+        err = _error(fn, *args)
+        assert err.title == "Cannot do that" and err.message, (fn.__name__, args)
+
+
+class _SavedExplanation:
+    """Stands in for an Explanation: its save writes one file per call, as fast as can be."""
+
+    generated = ["blue"]
+
+    def save(self, folder, **_):
+        path = folder / "attention.npz"
+        path.write_bytes(b"x" * 1000)
+        return [path]
+
+
+def test_exports_leave_a_bounded_number_of_folders(monkeypatch, tmp_path):
+    """Each export wrote a new vqa-attention-* folder that was never removed (gradio serves its own cached
+    copy, cleaned by delete_cache): a server filled its temporary folder. Only the last few are kept, and
+    those go when the explorer does."""
+    import gc
+
+    from vqa.demo.explorer import EXPORTS_KEPT
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the exports land here, to be counted
+    ex, e = Explorer(None), _SavedExplanation()
+    for n in range(1, 3 * EXPORTS_KEPT + 1):
+        files = ex.export(e, 0, 0, h.MEAN, 1, 1)
+        folders = list(tmp_path.glob("vqa-attention-*"))
+        assert len(folders) == min(n, EXPORTS_KEPT)
+        assert all(os.path.isfile(f) for f in files)  # the newest export is there to be served
+    small = Explorer(None, keep=2)
+    for _ in range(5):
+        small.export(e, 0, 0, h.MEAN, 1, 1)
+    assert len(list(tmp_path.glob("vqa-attention-*"))) == EXPORTS_KEPT + 2
+    del ex, small
+    gc.collect()
+    assert list(tmp_path.glob("vqa-attention-*")) == []  # an explorer that goes takes its exports along
+
+    class Failing(_SavedExplanation):
+        def save(self, folder, **_):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        Explorer(None).export(Failing(), 0, 0, h.MEAN, 1, 1)
+    assert list(tmp_path.glob("vqa-attention-*")) == []  # a failed export leaves nothing behind
 
 
 def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
@@ -224,6 +415,8 @@ def test_the_examples_and_the_decoding_controls():
     assert set(DECODING_METHODS) == set(METHODS)  # the dropdown offers every method generate knows
     controls = decoding_controls()
     assert [c.elem_id for c in controls] == [f"gen-{f.name}" for f in h.ui_fields()]
+    for c, f in zip(controls, h.ui_fields(), strict=True):  # each control shows the bounds the server checks
+        assert (c.minimum, c.maximum) == GenerationConfig.ui_bounds(f.name)
     settings = h.decoding_settings("greedy", [c.value for c in controls])  # an empty seed box shows 0
     assert settings == dataclasses.replace(GenerationConfig.for_task("caption"), seed=0)
     assert h.decoding_settings("beam", [None if c.elem_id == "gen-seed" else c.value for c in controls]) == \

@@ -220,6 +220,24 @@ def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
     assert a.caption == b.caption == pred.caption(pics[0], sample).caption
 
 
+def test_a_seeded_sampled_answer_is_the_same_alone_and_among_others(pred):
+    """Sampled answers used to share one batched call, so one random generator: a seeded answer depended on
+    what else was in the batch. Each sampled request now gets a call, and so a generator, of its own."""
+    from vqa.config import GenerationConfig
+
+    pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64)), draw("blue_square")]
+    qs = [COLOR_Q, SHAPE_Q, "is it red?", COLOR_Q]
+    for seeds in ((11, 12, 13, 14), (5, 5, 5, 5), (40, 41, 42, 43)):
+        jobs = [(pic, q, 1, GenerationConfig.for_task("vqa", method="sample", temperature=2.0, seed=seed))
+                for pic, q, seed in zip(pics, qs, seeds, strict=True)]
+        alone = [pred.answer(img, q, top_k=k, generation=g).answer for img, q, k, g in jobs]
+        server = BatchedPredictor(pred, max_batch=len(jobs), max_wait=10.0)  # room for all four in one call
+        calls = _calls_of(server)
+        together = [res.answer for res, _ in _at_once(server.answer, jobs)]
+        assert together == alone, seeds
+        assert calls == [("sample", 1)] * len(jobs)
+
+
 def test_bad_input_reaches_only_its_caller(pred):
     server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
     out = {}

@@ -3,7 +3,9 @@ through `generate`, the `Predictor`, the CLI, evaluation and the app."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..errors import ConfigError
 from .base import _Config, _opt
@@ -12,6 +14,7 @@ DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its c
 
 
 ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
+SEED_MAX = 2**63 - 1  # seeds the app accepts: 0 .. this (torch.Generator.manual_seed takes any of them)
 
 
 @dataclass
@@ -19,7 +22,8 @@ class GenerationConfig(_Config):
     """How to decode. `method` is one of `DECODING_METHODS` (greedy, beam, sample); each other field
     names the methods it applies to. Validated on creation, so a bad value fails before any work. The CLI
     options come from these fields, and the app shows a control for every field with `ui` metadata (a
-    slider's (min, max, step), or "number")."""
+    slider's (min, max, step), or "number" with its `bounds`); the server checks what the app sends against
+    the same bounds (`ui_bounds`, `ui_value`)."""
 
     method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
     max_new_tokens: int | None = field(default=None, metadata=_opt(
@@ -36,7 +40,8 @@ class GenerationConfig(_Config):
     top_k: int = field(default=0, metadata=_opt("sample: keep the k likeliest tokens (0: all)", ui=(0, 50, 1)))
     top_p: float = field(default=1.0, metadata=_opt("sample: keep the smallest set of this probability",
                                                     ui=(0.05, 1.0, 0.05)))
-    seed: int | None = field(default=None, metadata=_opt("sample: a seed for a reproducible output", ui="number"))
+    seed: int | None = field(default=None, metadata=_opt("sample: a seed for a reproducible output", ui="number",
+                                                         bounds=(0, SEED_MAX)))
 
     def __post_init__(self) -> None:
         if self.method not in DECODING_METHODS:
@@ -54,6 +59,20 @@ class GenerationConfig(_Config):
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
+    @staticmethod
+    def ui_bounds(name: str) -> tuple[int | float, int | float]:
+        """(min, max) of the app's control for field `name`: its slider's ends, or a number box's `bounds`."""
+        meta = next(f.metadata for f in fields(GenerationConfig) if f.name == name)
+        ui = meta["ui"]
+        return (ui[0], ui[1]) if isinstance(ui, tuple) else meta["bounds"]
+
+    @staticmethod
+    def ui_value(name: str, value: Any) -> int | float:
+        """`value` (from the app's control for field `name`, or an API caller) as the field's type, checked
+        against the control's bounds (`ui_bounds`): ConfigError naming the field otherwise."""
+        f = next(f for f in fields(GenerationConfig) if f.name == name)
+        return in_range(name, value, *GenerationConfig.ui_bounds(name), integer=str(f.type).startswith("int"))
+
     @classmethod
     def for_task(cls, task: str, **changes) -> GenerationConfig:
         """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`."""
@@ -63,3 +82,19 @@ class GenerationConfig(_Config):
     def budget(self, limit: int) -> int:
         """New tokens allowed for a prompt that leaves `limit` positions of the context."""
         return limit if self.max_new_tokens is None else min(self.max_new_tokens, limit)
+
+
+def in_range(name: str, value: Any, lo: int | float, hi: int | float, integer: bool = False) -> int | float:
+    """`value` as a number (an int with `integer`) from `lo` to `hi`; ConfigError naming `name` otherwise
+    (not a number, NaN, infinite, out of range, or not whole where a whole number is needed)."""
+    what = f"{name} must be {'a whole number' if integer else 'a number'} from {lo} to {hi}"
+    if isinstance(value, bool):
+        raise ConfigError(f"{what}, got {value!r}")
+    try:
+        number = value if isinstance(value, int) else float(value)  # an int exactly, however large
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{what}, got {value!r}") from None
+    whole = isinstance(number, int) or (math.isfinite(number) and number.is_integer())
+    if not (math.isfinite(number) and lo <= number <= hi) or (integer and not whole):
+        raise ConfigError(f"{what}, got {value!r}")
+    return int(number) if integer else float(number)

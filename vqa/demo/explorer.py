@@ -9,7 +9,12 @@ writes them as PNG and every array as `.npz`. The pictures are drawn only when t
 
 from __future__ import annotations
 
+import functools
+import shutil
 import tempfile
+import threading
+import weakref
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,9 @@ patch looks inside the image encoder (by default the patch the word looks at mos
 into the ViT and out to the word. Export writes the pictures as PNG and every array as `.npz`.
 """
 EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains the answer.*"
+# export folders kept on disk, from all sessions: gradio serves its own copy of each file (in its cache, which
+# delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
+EXPORTS_KEPT = 8
 
 
 def explorer_views(e, token: int, layer: int, head: int, row: int, col: int) -> tuple:
@@ -46,6 +54,21 @@ def explorer_choices(e) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {t}", i) for i, t in enumerate(e.generated)]
 
 
+def _user_errors(method):
+    """`method` with a bad control value (one no control offers: an API caller's) as the page's message."""
+
+    @functools.wraps(method)
+    def guarded(self, e, *args):
+        try:
+            return method(self, e, *args)
+        except gr.Error:
+            raise
+        except (VQAError, IndexError, ValueError, TypeError, OverflowError) as err:
+            raise fail(err) from None
+
+    return guarded
+
+
 def _check(e):
     if e is None:
         raise gr.Error("Open this tab after asking a question or captioning a picture.",
@@ -55,8 +78,11 @@ def _check(e):
 class Explorer:
     """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explanation`."""
 
-    def __init__(self, pred):
-        self.pred = pred
+    def __init__(self, pred, keep: int = EXPORTS_KEPT):
+        self.pred, self.keep = pred, max(1, int(keep))
+        self._exports: deque[Path] = deque()  # this explorer's export folders, oldest first
+        self._exports_lock = threading.Lock()
+        weakref.finalize(self, _remove, self._exports)  # the rest go with the explorer, or at exit
 
     def explain(self, state):
         """Explain the session's last answer or caption: the Explanation, the controls set for it, the views."""
@@ -81,6 +107,7 @@ class Explorer:
         return (e, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
                 gr.Slider(value=col + 1), info, *views)
 
+    @_user_errors
     def redraw_self(self, e, token, layer, head):
         """A new layer or head: (self-attention, query against the keys)."""
         from ..inference import figures as af
@@ -90,6 +117,7 @@ class Explorer:
         qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
+    @_user_errors
     def redraw_token(self, e, token, layer, head):
         """A new token: its cross-attention grid, its query against the keys, and the ViT from its top patch."""
         from ..inference import figures as af
@@ -100,6 +128,7 @@ class Explorer:
         return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
 
+    @_user_errors
     def redraw_patch(self, e, row, col):
         """A new ViT patch (row and column counted from 1)."""
         from ..inference import figures as af
@@ -107,13 +136,28 @@ class Explorer:
         _check(e)
         return af.vit_patch_figure(e, int(row) - 1, int(col) - 1)
 
+    @_user_errors
     def export(self, e, token, layer, head, row, col):
-        """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths."""
+        """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
+        `keep` folders are kept (gradio has copied the older ones into its cache by then)."""
         _check(e)
         folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
-        files = e.save(folder, tokens=[int(token or 0)] if e.generated else [], layer=int(layer),
-                       head=0 if int(head) == MEAN else int(head), patch=(int(row) - 1, int(col) - 1))
+        try:
+            files = e.save(folder, tokens=[int(token or 0)] if e.generated else [], layer=int(layer),
+                           head=0 if int(head) == MEAN else int(head), patch=(int(row) - 1, int(col) - 1))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        with self._exports_lock:
+            self._exports.append(folder)
+            old = [self._exports.popleft() for _ in range(len(self._exports) - self.keep)]
+        _remove(old)
         return [str(f) for f in files]
+
+
+def _remove(folders) -> None:
+    for folder in list(folders):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass

@@ -8,8 +8,8 @@
     text, details, word_radio, state = h.caption("photo.png", "greedy", *control_values, None)
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
 
-Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting out of range)
-raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
+Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting or top-k
+outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
 words and attention maps, the upload, the result), which the heatmap and the attention explorer read.
 """
 
@@ -23,9 +23,10 @@ import numpy as np
 from PIL import Image
 
 from ..config import GenerationConfig
-from ..errors import VQAError
+from ..config.generation import in_range
+from ..errors import ConfigError, VQAError
 from ..inference.serving import Busy
-from .uploads import fail
+from .uploads import DECODING, DecodeBudget, decoded_bytes, fail
 
 MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
 DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (longer side)
@@ -64,14 +65,17 @@ def word_choices(words: list[str]) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {w}", i) for i, w in enumerate(words)]
 
 
-def display_image(pred, state: dict) -> Image.Image:
-    """The session's display copy of its picture, made on first use (the answer does not wait for it)."""
+def display_image(pred, state: dict, budget: DecodeBudget = DECODING) -> Image.Image:
+    """The session's display copy of its picture, made on first use (the answer does not wait for it); the
+    decoded picture is held within `budget`."""
     if state.get("image") is None:
-        state["image"] = display_copy(pred.load(state["source"]))
+        with budget.hold(decoded_bytes(state["source"])):
+            state["image"] = display_copy(pred.load(state["source"]))
     return state["image"]
 
 
-def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any) -> Image.Image | None:
+def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any,
+                 budget: DecodeBudget = DECODING) -> Image.Image | None:
     """Where the model looked while writing word `word` of the session's last result (None: nothing yet)."""
     from ..inference.heatmaps import attention_heatmap
 
@@ -80,7 +84,7 @@ def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any) -> 
     i = int(word) if word is not None and 0 <= int(word) < len(state["words"]) else 0
     layer = None if layer is None or int(layer) == MEAN else int(layer)
     head = None if head is None or int(head) == MEAN else int(head)
-    return attention_heatmap(display_image(pred, state), state["maps"][i], layer=layer, head=head,
+    return attention_heatmap(display_image(pred, state, budget), state["maps"][i], layer=layer, head=head,
                              image_size=pred.cfg.vit_image_size)
 
 
@@ -105,24 +109,35 @@ def ui_fields() -> list:
 
 
 def decoding_settings(method: Any, values: Any) -> GenerationConfig:
-    """The GenerationConfig of the caption tab's controls (an empty number box: None)."""
+    """The GenerationConfig of the caption tab's controls (an empty number box: None), each value checked
+    against the bounds its control shows (`GenerationConfig.ui_value`): a ConfigError naming the field."""
     changes = {"method": str(method)}
+    values = list(values)
+    if len(values) != len(ui_fields()):
+        raise ConfigError(f"expected {len(ui_fields())} decoding settings "
+                          f"({', '.join(f.name for f in ui_fields())}), got {len(values)}")
     for f, v in zip(ui_fields(), values, strict=True):
-        if v is None or v == "":
-            changes[f.name] = None
-        elif str(f.type).startswith("int"):
-            changes[f.name] = int(v)
-        else:
-            changes[f.name] = float(v)
+        changes[f.name] = None if v is None or v == "" else GenerationConfig.ui_value(f.name, v)
     return GenerationConfig.for_task("caption", **changes)
+
+
+def answers_to_list(top_k: Any) -> int:
+    """The Ask tab's top-k as an int within its slider's bounds: those of num_beams, since the answers listed
+    are beams (`Predictor.answer_settings`); a gr.Error naming the control otherwise."""
+    try:
+        return in_range("top_k (answers to list)", top_k, *GenerationConfig.ui_bounds("num_beams"), integer=True)
+    except ConfigError as e:
+        raise gr.Error(str(e), title="Bad setting", print_exception=False) from None
 
 
 class Handlers:
     """The Ask tab's `ask`, the Caption tab's `caption` and the heatmap's `heatmap`, around `pred` (a
-    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True)."""
+    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True). Each upload is decoded
+    in the request's thread and held until its answer is there, within `budget` (the bytes of decoded
+    pictures all requests may hold at once: a request waits for room, then is told the demo is busy)."""
 
-    def __init__(self, pred, server):
-        self.pred, self.server = pred, server
+    def __init__(self, pred, server, budget: DecodeBudget = DECODING):
+        self.pred, self.server, self.budget = pred, server, budget
 
     def ask(self, image, question, top_k, state):
         """(answer, {answer: probability}, the word selector, notes in markdown, the new state)."""
@@ -130,8 +145,10 @@ class Handlers:
         if image is None:
             raise no_picture()
         question, notes = check_question(question)
+        top_k = answers_to_list(top_k)
         try:
-            res, ratio = self.server.answer(pred.load(image), question, int(top_k))
+            with self.budget.hold(decoded_bytes(image)):
+                res, ratio = self.server.answer(pred.load(image), question, top_k)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
@@ -156,14 +173,16 @@ class Handlers:
             raise no_picture()
         try:
             settings = decoding_settings(method, values)
-            res, ratio = self.server.caption(self.pred.load(image), settings)
+        except (ConfigError, TypeError, ValueError) as e:
+            raise gr.Error(f"Bad decoding setting: {e}", title="Bad setting", print_exception=False) from None
+        try:
+            with self.budget.hold(decoded_bytes(image)):
+                res, ratio = self.server.caption(self.pred.load(image), settings)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
         except VQAError as e:
             raise fail(e, image) from None
-        except (TypeError, ValueError) as e:
-            raise gr.Error(f"Bad decoding setting: {e}", print_exception=False) from None
         if res.beams:
             details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
         else:
@@ -176,6 +195,8 @@ class Handlers:
     def heatmap(self, word, layer, head, state):
         """The heatmap of word `word` (its index) in decoder layer `layer` and head `head` (MEAN: all)."""
         try:
-            return draw_heatmap(self.pred, state, word, layer, head)
+            return draw_heatmap(self.pred, state, word, layer, head, self.budget)
+        except Busy as e:
+            raise busy(e) from None
         except (VQAError, ValueError, TypeError, IndexError) as e:
             raise fail(e, (state or {}).get("source")) from None

@@ -20,7 +20,7 @@ from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
 from .uploads import picture_input
 
 MAX_BATCH = 16  # questions answered by one model call, at most
-MAX_TOP_K = 5  # answers listed at most (the slider); answers decode with max(top_k, 3) beams
+MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
 BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a lone request: that much later)
 
 HOW_TO_TRAIN = """
@@ -54,8 +54,9 @@ def decoding_controls() -> list:
         ui, label = f.metadata["ui"], f"{f.name.replace('_', ' ')} — {f.metadata.get('help', '')}"
         value = getattr(defaults, f.name)
         if ui == "number":
+            lo, hi = GenerationConfig.ui_bounds(f.name)
             out.append(gr.Number(value=value if value is not None else 0, precision=0, label=label,
-                                 elem_id=f"gen-{f.name}"))
+                                 minimum=lo, maximum=hi, elem_id=f"gen-{f.name}"))
         else:
             lo, hi, step = ui
             out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}"))
@@ -101,8 +102,8 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                                 question = gr.Textbox(label="Question", placeholder="what color is the circle?",
                                                       max_length=MAX_QUESTION_CHARS, elem_id="question")
                                 with gr.Row(equal_height=True):
-                                    top_k = gr.Slider(1, MAX_TOP_K, value=3, step=1, label="Answers to list (top-k)",
-                                                      scale=3)
+                                    top_k = gr.Slider(1, MAX_TOP_K, value=3, step=1,
+                                                      label="Answers to list (top-k)", scale=3)
                                     ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1)
                                 with gr.Row():
                                     answer = gr.Textbox(label="Answer", interactive=False, elem_id="answer",

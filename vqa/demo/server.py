@@ -1,8 +1,9 @@
 """Serving the demo: `main(argv)` (the command line of `python app.py` and `python -m vqa.demo`: its flags,
 loading the Predictor, the start-up messages), `load_predictor`, `queue_sizes` (how many requests are worked
 on at once and how many may wait) and `serve(demo, host, port, ...)`, which queues and launches a
-`build_app` page: uploads capped at MAX_FILE_SIZE, only the example folders readable, 127.0.0.1 unless told
-otherwise, and gradio's start-up check of its own address tried again on a busy machine.
+`build_app` page: uploads capped at MAX_FILE_SIZE (their decoded pictures within vqa.demo.uploads' budget,
+their memory handed back when freed), only the example folders readable, 127.0.0.1 unless told otherwise, and
+gradio's start-up check of its own address tried again on a busy machine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import VQAError
 from ..inference.warmup import warm_up
 from .examples import SAMPLES, SHAPES
 from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, build_app
+from .uploads import give_back_decoded_memory
 
 DEFAULT_RUN = Path("runs") / "tiny"
 MAX_FILE_SIZE = "10mb"
@@ -48,6 +50,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
     """Queue and launch `demo`; returns gradio's (app, local_url, share_url). With `block`, serves until
     interrupted. `concurrency` / `queue_size` default to `queue_sizes(max_batch)`."""
     concurrency, queue_size = queue_sizes(max_batch, concurrency, queue_size)
+    give_back_decoded_memory()  # decoded uploads' memory goes back to the system, not to per-thread arenas
     demo.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     theme = gr.themes.Soft(font=THEME_FONTS, font_mono=["ui-monospace", "monospace"])  # no web fonts: works offline
     # every request being worked on holds a worker thread while it waits for its batch; pre- and

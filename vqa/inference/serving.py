@@ -124,8 +124,8 @@ class BatchedPredictor:
     """A `vqa.Predictor` behind a `Batcher`: `answer` and `caption` from many threads become batched
     `answer_batch` / `caption_batch` calls (each distinct picture encoded once, encodings cached by content).
     The results are those of one-by-one calls: each row of a batched decoding gets its own length budget and
-    its own padding mask (`vqa.decoding.generate`). Sampling is never batched: a seeded sample must not depend on what
-    else was in its batch.
+    its own padding mask (`vqa.decoding.generate`). Sampled answers and captions are never batched: each has
+    its own call and random generator, so a seeded sample does not depend on what else was in its batch.
 
     `familiarity` (a `vqa.demo.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
     training pictures its picture is (the ratio; None without a reference)."""
@@ -138,17 +138,14 @@ class BatchedPredictor:
     def answer(self, image: Any, question: str, top_k: int = 1, generation=None) -> tuple[Any, float | None]:
         """(`Predictor.answer(image, question, top_k, generation, return_attention=...)`, familiarity ratio)."""
         settings = self.pred.answer_settings(int(top_k), generation)
-        return self.batcher(("answer", _hashable(settings)), (image, settings, question, int(top_k)))
+        return self.batcher(_key("answer", settings), (image, settings, question, int(top_k)))
 
     def caption(self, image: Any, generation=None) -> tuple[Any, float | None]:
         """(`Predictor.caption(image, generation, return_attention=...)`, familiarity ratio)."""
         from ..config import GenerationConfig
 
         settings = generation or GenerationConfig.for_task("caption")
-        key = ("caption", _hashable(settings))
-        if settings.method == "sample":
-            key += (object(),)  # a key of its own: never batched
-        return self.batcher(key, (image, settings))
+        return self.batcher(_key("caption", settings), (image, settings))
 
     def _run(self, key: tuple, items: list[tuple]) -> list[tuple[Any, float | None]]:
         kind, settings = key[0], items[0][1]
@@ -165,6 +162,14 @@ class BatchedPredictor:
             ref = self.familiarity
             ratios = ref.ratio(self.pred.image_features(images)).tolist() if ref is not None else [None] * len(items)
         return list(zip(results, ratios, strict=True))
+
+
+def _key(kind: str, settings) -> tuple:
+    """The batching key of a request: its kind and decoding settings. A sampled request gets a key of its own,
+    so a call and a random generator of its own: its draws (seeded or not) never depend on what else was in
+    the batch."""
+    key = (kind, _hashable(settings))
+    return key + (object(),) if settings.method == "sample" else key
 
 
 def _hashable(settings) -> tuple:

@@ -258,7 +258,9 @@ def test_concurrent_large_uploads_stay_within_the_decode_budget(pred, tmp_path):
     assert answers == ["red"] * 32
     assert budget.peak <= budget.max_bytes and budget.held == 0
     grew = max(peak) - base
-    assert grew < 16 * 2400 * 2400 * 4, f"RSS grew by {grew / 2**20:.0f} MiB"  # half the 32 pictures, at most
+    # without the budget the 32 decodes grow the process by 1.1-1.3 GiB (32 x 2 copies of 22 MiB); with it by 0.3-0.6
+    # GiB, depending on what the process's allocator already holds (more inside a long test session)
+    assert grew < 0.6 * 32 * each, f"RSS grew by {grew / 2**20:.0f} MiB"
 
 
 def test_the_decode_budget_waits_then_says_busy_and_lets_a_huge_picture_run_alone(monkeypatch):

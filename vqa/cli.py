@@ -16,6 +16,7 @@ COMMANDS = {
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
     "ask": ("vqa.inference.cli", "answer a question about an image"),
     "caption": ("vqa.inference.cli", "caption an image"),
+    "import": ("vqa.export.hf_import", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
     "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime"),
 }
 

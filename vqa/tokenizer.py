@@ -27,6 +27,10 @@ from .errors import ConfigError, InputError
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CAPTION, QUESTION, ANSWER = "<caption>", "<question>", "<answer>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK, CAPTION, QUESTION, ANSWER]  # ids 0..6, in this order
+# GPT-2's one special token: in a tokenizer without vqa's <pad> <bos> <eos> <unk> (a captioner imported with
+# `vqa import`) it is all four, and a caption's prompt is that start token alone (no <caption>); <question>
+# and <answer> are added when such a model is fine-tuned for VQA (`with_prompt_tokens`)
+LM_END = "<|endoftext|>"
 
 
 class Tokenizer:
@@ -38,12 +42,16 @@ class Tokenizer:
         hf.no_truncation()  # a pretrained tokenizer.json may carry its own limits: lengths are decided here
         hf.no_padding()
         ids = {t: hf.token_to_id(t) for t in SPECIAL_TOKENS}
-        missing = [t for t, i in ids.items() if i is None]
-        if missing:
-            raise ConfigError(f"tokenizer lacks the special token(s) {', '.join(missing)}")
+        end = hf.token_to_id(LM_END)
+        if all(ids[t] is None for t in (PAD, BOS, EOS, UNK)) and end is not None:  # a captioner's (see LM_END)
+            ids.update({PAD: end, BOS: end, EOS: end, UNK: end})
+        else:
+            missing = [t for t, i in ids.items() if i is None]
+            if missing:
+                raise ConfigError(f"tokenizer lacks the special token(s) {', '.join(missing)}")
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids[PAD], ids[BOS], ids[EOS], ids[UNK]
         self.caption_id, self.question_id, self.answer_id = ids[CAPTION], ids[QUESTION], ids[ANSWER]
-        self.special_ids = frozenset(ids.values())
+        self.special_ids = frozenset(i for i in ids.values() if i is not None)
 
     # ---- building, saving, loading ----
     @classmethod
@@ -83,6 +91,14 @@ class Tokenizer:
         hf = read_tokenizer_json(path)
         hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
         return cls(hf)
+
+    def with_prompt_tokens(self) -> Tokenizer:
+        """This tokenizer with <question> and <answer> added as special tokens after its vocabulary (a
+        captioner's, which has neither): the VQA prompt then exists. The model's embedding grows to match
+        (`vqa.model.vocab.grow_embedding`)."""
+        hf = HFTokenizer.from_str(self.hf.to_str())
+        hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (QUESTION, ANSWER)])
+        return Tokenizer(hf)
 
     def save(self, path: str | Path) -> None:
         self.hf.save(str(path))
@@ -128,7 +144,8 @@ class Tokenizer:
 
     # ---- prompts ----
     def caption_prompt(self) -> list[int]:
-        return [self.bos_id, self.caption_id]
+        """`<bos> <caption>`; a captioner's tokenizer (no <caption>): its start token alone, as it was trained."""
+        return [self.bos_id] if self.caption_id is None else [self.bos_id, self.caption_id]
 
     @staticmethod
     def max_question_tokens(max_len: int) -> int:
@@ -144,6 +161,9 @@ class Tokenizer:
         (documented truncation) to `max_question_tokens(max_len)` tokens, leaving room to answer."""
         if not isinstance(question, str) or not question.strip():
             raise InputError("the question is empty")
+        if self.question_id is None or self.answer_id is None:
+            raise InputError("this model is a captioner (imported, its tokenizer has no <question> / <answer>): "
+                             "fine-tune it for questions first with `vqa train --init-from RUN --data DIR`")
         q = self.encode(question)
         if max_len is not None:
             q = q[: self.max_question_tokens(max_len)]

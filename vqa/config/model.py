@@ -27,6 +27,7 @@ def timm_data_config(vit_name: str) -> dict:
 
 
 DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
+VIT_RESIZE, VIT_RESAMPLE = ("letterbox", "squash"), ("bicubic", "bilinear")
 # what every pretrained (GPT-2-layout) decoder fixes whatever its config.json says, and why (`dec_pretrained`)
 PRETRAINED_FIXED = {
     "dec_qk_norm": (False, "the language model has no LayerNorm on queries and keys"),
@@ -44,6 +45,8 @@ class ModelConfig(_Config):
     vit_width: int | None = None  # None: the timm model's own width; set for a custom-size ViT
     vit_depth: int | None = None  # None: the timm model's own number of blocks
     vit_heads: int | None = None  # None: the timm model's own number of attention heads
+    vit_mlp_ratio: float | None = None  # None: the timm model's own MLP width / vit_width (4 for a ViT)
+    vit_norm_eps: float | None = None  # None: timm's LayerNorm epsilon (1e-6); an imported ViTModel keeps its 1e-12
     vit_pretrained: bool = False  # timm's own download (needs internet)
     vit_weights: str | None = None  # a local .safetensors / .pth file of timm ViT weights
     vit_conv_stem: bool = False  # 3x3 stride-2 convolutions instead of the patch projection (from scratch)
@@ -52,6 +55,8 @@ class ModelConfig(_Config):
     vit_freeze: bool = False  # no gradients for the ViT (its projection to the decoder still trains)
     vit_mean: tuple[float, float, float] | None = None  # None: timm's for vit_name (its weights' statistics)
     vit_std: tuple[float, float, float] | None = None  # None: timm's for vit_name, like vit_mean
+    vit_resize: str = "letterbox"  # "letterbox" (aspect kept, padded) or "squash" (stretched, as ViTImageProcessor)
+    vit_resample: str = "bicubic"  # the resize filter: "bicubic" or "bilinear" (ViTImageProcessor's default)
     # text decoder
     dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
     dec_width: int = 192  # the decoder's model width (the image tokens are projected to it)
@@ -82,6 +87,13 @@ class ModelConfig(_Config):
             raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
         if self.dec_positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
+        for key, allowed in (("vit_resize", VIT_RESIZE), ("vit_resample", VIT_RESAMPLE)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, key)!r}")
+        for key in ("vit_mlp_ratio", "vit_norm_eps"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{key} must be a positive number or null, not {value!r}")
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")

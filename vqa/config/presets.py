@@ -74,7 +74,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 # naming another timm model brings its own architecture: these preset fields then give way to timm's
-VIT_ARCHITECTURE = ("vit_width", "vit_depth", "vit_heads")
+VIT_ARCHITECTURE = ("vit_width", "vit_depth", "vit_heads", "vit_mlp_ratio")
 
 
 def get_preset(name: str) -> Preset:

@@ -155,7 +155,10 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")  # L, 1, P, CMYK, YCbCr, LAB, HSV
 
 
-def letterbox(img: Image.Image, size: int, fill: tuple[int, int, int]) -> Image.Image:
+RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
+
+
+def letterbox(img: Image.Image, size: int, fill: tuple[int, int, int], resample: str = "bicubic") -> Image.Image:
     """`img` (RGB) resized so its longer side is `size` (bicubic, aspect kept) and centred on a size x size
     canvas of `fill`: the model's square input, nothing cropped. Torch-free, so the ONNX runtime path uses it
     too."""
@@ -164,12 +167,24 @@ def letterbox(img: Image.Image, size: int, fill: tuple[int, int, int]) -> Image.
         return img
     scale = size / max(w, h)
     nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
-    img = img.resize((nw, nh), Image.Resampling.BICUBIC, reducing_gap=3.0)
+    img = img.resize((nw, nh), RESAMPLE[resample], reducing_gap=3.0)
     if (nw, nh) != (size, size):
         canvas = Image.new("RGB", (size, size), tuple(fill))
         canvas.paste(img, ((size - nw) // 2, (size - nh) // 2))
         img = canvas
     return img
+
+
+def squash(img: Image.Image, size: int, resample: str = "bilinear") -> Image.Image:
+    """`img` stretched to size x size, aspect not kept: what Hugging Face's ViTImageProcessor does (PIL
+    resize, no reducing gap), for models trained that way (ModelConfig.vit_resize="squash")."""
+    return img if img.size == (size, size) else img.resize((size, size), RESAMPLE[resample])
+
+
+def fit(img: Image.Image, size: int, fill: tuple[int, int, int], resize: str = "letterbox",
+        resample: str = "bicubic") -> Image.Image:
+    """The model's square input: `letterbox` or `squash` by ModelConfig.vit_resize."""
+    return squash(img, size, resample) if resize == "squash" else letterbox(img, size, fill, resample)
 
 
 def check_image(path: str | Path) -> str | None:

@@ -2,7 +2,9 @@
 
 Aspect ratio: images are *letterboxed*: the longer side is resized to S keeping the aspect ratio, and the
 shorter side is padded (equally on both sides) to S with the encoder's mean colour, which becomes 0 after
-normalization. Nothing is cropped, so no object or text-relevant region is ever cut away.
+normalization. Nothing is cropped, so no object or text-relevant region is ever cut away. A model imported
+from Hugging Face (`vqa import`) was trained on squashed images (ViTImageProcessor: stretched to the square,
+bilinear) and keeps that resize (ModelConfig.vit_resize="squash", vit_resample="bilinear").
 
 Augmentation (train only) is deliberately mild so it never changes a question's answer: small brightness and
 contrast jitter (no hue or saturation change: colour questions), a translation of at most ~3% of the side
@@ -30,7 +32,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as F
 
 from ..config import ModelConfig
-from .images import letterbox, load_image
+from .images import fit, load_image
 
 _LEFT_RIGHT = re.compile(r"\b(left|right|leftmost|rightmost)\b", re.IGNORECASE)
 
@@ -53,8 +55,11 @@ class ImageTransform:
         brightness: float = 0.1,
         contrast: float = 0.1,
         max_shift: float = 1 / 32,
+        resize: str = "letterbox",
+        resample: str = "bicubic",
     ):
         self.size, self.train, self.allow_hflip = int(size), bool(train), bool(allow_hflip)
+        self.resize, self.resample = resize, resample  # ModelConfig.vit_resize / vit_resample
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
         self._mean_t = torch.tensor(self.mean).view(-1, 1, 1)  # [3, 1, 1], built once, not per image
         self._std_t = torch.tensor(self.std).view(-1, 1, 1)
@@ -65,7 +70,7 @@ class ImageTransform:
     def __repr__(self) -> str:
         return (
             f"ImageTransform(size={self.size}, train={self.train}, allow_hflip={self.allow_hflip}, "
-            f"mean={self.mean}, std={self.std}, letterbox=True)"
+            f"mean={self.mean}, std={self.std}, resize={self.resize!r}, resample={self.resample!r})"
         )
 
     def prepare(self, img: Any, name: str | None = None) -> torch.Tensor:
@@ -73,7 +78,7 @@ class ImageTransform:
         decoded at the smallest DCT scale that still covers S (`load_image(draft=S)`)."""
         if not (isinstance(img, Image.Image) and img.mode == "RGB"):
             img = load_image(img, draft=self.size, name=name)
-        return F.pil_to_tensor(letterbox(img, self.size, tuple(self.fill)))
+        return F.pil_to_tensor(fit(img, self.size, tuple(self.fill), self.resize, self.resample))
 
     def augment(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None,
@@ -158,8 +163,10 @@ def _shift(x: torch.Tensor, dx: int, dy: int, fill: Sequence[float]) -> torch.Te
 
 
 def build_transform(cfg: ModelConfig, train: bool, allow_hflip: bool = False) -> ImageTransform:
-    """The transform for `cfg`'s encoder: letterbox to cfg.vit_image_size, normalize with vit_mean/vit_std."""
-    return ImageTransform(cfg.vit_image_size, cfg.vit_mean, cfg.vit_std, train=train, allow_hflip=allow_hflip)
+    """The transform for `cfg`'s encoder: letterbox (or squash: vit_resize) to cfg.vit_image_size, normalize
+    with vit_mean/vit_std."""
+    return ImageTransform(cfg.vit_image_size, cfg.vit_mean, cfg.vit_std, train=train, allow_hflip=allow_hflip,
+                          resize=cfg.vit_resize, resample=cfg.vit_resample)
 
 
 def denormalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ANSWER_TOKENS
-from ..data.images import letterbox, load_image
+from ..data.images import fit, load_image
 from ..errors import CheckpointError, InputError
 from ..tokenizer import Tokenizer
 
@@ -64,7 +64,8 @@ class OnnxPredictor:
     # ---- inputs ----
     def prepare(self, image: Any) -> np.ndarray:
         """[3, S, S] float32, normalized as in training."""
-        img = letterbox(load_image(image), self.size, self.fill)
+        img = fit(load_image(image), self.size, self.fill, self.cfg.get("vit_resize", "letterbox"),
+                  self.cfg.get("vit_resample", "bicubic"))
         x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0  # [3, S, S]
         return (x - self.mean) / self.std
 

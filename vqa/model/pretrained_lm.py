@@ -94,7 +94,11 @@ def read_config(folder: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{path}: missing (a pretrained decoder needs config.json, model.safetensors and "
                           "tokenizer.json in its folder)")
-    raw = read_object(path, ConfigError)
+    return check_config(read_object(path, ConfigError), str(path))
+
+
+def check_config(raw: dict, path: str) -> dict:
+    """A GPT-2 config object (`raw`, read from `path`) with GPT-2's defaults for absent fields, checked."""
     kind = raw.get("model_type")
     if kind not in SUPPORTED:
         arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""
@@ -266,6 +270,23 @@ def _expected(c: dict) -> dict[str, tuple[int, ...]]:
     return out
 
 
+# a GPT-2 block's tensors -> this decoder block's (name in GPT-2's h.i., name in DecoderBlock, Conv1D: transposed)
+BLOCK_KEYS = (
+    ("ln_1.weight", "ln1.weight", False), ("ln_1.bias", "ln1.bias", False),
+    ("attn.c_attn.weight", "self_attn.qkv.weight", True), ("attn.c_attn.bias", "self_attn.qkv.bias", False),
+    ("attn.c_proj.weight", "self_attn.proj.weight", True), ("attn.c_proj.bias", "self_attn.proj.bias", False),
+    ("ln_2.weight", "ln3.weight", False), ("ln_2.bias", "ln3.bias", False),
+    ("mlp.c_fc.weight", "mlp.0.weight", True), ("mlp.c_fc.bias", "mlp.0.bias", False),
+    ("mlp.c_proj.weight", "mlp.2.weight", True), ("mlp.c_proj.bias", "mlp.2.bias", False),
+)
+# the cross-attention of a GPT-2 built with add_cross_attention (its c_attn is [key | value], as our kv)
+CROSS_KEYS = (
+    ("ln_cross_attn.weight", "ln2.weight", False), ("ln_cross_attn.bias", "ln2.bias", False),
+    ("crossattention.q_attn.weight", "cross_attn.q.weight", True), ("crossattention.q_attn.bias", "cross_attn.q.bias", False),
+    ("crossattention.c_attn.weight", "cross_attn.kv.weight", True), ("crossattention.c_attn.bias", "cross_attn.kv.bias", False),
+    ("crossattention.c_proj.weight", "cross_attn.proj.weight", True), ("crossattention.c_proj.bias", "cross_attn.proj.bias", False),
+)
+
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
 
 
@@ -340,19 +361,9 @@ def load_decoder(decoder, source: str) -> None:
             decoder.embed.weight[n_text:].copy_(wte.mean(0) + noise)
         decoder.pos.weight.copy_(w.get("wpe.weight")[: decoder.cfg.dec_max_len])
         for i, blk in enumerate(decoder.blocks):
-            p = f"h.{i}."
-            put(blk.ln1.weight, p + "ln_1.weight")
-            put(blk.ln1.bias, p + "ln_1.bias")
-            put(blk.self_attn.qkv.weight, p + "attn.c_attn.weight", conv1d=True)
-            put(blk.self_attn.qkv.bias, p + "attn.c_attn.bias")
-            put(blk.self_attn.proj.weight, p + "attn.c_proj.weight", conv1d=True)
-            put(blk.self_attn.proj.bias, p + "attn.c_proj.bias")
-            put(blk.ln3.weight, p + "ln_2.weight")
-            put(blk.ln3.bias, p + "ln_2.bias")
-            put(blk.mlp[0].weight, p + "mlp.c_fc.weight", conv1d=True)
-            put(blk.mlp[0].bias, p + "mlp.c_fc.bias")
-            put(blk.mlp[2].weight, p + "mlp.c_proj.weight", conv1d=True)
-            put(blk.mlp[2].bias, p + "mlp.c_proj.bias")
+            params = dict(blk.named_parameters())
+            for theirs, ours, conv1d in BLOCK_KEYS:
+                put(params[ours], f"h.{i}.{theirs}", conv1d)
             # the new cross-attention adds nothing until it has learned something
             blk.cross_attn.proj.weight.zero_()
             blk.cross_attn.proj.bias.zero_()
@@ -364,5 +375,5 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-__all__ = ["resolve", "read_config", "architecture", "decoder_fields", "tokenizer", "load_decoder",
+__all__ = ["resolve", "read_config", "check_config", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",
            "context_warning", "free_memory", "SUPPORTED"]

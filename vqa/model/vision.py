@@ -38,9 +38,16 @@ def create_vit(cfg: ModelConfig) -> nn.Module:
     import timm
 
     kwargs = dict(num_classes=0, img_size=cfg.vit_image_size, patch_size=cfg.vit_patch_size)
-    for key, value in (("embed_dim", cfg.vit_width), ("depth", cfg.vit_depth), ("num_heads", cfg.vit_heads)):
+    for key, value in (("embed_dim", cfg.vit_width), ("depth", cfg.vit_depth), ("num_heads", cfg.vit_heads),
+                       ("mlp_ratio", cfg.vit_mlp_ratio)):
         if value is not None:
             kwargs[key] = value
+    if cfg.vit_norm_eps is not None:
+        import functools
+
+        from timm.layers import LayerNorm
+
+        kwargs["norm_layer"] = functools.partial(LayerNorm, eps=cfg.vit_norm_eps)
     if cfg.vit_qk_norm:
         kwargs["qk_norm"] = True
     if cfg.vit_conv_stem:

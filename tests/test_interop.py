@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from tests.hf_fixtures import images, load_ved, save_tiny_ved
+from tests.hf_fixtures import edit_json, images, load_ved, save_tiny_ved
 from vqa.config import GenerationConfig
 from vqa.decoding.generate import generate
 from vqa.export.hf_import import import_transformers, read_source
@@ -100,3 +102,79 @@ def test_greedy_and_beam_captions_equal_transformers(ved, imported):
     beam = _ours(model, tok, x, method="beam", num_beams=4)
     assert beam == _hf_generate(hf, x, num_beams=4, early_stopping="never")
     assert beam != greedy
+
+
+# ------------------------------------------------------------------------------------ the command line
+
+
+def test_cli_import_then_caption_equals_transformers_on_its_processor(ved, tmp_path, capsys):
+    """`vqa import` then `vqa caption` on a non-square picture: the checkpoint squashes it as ViTImageProcessor
+    does, and the caption is transformers' generate() on the processor's pixel values."""
+    import numpy as np
+    from PIL import Image
+    from transformers import ViTImageProcessor
+
+    from vqa.cli import main
+    from vqa.inference.predict import Predictor
+
+    folder, hf = ved
+    run = tmp_path / "run"
+    assert main(["import", "--transformers", str(folder), "--out", str(run)]) == 0
+    pic = Image.fromarray(np.random.default_rng(0).integers(0, 255, (41, 57, 3), dtype=np.uint8))
+    pic.save(tmp_path / "pic.png")
+    pixels = ViTImageProcessor.from_pretrained(str(folder))(images=pic, return_tensors="pt")["pixel_values"]
+    pred = Predictor.from_pretrained(run, device="cpu")
+    assert (pred.transform(pic) - pixels[0]).abs().max() <= 2 / 255 / 0.5 + 1e-6  # one level of rounding at most
+    want = _hf_generate(hf, pixels)[0]
+    got = pred.caption(tmp_path / "pic.png", max_new_tokens=12)
+    assert got.ids == want
+    capsys.readouterr()
+    assert main(["caption", "--checkpoint", str(run), str(tmp_path / "pic.png")]) == 0
+    assert pred.tokenizer.decode(want) in capsys.readouterr().out
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / "bad"))
+
+
+BAD = {
+    # name: (edit the copied folder, words the one-line error must hold)
+    "not a VisionEncoderDecoder": (lambda f: edit_json(f / "config.json", model_type="gpt2"),
+                                   ["config.json", "model_type 'gpt2'"]),
+    "encoder not ViT": (lambda f: edit_json(f / "config.json", **{"encoder.model_type": "deit"}),
+                        ["config.json", "encoder.model_type 'deit'"]),
+    "decoder not GPT-2": (lambda f: edit_json(f / "config.json", **{"decoder.model_type": "bert"}),
+                          ["config.json", "decoder.model_type 'bert'"]),
+    "no cross-attention": (lambda f: edit_json(f / "config.json", **{"decoder.add_cross_attention": False}),
+                           ["config.json", "decoder.add_cross_attention"]),
+    "mismatched shapes": (lambda f: edit_json(f / "config.json", **{"encoder.intermediate_size": 96}),
+                          ["model.safetensors", "encoder.encoder.layer.0.intermediate.dense.weight", "[96, 32]"]),
+    "missing tensors": (lambda f: edit_json(f / "config.json", **{"decoder.n_layer": 3}),
+                        ["model.safetensors", "decoder.transformer.h.2.", "n_layer=3"]),
+    "truncated safetensors": (lambda f: (f / "model.safetensors").write_bytes(
+        (f / "model.safetensors").read_bytes()[:5000]), ["model.safetensors", "not a readable safetensors"]),
+    "no weights": (lambda f: (f / "model.safetensors").unlink(), ["model.safetensors", "missing"]),
+    "start token": (lambda f: edit_json(f / "config.json", decoder_start_token_id=5),
+                    ["config.json", "decoder_start_token_id=5"]),
+    "preprocessor size": (lambda f: edit_json(f / "preprocessor_config.json", size={"height": 48, "width": 48}),
+                          ["preprocessor_config.json", "size", "image_size=32"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_cli_bad_input_one_line_exit_2_nothing_written(ved, tmp_path, capsys, case):
+    from vqa.cli import main
+
+    edit, words = BAD[case]
+    folder = _copy(ved[0], tmp_path)
+    edit(folder)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["import", "--transformers", str(folder), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vqa import: error: ") and "\n" not in err and "Traceback" not in err
+    for w in words:
+        assert w in err, (w, err)
+    assert not out.exists() and not list(tmp_path.glob("out*")) and not list(tmp_path.glob(".out*"))

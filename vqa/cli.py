@@ -17,7 +17,8 @@ COMMANDS = {
     "ask": ("vqa.inference.cli", "answer a question about an image"),
     "caption": ("vqa.inference.cli", "caption an image"),
     "import": ("vqa.export.hf_import", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
-    "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime"),
+    "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
+                                   "VisionEncoderDecoderModel folder"),
 }
 
 

@@ -17,9 +17,7 @@ onnxruntime are the optional extra `vqa[onnx]`.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import uuid
 import warnings
 from pathlib import Path
 
@@ -28,9 +26,10 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..model.masks import causal_mask
+from . import output
+from .output import MARKER, _check_apart, check_output  # noqa: F401 (vqa.export.onnx's API)
 
 ENCODER, DECODER = "encoder.onnx", "decoder_step.onnx"
-MARKER = "vqa-export.json"  # written last into every export folder: what --force may replace
 STEP_INPUTS = ("input_ids", "position_ids", "key_mask", "past_k", "past_v", "memory_k", "memory_v")
 STEP_OUTPUTS = ("logits", "present_k", "present_v")
 
@@ -134,59 +133,9 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
     return out
 
 
-def _check_apart(checkpoint_path: str | Path, out: str | Path) -> None:
-    """An export never writes into, over or around the checkpoint (or run) folder it reads."""
-    src, dst = Path(checkpoint_path).resolve(), Path(out).resolve()
-    if dst == src or src.is_relative_to(dst) or dst.is_relative_to(src):
-        where = "is" if dst == src else "holds" if src.is_relative_to(dst) else "lies inside"
-        raise ConfigError(f"--onnx {out} {where} the checkpoint folder {checkpoint_path}: choose an output "
-                          "folder outside it")
-
-
-def check_output(checkpoint_path: str | Path, out: str | Path, force: bool = False) -> bool:
-    """Refuse an output folder that is, holds, or lies inside the checkpoint (or run) folder, and one that
-    holds files unless `force` is given and it is an earlier export (it holds MARKER). True when `out` holds
-    an earlier export that `force` allows to be replaced."""
-    _check_apart(checkpoint_path, out)
-    dst = Path(out).resolve()
-    if not dst.exists():
-        return False
-    if not dst.is_dir():
-        raise ConfigError(f"--onnx {out} is a file, not a folder")
-    if not any(dst.iterdir()):
-        return False
-    if not force:
-        raise ConfigError(f"{out} is not empty; pass --force to replace it")
-    if not (dst / MARKER).is_file():
-        raise ConfigError(f"{out} is not empty and was not written by vqa export (no {MARKER}); --force only "
-                          "replaces an earlier export: remove it yourself or choose another folder")
-    return True
-
-
 def export_replacing(checkpoint_path: str | Path, out: str | Path, force: bool = False) -> Path:
-    """`export_onnx` into a temporary sibling of `out`, swapped in only once the export succeeded: an
-    earlier export in `out` (which `force` allows) stays as it was when the export fails."""
-    replace = check_output(checkpoint_path, out, force)
-    out = Path(out).resolve()  # `--onnx .` has a name to put the temporary sibling beside
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp, old = out.with_name(f".{out.name}.tmp-{tag}"), out.with_name(f".{out.name}.old-{tag}")
-    try:
-        export_onnx(checkpoint_path, tmp)
-        if replace:
-            out.rename(old)
-        elif out.exists():
-            out.rmdir()  # empty
-        try:
-            tmp.rename(out)
-        except OSError:
-            if replace:
-                old.rename(out)  # the earlier export back in place
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
-    return out
+    """`export_onnx` into a temporary sibling of `out`, swapped in only once it succeeded (`vqa.export.output`)."""
+    return output.export_replacing(checkpoint_path, out, force, export_onnx, "--onnx")
 
 
 def _quietly(quiet: bool, fn):
@@ -202,12 +151,19 @@ def _quietly(quiet: bool, fn):
 
 def add_arguments(p) -> None:
     p.add_argument("--checkpoint", required=True, metavar="RUN", help="a run or checkpoint folder")
-    p.add_argument("--onnx", required=True, metavar="OUT_DIR", help="the folder to write the ONNX graphs into")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--onnx", metavar="OUT_DIR", help="the folder to write the ONNX graphs into")
+    to.add_argument("--transformers", metavar="OUT_DIR", help="the folder to write a transformers "
+                    "VisionEncoderDecoderModel into (ViTModel + GPT-2; needs the transformers extra)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT_DIR if it holds an earlier export (never any other folder)")
 
 
 def run(args) -> int:
+    if args.transformers:
+        from .hf_export import run as run_transformers
+
+        return run_transformers(args)
     out = export_replacing(args.checkpoint, args.onnx, args.force)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {args.checkpoint} to {out} ({size:.1f} MiB): {ENCODER}, {DECODER}, tokenizer.json, config.json;"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_fixtures import edit_json, images, load_ved, save_tiny_ved
 
-from tests.hf_fixtures import edit_json, images, load_ved, save_tiny_ved
 from vqa.config import GenerationConfig
 from vqa.decoding.generate import generate
 from vqa.export.hf_import import import_transformers, read_source

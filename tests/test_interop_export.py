@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_fixtures import images, load_ved, save_tiny_ved
 
-from tests.hf_fixtures import images, load_ved, save_tiny_ved
 from vqa.config import GenerationConfig, preset
 from vqa.decoding.generate import generate
 from vqa.export.hf_export import export_transformers

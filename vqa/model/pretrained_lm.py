@@ -290,6 +290,13 @@ CROSS_KEYS = (
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
 
 
+def new_rows(wte: torch.Tensor, n: int) -> torch.Tensor:
+    """`n` embedding rows for added tokens: the mean of `wte`'s rows plus NEW_ROW_OFFSET x (per-dimension std)
+    x N(0, 1), so their logits start ordinary and each differs from the others."""
+    wte = wte.float()
+    return wte.mean(0) + torch.randn(n, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
+
+
 def free_memory() -> int | None:
     """Bytes of memory available to a new allocation (Linux's MemAvailable), or None where unknown."""
     try:
@@ -357,8 +364,7 @@ def load_decoder(decoder, source: str) -> None:
         wte = w.get("wte.weight")[:n_text].float()  # [n_text, D]: rows past the tokenizer are never produced
         decoder.embed.weight[:n_text].copy_(wte)
         if vocab > n_text:  # vqa's special tokens: ordinary logits at the start, each its own row
-            noise = torch.randn(vocab - n_text, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
-            decoder.embed.weight[n_text:].copy_(wte.mean(0) + noise)
+            decoder.embed.weight[n_text:].copy_(new_rows(wte, vocab - n_text))
         decoder.pos.weight.copy_(w.get("wpe.weight")[: decoder.cfg.dec_max_len])
         for i, blk in enumerate(decoder.blocks):
             params = dict(blk.named_parameters())
@@ -375,5 +381,5 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-__all__ = ["resolve", "read_config", "check_config", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",
+__all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",
            "context_warning", "free_memory", "SUPPORTED"]

@@ -16,6 +16,7 @@ from ..distributed import Dist
 from ..errors import ConfigError
 from ..model import VQAModel, checkpoint, model_preset
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
+from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
 
 
@@ -69,8 +70,15 @@ def check_model_options(cfg: TrainConfig) -> None:
 
 
 def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
-    """The weights and tokenizer of another run, with this run's --set applied to its config."""
+    """The weights and tokenizer of another run, with this run's --set applied to its config. A captioner
+    imported from transformers (`vqa import`: no <question> / <answer>) gains those two tokens, its embedding
+    two rows (`vqa.model.vocab`); a shorter dec_max_len keeps the first rows of learned positions."""
     src, tok, card = checkpoint.load(path)
+    if tok.question_id is None:
+        tok = tok.with_prompt_tokens()
+        src = grow_embedding(src, tok.vocab_size)
+        print(f"vqa train: {path} is a captioner: its tokenizer gains <question> and <answer> as special tokens "
+              f"(embedding and LM head grown to {tok.vocab_size} rows)", file=sys.stderr)
     changed = [f"{k}={cfg.model[k]!r}" for k in LM_FIELDS if k in cfg.model and cfg.model[k] != getattr(src.cfg, k)]
     if changed and (src.cfg.dec_pretrained or cfg.model.get("dec_pretrained")):
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} cannot be combined with its decoder "
@@ -80,8 +88,12 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     if mcfg == src.cfg:
         return src, tok, dict(init_from=str(path))
     model = VQAModel(mcfg, load_pretrained=False)  # the source's weights replace any pretrained ones
+    state = src.state_dict()
+    pos = state.get("decoder.pos.weight")
+    if pos is not None and mcfg.dec_positions == "learned" and mcfg.dec_max_len < pos.shape[0]:
+        state["decoder.pos.weight"] = pos[: mcfg.dec_max_len]  # positions past the new context are never used
     try:
-        model.load_state_dict(src.state_dict(), strict=True)
+        model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         changed = sorted(k for k in cfg.model if src.cfg.to_dict().get(k) != mcfg.to_dict()[k])
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "

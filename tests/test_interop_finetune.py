@@ -90,3 +90,16 @@ def test_short_fine_tune_on_shapes_trains_both_tasks(imported, shapes_dir, tmp_p
     assert main(["ask", "--checkpoint", str(imported), str(img), "how many shapes are there?"]) == 2
     err = capsys.readouterr().err.strip()
     assert "captioner" in err and "--init-from" in err and "\n" not in err
+    # the model trained here, exported: transformers' generate() gives `vqa caption`'s caption
+    from hf_fixtures import load_ved
+
+    from vqa.inference.predict import Predictor
+
+    assert main(["export", "--checkpoint", str(out), "--transformers", str(tmp_path / "hf")]) == 0
+    hf = load_ved(tmp_path / "hf")
+    pred = Predictor.from_pretrained(out, device="cpu")
+    for img in sorted((shapes_dir / "val").rglob("*.png"))[:3]:
+        with torch.no_grad():
+            row = hf.generate(pixel_values=pred.transform(img)[None])[0].tolist()[1:]  # after the start token
+        theirs = row[: row.index(tok.eos_id)] if tok.eos_id in row else row
+        assert theirs == pred.caption(img).ids

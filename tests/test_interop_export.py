@@ -116,6 +116,16 @@ def test_inexpressible_model_refused_naming_each_field_nothing_written(tmp_path,
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [".run.lock", "run"]
 
 
+def test_a_timm_model_vitmodel_cannot_hold_is_refused_by_name():
+    from vqa.export.hf_export import blockers
+
+    small = dict(vit_image_size=32, vit_patch_size=8, vit_width=32, vit_depth=1, vit_heads=2, dec_width=32,
+                 dec_depth=1, dec_heads=2)
+    assert blockers(VQAModel(preset("small", vit_name="vit_small_patch16_224", **small))) == []
+    why = blockers(VQAModel(preset("small", vit_name="vit_base_patch16_reg4_gap_256", **small)))
+    assert len(why) == 1 and why[0].startswith("vit_name='vit_base_patch16_reg4_gap_256'") and "prefix" in why[0]
+
+
 def test_export_output_checks(tmp_path, capsys):
     from vqa.cli import main
 

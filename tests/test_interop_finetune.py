@@ -48,6 +48,18 @@ def test_prompt_tokens_and_grown_embedding(imported):
     assert not torch.equal(emb[n], emb[n + 1])
 
 
+def test_init_from_a_shorter_context_keeps_the_first_positions(imported):
+    from types import SimpleNamespace
+
+    from vqa.train.setup import init_from
+
+    src, _, _ = checkpoint.load(imported)
+    model, tok, _ = init_from(SimpleNamespace(model={"dec_max_len": 24}), str(imported))
+    assert model.cfg.dec_max_len == 24 and tok.question_id is not None
+    assert torch.equal(model.decoder.pos.weight, src.decoder.pos.weight[:24])
+    assert torch.equal(model.decoder.blocks[0].cross_attn.kv.weight, src.decoder.blocks[0].cross_attn.kv.weight)
+
+
 def _task_losses(run, data) -> dict[str, float]:
     """Teacher-forced loss per task on the training images (every question, one caption each)."""
     model, tok, _ = checkpoint.load(run)

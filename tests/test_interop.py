@@ -178,3 +178,16 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(ved, tmp_path, capsys, ca
     for w in words:
         assert w in err, (w, err)
     assert not out.exists() and not list(tmp_path.glob("out*")) and not list(tmp_path.glob(".out*"))
+
+
+def test_attention_maps_of_a_squashing_model_cover_the_whole_picture():
+    """An imported model saw the picture stretched to its square: patch borders and maps span the picture."""
+    from vqa.inference.heatmaps import patch_edges, upsample_map
+
+    assert patch_edges(100, 50, 4, 32, resize="squash") == ([0, 25, 50, 75, 100], [0, 12.5, 25, 37.5, 50])
+    xs, ys = patch_edges(100, 50, 4, 32)  # letterboxed: the picture fills the middle rows only
+    assert xs == [0, 25, 50, 75, 100] and ys == [-25, 0, 25, 50, 75][1:4]
+    m = torch.zeros(4, 4).numpy()
+    m[0, 0] = 1.0
+    up = upsample_map(m, 100, 50, 32, resize="squash")
+    assert up[:6, :12].min() > 0.5 and up[30:, 60:].max() == 0  # the top-left patch is the top-left corner

@@ -85,7 +85,7 @@ def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any,
     layer = None if layer is None or int(layer) == MEAN else int(layer)
     head = None if head is None or int(head) == MEAN else int(head)
     return attention_heatmap(display_image(pred, state, budget), state["maps"][i], layer=layer, head=head,
-                             image_size=pred.cfg.vit_image_size)
+                             image_size=pred.cfg.vit_image_size, resize=pred.cfg.vit_resize)
 
 
 def state_from(source: Any, result) -> dict:

@@ -53,6 +53,7 @@ class Explanation:
     text: str = ""  # the answer or caption explained
     question: str | None = None
     image: object = field(default=None, repr=False)  # the picture as given (RGB PIL image), for drawing
+    resize: str = "letterbox"  # how the picture became the square (ModelConfig.vit_resize)
 
     @property
     def generated(self) -> list[str]:

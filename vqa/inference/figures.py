@@ -117,7 +117,8 @@ def cross_attention_grid(e, token: int, thumb: int = 150) -> Image.Image:
     for layer in range(n_layers):
         for h in range(n_heads + 1):
             m = maps[layer, h] if h < n_heads else maps[layer].mean(0)
-            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size), e.grid, e.image_size)
+            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size, resize=e.resize), e.grid,
+                                  e.image_size, resize=e.resize)
             ax = fig.add_subplot(n_layers, n_heads + 1, layer * (n_heads + 1) + h + 1)
             ax.imshow(img)
             ax.set_xticks([])
@@ -161,7 +162,8 @@ def query_keys_figure(e, token: int, layer: int, head: int) -> Image.Image:
         fig.colorbar(im, ax=ax, shrink=0.8)
     ax = fig.add_subplot(1, 3, 3)
     small = _thumb(e, 320)
-    ax.imshow(draw_patch_grid(attention_heatmap(small, w_grid, image_size=e.image_size), g, e.image_size))
+    ax.imshow(draw_patch_grid(attention_heatmap(small, w_grid, image_size=e.image_size, resize=e.resize), g,
+                              e.image_size, resize=e.resize))
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title("3. the weights over the picture", fontsize=10)
@@ -188,8 +190,8 @@ def vit_patch_figure(e, row: int, col: int, thumb: int = 150, max_heads: int = 1
     for layer in range(n_layers):
         for j, h in enumerate([*shown, None]):
             m = maps[layer, h] if h is not None else maps[layer].mean(0)
-            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size), e.grid, e.image_size,
-                                  mark=(row, col))
+            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size, resize=e.resize), e.grid,
+                                  e.image_size, mark=(row, col), resize=e.resize)
             ax = fig.add_subplot(n_layers, len(shown) + 1, layer * (len(shown) + 1) + j + 1)
             ax.imshow(img)
             ax.set_xticks([])

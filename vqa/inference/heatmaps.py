@@ -17,9 +17,12 @@ from ..data.images import load_image
 from ..errors import InputError
 
 
-def letterbox_box(width: int, height: int, size: int) -> tuple[float, float, float, float]:
+def letterbox_box(width: int, height: int, size: int, resize: str = "letterbox") -> tuple[float, float, float, float]:
     """Where a width x height image lies inside the size x size letterboxed model input
-    (left, top, right, bottom in model-input pixels), as `ImageTransform.prepare` places it."""
+    (left, top, right, bottom in model-input pixels), as `ImageTransform.prepare` places it; with
+    resize="squash" (ModelConfig.vit_resize, an imported model's) the whole square."""
+    if resize == "squash":
+        return 0.0, 0.0, float(size), float(size)
     scale = size / max(width, height)
     nw, nh = max(1, round(width * scale)), max(1, round(height * scale))
     left, top = (size - nw) // 2, (size - nh) // 2
@@ -42,19 +45,20 @@ def select_map(maps: torch.Tensor | np.ndarray, layer: int | None = None, head: 
     return m.mean((0, 1)).numpy()
 
 
-def upsample_map(m: np.ndarray, width: int, height: int, image_size: int) -> np.ndarray:
+def upsample_map(m: np.ndarray, width: int, height: int, image_size: int, resize: str = "letterbox") -> np.ndarray:
     """A [grid, grid] map over the letterboxed `image_size` square, cropped to the picture's region and
     stretched (bilinear) onto a width x height picture: float32 [height, width]."""
     m = np.asarray(m, dtype=np.float32)
     cell = image_size / m.shape[-1]
-    left, top, right, bottom = letterbox_box(width, height, image_size)
+    left, top, right, bottom = letterbox_box(width, height, image_size, resize)
     box = (left / cell, top / cell, right / cell, bottom / cell)  # the picture's region in grid units
     up = Image.fromarray(m, mode="F").resize((width, height), Image.Resampling.BILINEAR, box=box)
     return np.asarray(up, dtype=np.float32)
 
 
 def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | None = None,
-                      image_size: int | None = None, alpha: float = 0.6, colormap: str = "turbo") -> Image.Image:
+                      image_size: int | None = None, alpha: float = 0.6, colormap: str = "turbo",
+                      resize: str = "letterbox") -> Image.Image:
     """`image` (as the user gave it) with an attention map laid over it, same size as the image.
 
     `maps` is [L, H, grid, grid] (averaged over layers and heads unless `layer` / `head` picks one, 0-based)
@@ -63,10 +67,11 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
     is kept, stretched back onto it with bilinear interpolation. Values are scaled to 0..1 (min to max over
     the picture) before the colormap (turbo: dark red = most), so the picture shows where attention is
     relatively high; the overlay's opacity is `alpha` there and fades to a quarter of it where attention is
-    lowest, so the picture stays visible."""
+    lowest, so the picture stays visible. `resize`: the model's vit_resize ("squash": the map covers the whole
+    picture)."""
     img = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image)
     m = select_map(maps, layer, head)
-    up = upsample_map(m, img.width, img.height, image_size or m.shape[-1] * 8)
+    up = upsample_map(m, img.width, img.height, image_size or m.shape[-1] * 8, resize)
     lo, hi = float(up.min()), float(up.max())
     up = (up - lo) / (hi - lo) if hi > lo else np.zeros_like(up)
     levels = np.clip(up * 255 + 0.5, 0, 255).astype(np.uint8)
@@ -84,20 +89,22 @@ def _lut(colormap: str) -> np.ndarray:
     return (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
 
 
-def patch_edges(width: int, height: int, grid: int, image_size: int) -> tuple[list[float], list[float]]:
+def patch_edges(width: int, height: int, grid: int, image_size: int,
+                resize: str = "letterbox") -> tuple[list[float], list[float]]:
     """Where the patch borders fall on a width x height picture (x positions, y positions, in its pixels):
     the model's grid x grid patches cover the letterboxed `image_size` square, so the borders are mapped
     back through the letterbox; borders over the padding are left out."""
-    left, top, right, bottom = letterbox_box(width, height, image_size)
+    left, top, right, bottom = letterbox_box(width, height, image_size, resize)
     cell = image_size / grid
     xs = [(i * cell - left) * width / (right - left) for i in range(grid + 1)]
     ys = [(i * cell - top) * height / (bottom - top) for i in range(grid + 1)]
     return [x for x in xs if -0.5 <= x <= width + 0.5], [y for y in ys if -0.5 <= y <= height + 0.5]
 
 
-def patch_box(width: int, height: int, row: int, col: int, grid: int, image_size: int) -> tuple[float, ...]:
+def patch_box(width: int, height: int, row: int, col: int, grid: int, image_size: int,
+              resize: str = "letterbox") -> tuple[float, ...]:
     """The picture-pixel box (left, top, right, bottom) of patch (row, col), clipped to the picture."""
-    left, top, right, bottom = letterbox_box(width, height, image_size)
+    left, top, right, bottom = letterbox_box(width, height, image_size, resize)
     cell = image_size / grid
     sx, sy = width / (right - left), height / (bottom - top)
     box = ((col * cell - left) * sx, (row * cell - top) * sy, ((col + 1) * cell - left) * sx,
@@ -106,7 +113,8 @@ def patch_box(width: int, height: int, row: int, col: int, grid: int, image_size
 
 
 def draw_patch_grid(img: Image.Image, grid: int, image_size: int, color=(255, 255, 255, 90),
-                    mark: tuple[int, int] | None = None, mark_color=(255, 255, 255)) -> Image.Image:
+                    mark: tuple[int, int] | None = None, mark_color=(255, 255, 255),
+                    resize: str = "letterbox") -> Image.Image:
     """A copy of `img` with the model's patch borders drawn (thin, translucent) and, optionally, patch
     `mark` = (row, column) outlined."""
     from PIL import ImageDraw
@@ -114,13 +122,13 @@ def draw_patch_grid(img: Image.Image, grid: int, image_size: int, color=(255, 25
     out = img.convert("RGBA")
     layer = Image.new("RGBA", out.size, (0, 0, 0, 0))
     d = ImageDraw.Draw(layer)
-    xs, ys = patch_edges(out.width, out.height, grid, image_size)
+    xs, ys = patch_edges(out.width, out.height, grid, image_size, resize)
     for x in xs:
         d.line([(x, 0), (x, out.height)], fill=color, width=1)
     for y in ys:
         d.line([(0, y), (out.width, y)], fill=color, width=1)
     if mark is not None:
-        d.rectangle(patch_box(out.width, out.height, *mark, grid, image_size), outline=mark_color,
+        d.rectangle(patch_box(out.width, out.height, *mark, grid, image_size, resize), outline=mark_color,
                     width=max(2, out.width // 120))
     return Image.alpha_composite(out, layer).convert("RGB")
 

@@ -145,6 +145,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # three fresh interpreters, ~15 s
 def test_transformers_is_optional(tmp_path):
     """The CLI never imports transformers unless an export to it runs; import needs none; without the
     extra, the export says how to install it in one line."""

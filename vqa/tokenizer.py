@@ -12,6 +12,10 @@ typed in a question or written in a caption are characters, never control tokens
 so a user cannot rewrite the prompt and a caption cannot train an early stop. Special tokens enter a
 sequence only by id, from the prompt builders below. A language model's tokenizer keeps its own rules
 (GPT-2's: byte-level BPE, case kept, a word's leading space inside its first token as `Ġ`).
+
+A captioner imported from Hugging Face (`vqa import`) keeps GPT-2's tokenizer as it is: `<|endoftext|>` is
+its pad, start and end token, and a caption's prompt is that start token alone (`<bos>` without `<caption>`),
+as it was trained; it has no VQA prompt until `with_prompt_tokens` adds <question> and <answer>.
 """
 
 from __future__ import annotations

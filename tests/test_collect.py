@@ -221,3 +221,78 @@ def test_usage_errors_stop_before_any_work_with_one_line(ckpt, tmp_path, capsys,
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------- resuming
+
+SLOW = """
+import sys, time
+from vqa.inference.predict import Predictor
+run = Predictor.caption_batch
+def slow(self, *a, **k):
+    time.sleep(0.1)
+    return run(self, *a, **k)
+Predictor.caption_batch = slow
+from vqa.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_killed_mid_way_and_rerun_equals_an_uninterrupted_run(ckpt, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    photo_folder(tmp_path / "photos", 40)
+    (tmp_path / "photos" / "bad.png").write_bytes(b"\x89PNG broken")
+    argv = ["caption", "--checkpoint", str(ckpt), str(tmp_path / "photos"), "--batch-size", "2", "--workers", "1"]
+    out = tmp_path / "resumed.jsonl"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW, *argv, "--out", str(out)], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while (not out.exists() or out.read_text().count("\n") < 6) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the job and its loader worker
+        proc.wait()
+    done = out.read_text().count("\n")
+    assert 6 <= done < 41, done  # killed mid-way
+    with open(out, "a") as f:
+        f.write('{"image": "' + str(tmp_path / "photos" / "0"))  # a record cut short by the kill
+    assert main([*argv, "--out", str(out)]) == 1  # the broken picture: exit 1
+    whole = tmp_path / "whole.jsonl"
+    assert main([*argv, "--out", str(whole)]) == 1
+    assert out.read_text() == whole.read_text()  # same keys, same order, same captions and scores
+    assert len(records(whole)) == 41 and sum("error" in r for r in records(whole)) == 1
+    assert main([*argv, "--out", str(out)]) == 1  # nothing left to do: the file stays as it is
+    assert out.read_text() == whole.read_text()
+
+
+def test_a_second_writer_of_one_output_is_refused(ckpt, tmp_path, capsys):
+    import os
+
+    from vqa.train.runlock import RunLock
+
+    photo_folder(tmp_path / "p", 2)
+    out = tmp_path / "o.jsonl"
+    argv = ["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(out), "--workers", "0"]
+    with RunLock.for_file(out):  # another process holds it the same way (flock is per open file)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"o.jsonl is being written by process {os.getpid()}" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main(argv) == 0 and len(records(out)) == 2  # free again
+
+
+def test_a_malformed_line_inside_the_output_stops_before_any_work(ckpt, tmp_path, capsys):
+    photo_folder(tmp_path / "p", 2)
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"image": "a", "caption": "x"}\nnot json\n{"image": "b", "caption": "y"}\n')
+    assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(out)]) == 2
+    assert "o.jsonl:2: malformed JSON in the output file" in capsys.readouterr().err
+    assert out.read_text().count("\n") == 3

@@ -73,10 +73,29 @@ def _merge(args) -> int:
     return 1 if errors else 0
 
 
+def _run(args, load, collection, output, d, top_k: int):
+    from .batch_job import Job
+
+    pred = load(args, compile=args.compile, device=d.device)
+    if args.command == "ask":
+        settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
+    else:
+        from ..decoding.generate import generation_config
+
+        settings = generation_config(None, given(args, GenerationConfig), GenerationConfig.for_task("caption"))
+    if d.main:
+        print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
+              f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
+              file=sys.stderr)
+    job = Job(pred, collection, output, args.command, settings, top_k=top_k,
+              batch=args.batch_size, workers=args.workers, dist=d)
+    return job.run()
+
+
 def run_collection(args, load) -> int:
     """The job over args.inputs (or --questions); `load(args, compile=, device=)` gives the Predictor."""
     from ..distributed import setup
-    from .batch_job import Job
+    from .batch_job import open_output
     from .collection import expand, read_questions
     from .job_output import Output
 
@@ -101,20 +120,12 @@ def run_collection(args, load) -> int:
     if world > 1 and args.out is None:
         raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
     d = setup(args.device or "auto")
-    pred = load(args, compile=args.compile, device=d.device)
-    if args.command == "ask":
-        settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
-    else:
-        from ..decoding.generate import generation_config
-
-        settings = generation_config(None, given(args, GenerationConfig), GenerationConfig.for_task("caption"))
-    if d.main:
-        print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
-              f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
-              file=sys.stderr)
-    job = Job(pred, collection, Output(args.out, d.rank, d.world), args.command, settings, top_k=top_k,
-              batch=args.batch_size, workers=args.workers, dist=d)
-    s = job.run()
+    output = Output(args.out, d.rank, d.world)
+    open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
+    try:
+        s = _run(args, load, collection, output, d, top_k)
+    finally:
+        output.release()
     if d.main:
         rate = s.written / s.seconds if s.seconds > 0 else 0.0
         msg = f"vqa {args.command}: {s.written} records written in {s.seconds:.1f} s ({rate:.1f} images/s)"

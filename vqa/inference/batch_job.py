@@ -68,28 +68,11 @@ class Job:
             return self.pred.caption_batch(images, self.settings)
         return self.pred.answer_batch(images, [q for _, q in items], top_k=self.top_k, generation=self.settings)
 
-    def _lock(self) -> None:
-        """Lock the output on every rank; all ranks fail together when any lock is taken."""
-        err = None
-        try:
-            self.output.lock()
-        except ConfigError as e:
-            err = str(e)
-        if self.dist.world > 1:
-            import torch.distributed as tdist
-
-            errs: list = [None] * self.dist.world
-            tdist.all_gather_object(errs, err)
-            err = next((e for e in errs if e), None)
-        if err:
-            self.output.release()
-            raise ConfigError(err)
-
     def run(self) -> Summary:
-        self._lock()
+        """Write this process's records; the output must be `open_output`'d."""
         t0 = time.perf_counter()
         try:
-            done, prior_errors = self.output.done()
+            done, prior_errors = self.output.done_keys, self.output.done_errors
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
                                  done)
@@ -143,6 +126,29 @@ class Job:
         bar.update(len(chunk.items) + chunk.skipped)
 
 
+def open_output(output: Output, d: Dist) -> None:
+    """Lock the output on every rank (all ranks fail together when any lock is taken), then read what is done."""
+    err = None
+    try:
+        output.lock()
+    except ConfigError as e:
+        err = str(e)
+    if d.world > 1:
+        import torch.distributed as tdist
+
+        errs: list = [None] * d.world
+        tdist.all_gather_object(errs, err)
+        err = next((e for e in errs if e), None)
+    if err:
+        output.release()
+        raise ConfigError(err)
+    try:
+        output.done_keys, output.done_errors = output.done()
+    except VQAError:
+        output.release()
+        raise
+
+
 def _broadcast(d: Dist, value):
     if d.world == 1:
         return value
@@ -153,4 +159,4 @@ def _broadcast(d: Dist, value):
     return box[0]
 
 
-__all__ = ["Job", "Summary"]
+__all__ = ["Job", "Summary", "open_output"]

@@ -89,6 +89,8 @@ class Output:
         self._file = None
         self._locks: list[RunLock] = []
         self.written = self.errors = 0
+        self.done_keys: set = set()  # what `done()` found, once the output is open (`batch_job.open_output`)
+        self.done_errors = 0
 
     def lock(self) -> None:
         """Refuse a second writer: rank 0 locks the output, every rank its part (ConfigError when taken)."""

@@ -4,19 +4,16 @@ status, and the usage errors that stop before any work."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
-from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
+from collect_fixtures import NAMES, kind, photo_folder, png, records, write_tar
+from predict_fixtures import COLOR_Q, SHAPE_Q, shared_checkpoint
 
 from vqa.cli import main
 from vqa.inference.collection import expand
 from vqa.inference.predict import Predictor
-
-NAMES = ["red_circle", "blue_square"]
 
 
 @pytest.fixture(scope="module")
@@ -27,43 +24,6 @@ def ckpt():
 @pytest.fixture(scope="module")
 def pred(ckpt):
     return Predictor.from_pretrained(ckpt, device="cpu", compile=False)
-
-
-def png(name: str, size: tuple[int, int]) -> bytes:
-    buf = io.BytesIO()
-    draw(name, size).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def photo_folder(root: Path, n: int = 12) -> list[Path]:
-    """`n` pictures of both kinds at odd sizes, a third of them in a sub-folder; their paths in walk order."""
-    top, sub = [], []
-    for i in range(n):
-        p = root / ("deeper" if i % 3 == 0 else "") / f"{i:03d}.png"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(png(NAMES[i % 2], (32 + i, 40 + 2 * (i % 5))))
-        (sub if i % 3 == 0 else top).append(p)
-    return top + sub  # a folder's files come before its sub-folders'
-
-
-def kind(p: Path) -> tuple[str, str]:
-    """(colour, shape) drawn in photo_folder's picture `p`."""
-    return ("red", "circle") if int(p.stem) % 2 == 0 else ("blue", "square")
-
-
-def write_tar(path: Path, samples: dict[str, bytes], ext: str = "png") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w") as t:
-        for key, data in samples.items():
-            for name, blob in ((f"{key}.{ext}", data), (f"{key}.txt", b"a caption")):
-                info = tarfile.TarInfo(name)
-                info.size = len(blob)
-                t.addfile(info, io.BytesIO(blob))
-    return path
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 # ------------------------------------------------------------------------------------------------ expansion

@@ -76,7 +76,7 @@ class Job:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
                                  done)
-            chunks = iter(chunk_loader(source, self.workers))  # workers start before the Batcher's thread
+            chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
             skipped = self._pipeline(chunks, hi - lo)
         finally:
             self.output.close()

@@ -16,6 +16,8 @@ resumed run) are counted as `skipped` and not read.
 from __future__ import annotations
 
 import bisect
+import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -165,11 +167,21 @@ def _as_is(x):
     return x
 
 
-def chunk_loader(source: ChunkSource, workers: int) -> DataLoader:
-    """The chunks in position order, decoded by `workers` processes (0: in this one)."""
+def _close(fds: tuple[int, ...], worker_id: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def chunk_loader(source: ChunkSource, workers: int, close_fds: tuple[int, ...] = ()) -> DataLoader:
+    """The chunks in position order, decoded by `workers` processes (0: in this one). `close_fds`: descriptors a
+    worker closes as it starts (the output's locks: a forked worker must not hold them after the job dies)."""
     workers = max(0, min(int(workers), len(source)))
     return DataLoader(source, batch_size=None, num_workers=workers, collate_fn=_as_is,
-                      prefetch_factor=2 if workers else None)
+                      prefetch_factor=2 if workers else None,
+                      worker_init_fn=functools.partial(_close, tuple(close_fds)) if workers else None)
 
 
 __all__ = ["Loaded", "Chunk", "ChunkSource", "chunk_loader", "rank_range", "record_key"]

@@ -100,6 +100,9 @@ class Output:
         for t in targets:
             self._locks.append(RunLock.for_file(t).acquire())
 
+    def lock_fds(self) -> tuple[int, ...]:
+        return tuple(lk._file.fileno() for lk in self._locks if lk._file is not None)
+
     def done(self) -> tuple[set, int]:
         """(keys already written to the output and any part, errors among them); repairs this process's file."""
         if self.out is None:

@@ -13,8 +13,11 @@ NAMES = ["red_circle", "blue_square"]
 
 
 def png(name: str, size: tuple[int, int]) -> bytes:
+    """The picture `name` with a dark mark in its top-left corner (so that a flipped or transposed input shows)."""
+    img = draw(name, size)
+    img.paste((20, 20, 20), (1, 1, 7, 5))
     buf = io.BytesIO()
-    draw(name, size).save(buf, format="PNG")
+    img.save(buf, format="PNG")
     return buf.getvalue()
 
 

@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                         "the attention explorer's pictures as PNG")
     rename = None
     if name == "ask":
-        p.add_argument("inputs", nargs="*", metavar="INPUT... QUESTION",
-                       help="images (or folders, globs, lists of paths, shards), then the question, quoted")
+        p.add_argument("inputs", nargs="*", metavar="INPUT",
+                       help="INPUT... QUESTION: an image, or many (folders, globs, lists of paths, shards), and "
+                            "last the question, quoted")
         p.add_argument("--questions", metavar="Q.jsonl", default=None,
                        help='questions file: one {"image", "question"[, "question_id"]} a line, images relative '
                             "to the file (instead of INPUT... QUESTION)")

@@ -280,3 +280,16 @@ def test_a_malformed_line_inside_the_output_stops_before_any_work(ckpt, tmp_path
     assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(out)]) == 2
     assert "o.jsonl:2: malformed JSON in the output file" in capsys.readouterr().err
     assert out.read_text().count("\n") == 3
+
+
+def test_an_img2dataset_folder_with_a_truncated_tar_records_the_samples_it_lost(ckpt, tmp_path):
+    tar = write_tar(tmp_path / "00000.tar", {f"k{k}": png(NAMES[k % 2], (30, 34)) for k in range(4)})
+    tar.write_bytes(tar.read_bytes()[: tar.stat().st_size * 2 // 3])  # cut inside the last sample
+    (tmp_path / "00000_stats.json").write_text(json.dumps({"successes": 4}))  # img2dataset's count: read first
+    (tmp_path / "00000.parquet").write_bytes(b"img2dataset's metadata of the tar, not a shard of images")
+    out = tmp_path / "o.jsonl"
+    assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path), "--out", str(out), "--workers", "0"]) == 1
+    recs = records(out)
+    assert [r["image"] for r in recs] == ["k0", "k1", "k2", "#3"] and {r["shard"] for r in recs} == {str(tar)}
+    assert [r.get("caption") for r in recs[:3]] == ["a red circle", "a blue square", "a red circle"]
+    assert "truncated or unreadable tar shard" in recs[3]["error"] and str(tar) in recs[3]["error"]

@@ -163,13 +163,15 @@ def test_ask_a_questions_file_and_one_question_for_every_image(ckpt, pred, tmp_p
     ("missing input", "no such file, folder or shard"),
     ("malformed line", "q.jsonl:2:2: malformed JSON"),
     ("no question", "q.jsonl:1: field 'question' must be a non-empty string"),
+    ("bad id", "q.jsonl:2: field 'question_id' must be a string or an integer"),
 ])
 def test_usage_errors_stop_before_any_work_with_one_line(ckpt, tmp_path, capsys, case, message):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     write_tar(tmp_path / "00000.tar", {"a": png("red_circle", (30, 30))})
     qs = tmp_path / "q.jsonl"
     qs.write_text('{"image": "a.png", "question": "' + ("what?" if case != "no question" else "") + '"}\n'
-                  + ("{oops\n" if case == "malformed line" else ""))
+                  + ("{oops\n" if case == "malformed line" else "")
+                  + ('{"image": "a.png", "question": "why?", "question_id": [1]}\n' if case == "bad id" else ""))
     out = tmp_path / "out.jsonl"
     inputs = {"empty folder": [str(tmp_path / "empty")], "missing shard": [str(tmp_path / "{00000..00001}.tar")],
               "no match": [str(tmp_path / "*.jpg")], "missing input": [str(tmp_path / "nope"), str(tmp_path / "x")]}

@@ -212,9 +212,12 @@ def read_questions(path: str | Path) -> Collection:
             v = obj.get(field)
             if not isinstance(v, str) or not v.strip():
                 raise DataError(f"{where}: field {field!r} must be a non-empty string, got {json.dumps(v)[:60]}")
+        qid = obj.get("question_id")
+        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int))):
+            raise DataError(f"{where}: field 'question_id' must be a string or an integer, got {json.dumps(qid)[:60]}")
         image = Path(obj["image"])
         units.append(FileItem(obj["image"], str(image if image.is_absolute() else path.parent / image),
-                              " ".join(obj["question"].split()), obj.get("question_id")))
+                              " ".join(obj["question"].split()), qid))
     if not units:
         raise DataError(f"{path}: no questions in the file")
     return Collection(_distinct(units))

@@ -14,8 +14,8 @@ COMMANDS = {
     "data": ("vqa.data.cli", "build the built-in Shapes data set, inspect a data folder, or list / clear the image cache"),
     "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
-    "ask": ("vqa.inference.cli", "answer a question about an image"),
-    "caption": ("vqa.inference.cli", "caption an image"),
+    "ask": ("vqa.inference.cli", "answer a question about an image, or questions about many (JSON Lines out)"),
+    "caption": ("vqa.inference.cli", "caption an image, or folders, lists and shards of them (JSON Lines out)"),
     "import": ("vqa.export.hf_import", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
     "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
                                    "VisionEncoderDecoderModel folder"),

@@ -5,6 +5,14 @@
     vqa ask ... --attention-out DIR      # also every attention weight behind the answer: .npz + PNG pictures
     vqa ask ... --int8                   # dynamic int8 linear layers (CPU): 4x smaller weights
 
+Collections (`vqa.inference.batch_job`): images, folders, globs, lists of paths and shards in, JSON Lines out,
+batched, resumable, and dealt to ranks under torchrun:
+
+    vqa caption --checkpoint runs/tiny photos/ more/*.jpg shards/{00000..00009}.tar --out captions.jsonl
+    vqa ask --checkpoint runs/tiny --questions questions.jsonl --out answers.jsonl
+    vqa ask --checkpoint runs/tiny photos/ "what is in the picture?" --out answers.jsonl
+    vqa caption --merge captions.jsonl   # the part files of a multi-machine run, into one file
+
 The decoding options are GenerationConfig's fields (`vqa caption --help` lists them). On `vqa ask`,
 `--top-k` is the number of answers to list, so sampling's top-k is `--sample-top-k` there.
 """
@@ -20,9 +28,9 @@ from pathlib import Path
 from ..config import GenerationConfig
 from ..errors import CheckpointError, InputError
 from ..options import add_dataclass_arguments, given
+from .batch_cli import ASK_RENAME, add_collection_arguments, run_collection, single_image
 
 DEFAULT_CHECKPOINT = "runs/tiny"
-ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
@@ -39,17 +47,26 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                    help="write the attention behind the result into DIR: attention.npz (the decoder's masked "
                         "self-attention, cross-attention weights and raw scores, the ViT's self-attention) and "
                         "the attention explorer's pictures as PNG")
-    p.add_argument("image", metavar="IMAGE", help="an image file")
     rename = None
     if name == "ask":
-        p.add_argument("question", metavar="QUESTION", help="the question, quoted")
+        p.add_argument("inputs", nargs="*", metavar="INPUT",
+                       help="INPUT... QUESTION: an image, or many (folders, globs, lists of paths, shards), and "
+                            "last the question, quoted")
+        p.add_argument("--questions", metavar="Q.jsonl", default=None,
+                       help='questions file: one {"image", "question"[, "question_id"]} a line, images relative '
+                            "to the file (instead of INPUT... QUESTION)")
         p.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely answers")
         rename = ASK_RENAME
+    else:
+        p.add_argument("inputs", nargs="*", metavar="INPUT",
+                       help="an image; or many: folders (recursively), globs, text files of paths, webdataset / "
+                            "parquet shards (shards/{00000..00099}.tar)")
+    add_collection_arguments(p)
     add_dataclass_arguments(p, GenerationConfig, rename=rename,
                             title="decoding (answers: beam search over max(K, 3) beams by default; captions: greedy)")
 
 
-def _load(args):
+def _load(args, compile: bool | None = False, device=None):
     from .predict import Predictor
 
     if args.int8 and args.precision != "auto":
@@ -57,10 +74,10 @@ def _load(args):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            pred = Predictor.from_pretrained(args.checkpoint, device=args.device,
+            pred = Predictor.from_pretrained(args.checkpoint, device=device or args.device,
                                              quantize="int8" if args.int8 else None,
                                              dtype=None if args.precision == "auto" else args.precision,
-                                             compile=False)  # one answer: compiling would cost more than it saves
+                                             compile=compile)  # one answer: compiling costs more than it saves
         for w in caught:  # int8 that cannot run here: one line on stderr, then float32
             print(f"vqa {args.command}: {w.message}", file=sys.stderr)
         return pred
@@ -82,6 +99,11 @@ def _attention_out(pred, args, res) -> dict:
 
 
 def run(args) -> int:
+    if not single_image(args):
+        return run_collection(args, _load)
+    args.image = args.inputs[0]
+    if args.command == "ask":
+        args.question = args.inputs[1]
     pred = _load(args)
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))

@@ -147,7 +147,11 @@ class Predictor:
         return load_image(image, max_pixels=self.max_pixels)
 
     def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
-        x = self.transform.prepare(self.load(image))  # uint8 [3, S, S]
+        s = self.cfg.vit_image_size
+        if torch.is_tensor(image) and image.dtype == torch.uint8 and tuple(image.shape) == (3, s, s):
+            x = image  # already the model input (a collection job's loader workers decode it): what the line below gives
+        else:
+            x = self.transform.prepare(self.load(image))  # uint8 [3, S, S]
         return hashlib.sha1(x.numpy().tobytes()).hexdigest(), x
 
     def _encode(self, images: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:

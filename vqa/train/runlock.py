@@ -1,4 +1,5 @@
 """One process trains in a run folder at a time: an exclusive lock on `RUN/.lock`, held for the whole run.
+(`vqa caption / ask --out FILE` locks its output the same way: `RunLock.for_file`.)
 
 The lock is `flock`, which the operating system releases when the process ends however it ends (a kill
 included), so a stale lock never blocks a resume. The file holds the owner's pid and host for the message a
@@ -20,9 +21,18 @@ except ImportError:  # Windows
 
 
 class RunLock:
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, what: str | None = None, doing: str = "trained"):
         self.path = Path(folder) / ".lock"
+        self.what, self.doing = what or str(Path(folder)), doing  # for the message a second process gets
         self._file = None
+
+    @classmethod
+    def for_file(cls, path: str | Path) -> RunLock:
+        """A lock for writing the file `path`: `.NAME.lock` beside it."""
+        path = Path(path)
+        lock = cls(path.parent, what=str(path), doing="written")
+        lock.path = path.parent / f".{path.name}.lock"
+        return lock
 
     def acquire(self) -> RunLock:
         if fcntl is None:
@@ -34,7 +44,7 @@ class RunLock:
             f.seek(0)
             owner = f.read().strip() or "another process"
             f.close()
-            raise ConfigError(f"{self.path.parent} is being trained by {owner}; wait for it to finish, stop it, "
+            raise ConfigError(f"{self.what} is being {self.doing} by {owner}; wait for it to finish, stop it, "
                               "or choose another --out") from None
         f.seek(0)
         f.truncate()

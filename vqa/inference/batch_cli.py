@@ -1,0 +1,139 @@
+"""The collection side of `vqa caption` / `vqa ask` (`vqa.inference.cli` keeps the one-image side): its options,
+which form a command line takes, and the run (`vqa.inference.batch_job`).
+
+Exit status: 0 when every input was answered, 1 when some failed (their records say why), 2 for a usage error
+(an INPUT that names nothing, a malformed questions file, an output another process is writing)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..config import GenerationConfig
+from ..data.shards import SHARD_EXTS
+from ..data.sources import is_pattern
+from ..errors import InputError
+from ..options import given
+from .collection import LIST_EXTS
+
+ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
+
+
+def add_collection_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("collections (many INPUTs, a folder, --out or --questions)")
+    g.add_argument("--out", metavar="FILE.jsonl", default=None,
+                   help="write one JSON record per input here, as they finish; a rerun skips what is written "
+                        "(default: standard output)")
+    g.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per model call (default 32)")
+    g.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="DataLoader processes decoding images while the model runs (default 2; 0: none)")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="decode through the compiled step (default: on CUDA and with --int8, as the Predictor)")
+    g.add_argument("--merge", metavar="FILE.jsonl", default=None,
+                   help="merge the part files of a multi-process run of FILE.jsonl into it, and do nothing else")
+
+
+def _one_file(raw: str) -> bool:
+    """An INPUT that is one image (or a path that names nothing: today's error for it)."""
+    glob_chars = any(c in raw for c in "*?[")
+    suffix = Path(raw).suffix.lower()
+    return not (Path(raw).is_dir() or glob_chars or is_pattern(raw) or suffix in LIST_EXTS or suffix in SHARD_EXTS)
+
+
+def single_image(args) -> bool:
+    """Today's form: one image (and one question), no --out: the answer printed as text or JSON."""
+    if args.merge:
+        return False
+    if getattr(args, "questions", None):
+        if args.inputs:
+            raise InputError("give either --questions Q.jsonl or INPUT... QUESTION, not both")
+        return False
+    if args.command == "ask":
+        if len(args.inputs) < 2:
+            raise InputError("vqa ask needs INPUT... QUESTION (the question last, quoted) or --questions Q.jsonl")
+        return len(args.inputs) == 2 and args.out is None and _one_file(args.inputs[0])
+    if not args.inputs:
+        raise InputError("vqa caption needs an INPUT: an image, a folder, a glob, a list of paths or shards")
+    return len(args.inputs) == 1 and args.out is None and _one_file(args.inputs[0])
+
+
+def _merge(args) -> int:
+    from ..train.runlock import RunLock
+    from .job_output import merge, part_files
+
+    out = Path(args.merge)
+    if not part_files(out):
+        raise InputError(f"{out}: no part files to merge ({out.name}.part-00000, ...)")
+    with RunLock.for_file(out):
+        total, errors = merge(out)
+    print(f"vqa {args.command}: merged {total} records into {out}" + (f"; {errors} failed" if errors else ""),
+          file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _run(args, load, collection, output, d, top_k: int):
+    from .batch_job import Job
+
+    pred = load(args, compile=args.compile, device=d.device)
+    if args.command == "ask":
+        settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
+    else:
+        from ..decoding.generate import generation_config
+
+        settings = generation_config(None, given(args, GenerationConfig), GenerationConfig.for_task("caption"))
+    if d.main:
+        print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
+              f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
+              file=sys.stderr)
+    job = Job(pred, collection, output, args.command, settings, top_k=top_k,
+              batch=args.batch_size, workers=args.workers, dist=d)
+    return job.run()
+
+
+def run_collection(args, load) -> int:
+    """The job over args.inputs (or --questions); `load(args, compile=, device=)` gives the Predictor."""
+    from ..distributed import setup
+    from .batch_job import open_output
+    from .collection import expand, read_questions
+    from .job_output import Output
+
+    if args.merge:
+        return _merge(args)
+    if args.attention_out:
+        raise InputError("--attention-out explains one image: give one image and no --out")
+    if args.batch_size < 1 or args.workers < 0:
+        raise InputError("--batch-size must be at least 1 and --workers at least 0")
+    top_k = getattr(args, "top_k", 1)
+    if args.command == "ask":
+        if args.questions:
+            collection = read_questions(args.questions)
+        else:
+            question = " ".join(args.inputs[-1].split())
+            if not question:
+                raise InputError("the question (the last argument) is empty")
+            collection = expand(args.inputs[:-1], question)
+    else:
+        collection = expand(args.inputs)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and args.out is None:
+        raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
+    d = setup(args.device or "auto")
+    output = Output(args.out, d.rank, d.world)
+    open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
+    try:
+        s = _run(args, load, collection, output, d, top_k)
+    finally:
+        output.release()
+    if d.main:
+        rate = s.written / s.seconds if s.seconds > 0 else 0.0
+        msg = f"vqa {args.command}: {s.written} records written in {s.seconds:.1f} s ({rate:.1f} images/s)"
+        if s.skipped:
+            msg += f", {s.skipped} already in {args.out}"
+        msg += f"; {s.errors} of {s.total} failed (their records say why)" if s.errors else f"; all {s.total} answered"
+        print(msg + (f"; output: {args.out}" if args.out else ""), file=sys.stderr)
+    return 1 if s.errors else 0
+
+
+__all__ = ["add_collection_arguments", "single_image", "run_collection"]

@@ -1,0 +1,162 @@
+"""Captioning or answering a whole collection: `vqa caption INPUT... --out FILE.jsonl`, `vqa ask`.
+
+The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.batch_loader`);
+each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
+`Predictor.caption_batch` / `answer_batch` (the compiled decode step when the Predictor compiles) while this
+thread takes the next chunk from the loader and writes the finished one. Records are written in position
+order, one line each, flushed (`vqa.inference.job_output`): a killed run loses at most the chunks in flight,
+and a rerun skips the keys already written. An image that cannot be decoded, or a question the model
+refuses, gets a record with `error`; the run goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from ..config import GenerationConfig
+from ..distributed import Dist
+from ..errors import ConfigError, VQAError
+from .batch_loader import ChunkSource, Loaded, chunk_loader, rank_range
+from .collection import Collection
+from .job_output import Output, merge
+from .serving import Batcher, _key
+
+IN_FLIGHT = 2  # chunks handed to the model before the oldest is written: one running, one waiting
+
+
+@dataclass
+class Summary:
+    written: int  # records this process wrote now
+    skipped: int  # positions already written before
+    errors: int  # records with an error in the whole output (this run's and earlier ones)
+    total: int  # records in the whole output
+    seconds: float
+
+
+def _record(kind: str, item: Loaded, res, top_k: int) -> dict:
+    rec = item.ident()
+    if kind == "caption":
+        d = res.to_dict()
+        rec.update(caption=d["caption"], log_prob=d["log_prob"])
+        if d["beams"]:
+            rec["beams"] = d["beams"]
+        return rec
+    d = res.to_dict()
+    rec.update(answer=d["answer"], probability=d["top_k"][0]["probability"], truncated=d["truncated"])
+    if top_k > 1:
+        rec["top_k"] = d["top_k"]
+    return rec
+
+
+class Job:
+    """One process's part of a collection job: `run()` writes its records and returns a Summary."""
+
+    def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
+                 top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True):
+        self.pred, self.collection, self.output, self.kind = pred, collection, output, kind
+        self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)
+        self.dist = dist or Dist()
+        self.progress = progress
+
+    # ---- the model side: a Batcher call ----
+    def _run_batch(self, key, items: list) -> list:
+        images = [pixels for pixels, _ in items]
+        if self.kind == "caption":
+            return self.pred.caption_batch(images, self.settings)
+        return self.pred.answer_batch(images, [q for _, q in items], top_k=self.top_k, generation=self.settings)
+
+    def run(self) -> Summary:
+        """Write this process's records; the output must be `open_output`'d."""
+        t0 = time.perf_counter()
+        try:
+            done, prior_errors = self.output.done_keys, self.output.done_errors
+            lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
+            source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
+                                 done)
+            chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
+            skipped = self._pipeline(chunks, hi - lo)
+        finally:
+            self.output.close()
+        seconds = time.perf_counter() - t0
+        written, errors = self.output.written, prior_errors + self.output.errors
+        total = len(done) + written
+        if self.output.parted:
+            if self.dist.rank != 0:
+                self.output.release()  # the part's lock; rank 0 keeps the output's for the merge
+            self.dist.barrier()
+            if self.dist.main:
+                total, errors = merge(self.output.out)
+            errors, total = _broadcast(self.dist, (errors, total))
+        self.output.release()
+        return Summary(written, skipped, errors, total, seconds)
+
+    def _pipeline(self, chunks, n: int) -> int:
+        from tqdm import tqdm
+
+        batcher = Batcher(self._run_batch, max_batch=self.batch, max_wait=0.05, name=f"vqa-{self.kind}")
+        key = _key(self.kind, self.settings)
+        bar = tqdm(total=n, unit="img", desc=f"vqa {self.kind}", dynamic_ncols=True, file=sys.stderr,
+                   disable=not (self.progress and self.dist.main and sys.stderr.isatty()))
+        pending: deque = deque()
+        skipped = 0
+        with bar:
+            for chunk in chunks:
+                futures = [None if it.error else batcher.submit(key, (it.pixels, it.question)) for it in chunk.items]
+                pending.append((chunk, futures))
+                skipped += chunk.skipped
+                while len(pending) > IN_FLIGHT - 1:
+                    self._finish(*pending.popleft(), bar)
+            while pending:
+                self._finish(*pending.popleft(), bar)
+        return skipped
+
+    def _finish(self, chunk, futures, bar) -> None:
+        for it, fut in zip(chunk.items, futures, strict=True):
+            if fut is None:
+                rec = {**it.ident(), "error": it.error}
+            else:
+                try:
+                    rec = _record(self.kind, it, fut.result(), self.top_k)
+                except VQAError as e:
+                    rec = {**it.ident(), "error": str(e)}
+            self.output.write(rec, it.pos)
+        bar.update(len(chunk.items) + chunk.skipped)
+
+
+def open_output(output: Output, d: Dist) -> None:
+    """Lock the output on every rank (all ranks fail together when any lock is taken), then read what is done."""
+    err = None
+    try:
+        output.lock()
+    except ConfigError as e:
+        err = str(e)
+    if d.world > 1:
+        import torch.distributed as tdist
+
+        errs: list = [None] * d.world
+        tdist.all_gather_object(errs, err)
+        err = next((e for e in errs if e), None)
+    if err:
+        output.release()
+        raise ConfigError(err)
+    try:
+        output.done_keys, output.done_errors = output.done()
+    except VQAError:
+        output.release()
+        raise
+
+
+def _broadcast(d: Dist, value):
+    if d.world == 1:
+        return value
+    import torch.distributed as tdist
+
+    box = [value]
+    tdist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+__all__ = ["Job", "Summary", "open_output"]

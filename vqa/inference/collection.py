@@ -1,0 +1,226 @@
+"""What `vqa caption` / `vqa ask` run over: their INPUTs expanded into one sequence of positions, each one image
+(and, for `vqa ask`, one question), before any work starts.
+
+An INPUT is an image file; a folder (walked recursively: its image files by extension, its .tar shards and
+the .parquet shards that are not img2dataset's metadata twin of a .tar); a glob (`photos/**/*.jpg`); a text
+file of image paths (.txt / .lst / .list: one a line, relative to the file's folder, `#` comments); or shards
+read by the training reader (`vqa.data.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
+(`shards/{00000..00099}.tar`) or a URL. A shard counts its samples up front (img2dataset's NNNNN_stats.json,
+parquet metadata, or a scan), so every position is known before reading, which is what dealing them to
+ranks and DataLoader workers needs (`vqa.inference.batch_loader`).
+
+What stops before any work, with one line: an INPUT that names nothing (a missing path, an empty folder, a
+glob that matches nothing), a missing or unreadable shard, a malformed line of a questions file. What does
+not: an image path that turns out unreadable, truncated, huge or not an image (its record says so).
+
+Keys: a file's `image` is its path as reached from the INPUT (`photos/a/b.jpg`); a shard sample's is its key
+within the shard, with the shard's url beside it. The same file reached twice (a folder and a glob) is one
+position: the first.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.shards import SHARD_EXTS, ShardSplit
+from ..data.sources import is_pattern
+from ..errors import DataError, InputError
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm",
+              ".pgm", ".pbm", ".pnm", ".tga", ".ico", ".avif"}
+LIST_EXTS = {".txt", ".lst", ".list"}
+
+
+@dataclass(frozen=True)
+class FileItem:
+    """One image file (with the question about it, for `vqa ask`): one position."""
+
+    key: str  # what the record's `image` says
+    path: str  # where to read it
+    question: str | None = None
+    question_id: object = None
+
+    n = 1
+
+
+@dataclass(frozen=True)
+class ShardItems:
+    """Shard number `index` of `split`: `n` positions, one a sample, each asked `question` (if any)."""
+
+    split: ShardSplit
+    index: int
+    question: str | None = None
+
+    @property
+    def n(self) -> int:
+        return self.split.shards[self.index].n
+
+    @property
+    def url(self) -> str:
+        return self.split.shards[self.index].url
+
+
+Unit = FileItem | ShardItems
+
+
+@dataclass
+class Collection:
+    units: list[Unit]
+
+    def __len__(self) -> int:
+        return sum(u.n for u in self.units)
+
+    def starts(self) -> list[int]:
+        """The first position of each unit."""
+        out, pos = [], 0
+        for u in self.units:
+            out.append(pos)
+            pos += u.n
+        return out
+
+    def describe(self) -> str:
+        files = sum(1 for u in self.units if isinstance(u, FileItem))
+        shards = [u for u in self.units if isinstance(u, ShardItems)]
+        parts = [f"{files} image file{'s' * (files != 1)}"] if files else []
+        if shards:
+            parts.append(f"{sum(u.n for u in shards)} samples in {len(shards)} shard{'s' * (len(shards) != 1)}")
+        return " and ".join(parts) or "nothing"
+
+
+def _is_glob(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def _folder(root: Path) -> tuple[list[Path], list[str]]:
+    """(image files, shard files) under `root`, recursively, sorted; hidden files and folders skipped."""
+    images, shards = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        names = sorted(f for f in filenames if not f.startswith("."))
+        tars = {Path(f).stem for f in names if f.endswith(".tar")}
+        for f in names:
+            p = Path(dirpath) / f
+            ext = p.suffix.lower()
+            if ext in IMAGE_EXTS:
+                images.append(p)
+            elif ext == ".tar" or (ext == ".parquet" and p.stem not in tars):  # img2dataset: NNNNN.parquet is metadata
+                shards.append(str(p))
+    return images, shards
+
+
+def _list_file(path: Path) -> list[Path]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read the list of images ({e})") from None
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            p = Path(line)
+            out.append(p if p.is_absolute() else path.parent / p)
+    if not out:
+        raise InputError(f"{path}: the list of images is empty")
+    return out
+
+
+def _shards(name: str, urls: list[str], question: str | None) -> list[ShardItems]:
+    split = ShardSplit.from_urls(name, name, urls)  # missing shards -> DataError; counts the samples
+    return [ShardItems(split, j, question) for j in range(len(split.shards))]
+
+
+def expand(inputs: list[str], question: str | None = None) -> Collection:
+    """The positions of `inputs` in order (see the module docstring); `question` is asked of every image."""
+    if not inputs:
+        raise InputError("no INPUT given: name images, folders, globs, lists of paths or shards")
+    units: list[Unit] = []
+
+    def add_file(p: Path) -> None:
+        units.append(FileItem(str(p), str(p), question))
+
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            images, shards = _folder(p)
+            if not images and not shards:
+                raise InputError(f"{raw}: the folder holds no images (by extension: "
+                                 f"{', '.join(sorted(IMAGE_EXTS)[:6])}, ...) and no .tar / .parquet shards")
+            for f in images:
+                add_file(f)
+            if shards:
+                units += _shards(raw, shards, question)
+        elif p.is_file():
+            ext = p.suffix.lower()
+            if ext in SHARD_EXTS:
+                units += _shards(raw, [raw], question)
+            elif ext in LIST_EXTS:
+                for f in _list_file(p):
+                    add_file(f)
+            else:
+                add_file(p)  # an image, or a file whose record will say why it is not one
+        elif is_pattern(raw) and not _is_glob(raw):
+            split = ShardSplit.from_pattern(raw, raw)
+            units += [ShardItems(split, j, question) for j in range(len(split.shards))]
+        elif _is_glob(raw):
+            found = sorted(glob.glob(raw, recursive=True))
+            if not found:
+                raise InputError(f"{raw}: the pattern matches no files")
+            units += expand(found, question).units
+        else:
+            raise InputError(f"{raw}: no such file, folder or shard")
+    return Collection(_distinct(units))
+
+
+def _distinct(units: list[Unit]) -> list[Unit]:
+    seen, out = set(), []
+    for u in units:
+        if isinstance(u, FileItem):
+            k = (os.path.normpath(u.path), u.question, u.question_id)
+            if k in seen:
+                continue
+            seen.add(k)
+        out.append(u)
+    return out
+
+
+def read_questions(path: str | Path) -> Collection:
+    """A questions file: one JSON object a line, {"image": path relative to the file, "question": text} and an
+    optional "question_id". A malformed line is a DataError naming the file, line and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such questions file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    units: list[Unit] = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}:{e.colno}: malformed JSON: {e.msg}") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for field in ("image", "question"):
+            v = obj.get(field)
+            if not isinstance(v, str) or not v.strip():
+                raise DataError(f"{where}: field {field!r} must be a non-empty string, got {json.dumps(v)[:60]}")
+        qid = obj.get("question_id")
+        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int))):
+            raise DataError(f"{where}: field 'question_id' must be a string or an integer, got {json.dumps(qid)[:60]}")
+        image = Path(obj["image"])
+        units.append(FileItem(obj["image"], str(image if image.is_absolute() else path.parent / image),
+                              " ".join(obj["question"].split()), qid))
+    if not units:
+        raise DataError(f"{path}: no questions in the file")
+    return Collection(_distinct(units))
+
+
+__all__ = ["Collection", "FileItem", "ShardItems", "expand", "read_questions", "IMAGE_EXTS"]

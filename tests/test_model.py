@@ -142,6 +142,85 @@ def test_one_query_attention_of_the_compiled_step_equals_sdpa():
     torch.testing.assert_close(_one_query_attention(q, k2, v, mask), hidden)
 
 
+def test_attention_refuses_a_width_its_heads_do_not_divide():
+    with pytest.raises(ValueError) as e:
+        Attention(30, 4)
+    assert str(e.value) == "dim=30 is not divisible by heads=4"
+
+
+class _GrowingCache:
+    """The reference cache: keys and values concatenated as they come; `len` = how many tokens it holds."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.len = 0
+
+    def append(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], 2)
+        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        self.len += k.shape[2]
+        return self.k, self.v
+
+
+def test_a_multi_token_step_over_a_cache_needs_a_mask_and_with_one_equals_the_uncached_pass():
+    attn, x = _attention_pair(cross=False, seed=4)
+    full, _ = attn(x[:, :3])  # three tokens at once, causal
+    cache = _GrowingCache()
+    attn(x[:, :1], cache=cache)  # one token cached ...
+    # ... then two at once: query i (position 1 + i) sees keys 0..1 + i, built by hand
+    mask = torch.ones(2, 3, dtype=torch.bool).tril(diagonal=1)[None, None]
+    two, _ = attn(x[:, 1:3], mask=mask, cache=cache)
+    torch.testing.assert_close(two, full[:, 1:3], atol=1e-5, rtol=1e-5)
+    cache = _GrowingCache()
+    attn(x[:, :1], cache=cache)
+    assert cache.len == 1
+    with pytest.raises(ValueError) as e:  # without a mask it cannot know which keys each query may see
+        attn(x[:, 1:3], cache=cache)
+    assert str(e.value) == "a multi-token step over a cache needs an explicit mask"
+
+
+@pytest.mark.parametrize("t", [1, 6])
+def test_attention_dropout_applies_in_training_only(t):
+    torch.manual_seed(5)
+    attn = Attention(32, 4, dropout=0.5)
+    plain = Attention(32, 4, dropout=0.0)
+    plain.load_state_dict(attn.state_dict())
+    x = torch.randn(2, t, 32)
+    with torch.no_grad():
+        want = plain.eval()(x)[0]
+        torch.testing.assert_close(attn.eval()(x)[0], want)  # eval: no dropout
+        attn.train()
+        a, b = attn(x)[0], attn(x)[0]
+    # training: weights dropped at random (by far more than rounding), a different draw each call
+    assert (a - want).abs().max() > 1e-2 and (a - b).abs().max() > 1e-2
+
+
+def test_capture_records_each_calls_weights_and_scores_and_leaves_the_output_unchanged():
+    from vqa.model.attention import AttentionRecord
+
+    attn, x = _attention_pair(cross=False, seed=6)
+    mask = torch.ones(6, 6, dtype=torch.bool).tril().expand(2, 1, 6, 6).clone()
+    mask[1, :, 3:, 1] = False
+    plain, _ = attn(x, mask=mask)
+    attn.capture = []
+    try:
+        out, _ = attn(x, mask=mask)
+        attn(x[:, :4])
+        records = attn.capture
+    finally:
+        attn.capture = None
+    torch.testing.assert_close(out, plain, atol=1e-5, rtol=1e-5)
+    assert len(records) == 2 and all(isinstance(r, AttentionRecord) for r in records)
+    # the reference: q.k / sqrt(8) from the module's own projection, -inf where the mask forbids
+    q, k, _ = F.linear(x, attn.qkv.weight, attn.qkv.bias).view(2, 6, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    raw = q @ k.transpose(-2, -1) / math.sqrt(8)
+    for record, want in ((records[0], raw.masked_fill(~mask, float("-inf"))),
+                         (records[1], raw[:, :, :4, :4].masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(),
+                                                                    float("-inf")))):  # the second call: causal
+        torch.testing.assert_close(record.scores, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(record.weights, want.softmax(-1), atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("cross", [False, True])
 def test_qk_norm_normalizes_each_heads_queries_and_keys_and_the_weights_path_agrees(cross):
     torch.manual_seed(4)

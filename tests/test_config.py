@@ -103,9 +103,12 @@ def _resolve(argv: list[str]) -> TrainConfig:
 
 def test_layers_preset_then_file_then_flags(tmp_path):
     plain = _resolve(["--data", "d", "--out", str(tmp_path / "a")])
-    assert (plain.preset, plain.lr, plain.optimizer, plain.vit_lr_scale) == ("tiny", 1e-3, "muon", 0.3)
+    assert (plain.preset, plain.lr, plain.optimizer, plain.vit_lr_scale, plain.captions_per_image) == (
+        "tiny", 1e-3, "muon", 0.3, 2)
     small = _resolve(["--data", "d", "--out", str(tmp_path / "a"), "--preset", "small"])
-    assert (small.lr, small.optimizer, small.vit_lr_scale) == (3e-4, "adamw", 1.0)
+    assert (small.lr, small.optimizer, small.vit_lr_scale, small.captions_per_image) == (3e-4, "adamw", 1.0, 1)
+    one = _resolve(["--data", "d", "--out", str(tmp_path / "a"), "--captions-per-image", "1"])
+    assert one.captions_per_image == 1  # a flag typed wins over the preset's training default
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("preset: small\nlr: 0.002\nmax_steps: 50\nmodel:\n  dec_depth: 2\ntasks: vqa\n")
     from_file = _resolve(["--data", "d", "--out", str(tmp_path / "a"), "--config", str(yaml_file)])

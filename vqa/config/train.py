@@ -65,7 +65,7 @@ class TrainConfig(_Config):
         "estimated training memory fits in 60%% of the GPU's, a power of two)"))
     accum: int = field(default=1, metadata=_opt("micro-batches per optimizer step (gradient accumulation)"))
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
-    captions_per_image: int = field(default=1, metadata=_opt("captions per image per step"))
+    captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
     caption_weight: float = field(default=0.5, metadata=_opt(
         "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
         "see docs/shapes-10min.md for the values tried)"))

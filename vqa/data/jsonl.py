@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,9 @@ def _answers(v: Any, where: str) -> list[str]:
     return out
 
 
-def _text(obj: dict, key: str, where: str) -> str:
-    v = obj[key]
-    if not isinstance(v, str) or not v.strip():
-        raise DataError(f"{where}: field {key!r} must be a non-empty string, got {json.dumps(v)[:60]}")
-    return " ".join(v.split())
-
-
-def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder, check_images: bool) -> None:
-    """One JSON object a line: {"image", "question", "answers"} and/or {"image", "caption"}."""
-    text = decode_text(path, read_bytes(path))
+def json_objects(text: str, path: str | Path) -> Iterator[tuple[int, str, dict]]:
+    """(line number, "file:line", object) for each non-blank line of a JSON Lines text; a line that is not
+    JSON, or not a JSON object, is a DataError naming the file, line and column."""
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -57,9 +51,26 @@ def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder,
             raise DataError(f"{where}:{e.colno}: malformed JSON: {e.msg}") from None
         if not isinstance(obj, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield lineno, where, obj
+
+
+def text_field(obj: dict, key: str, where: str) -> str:
+    """obj[key] as a non-empty string with its whitespace collapsed, else a DataError naming the field."""
+    v = obj.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise DataError(f"{where}: field {key!r} must be a non-empty string, got {json.dumps(v)[:60]}")
+    return " ".join(v.split())
+
+
+
+
+def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder, check_images: bool) -> None:
+    """One JSON object a line: {"image", "question", "answers"} and/or {"image", "caption"}."""
+    text = decode_text(path, read_bytes(path))
+    for lineno, where, obj in json_objects(text, path):
         if "image" not in obj:
             raise DataError(f"{where}: missing field 'image'")
-        image_rel = _text(obj, "image", where)
+        image_rel = text_field(obj, "image", where)
         has_q, has_c = "question" in obj, "caption" in obj
         if not has_q and not has_c:
             raise DataError(f"{where}: needs a 'question' (with 'answers') or a 'caption'")
@@ -67,9 +78,9 @@ def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder,
             raise DataError(f"{where}: field 'answers' without a 'question'")
         if has_q and "answers" not in obj:
             raise DataError(f"{where}: field 'question' without 'answers'")
-        question = _text(obj, "question", where) if has_q else ""
+        question = text_field(obj, "question", where) if has_q else ""
         answers = _answers(obj["answers"], where) if has_q else []
-        caption = _text(obj, "caption", where) if has_c else ""
+        caption = text_field(obj, "caption", where) if has_c else ""
         image = path.parent / image_rel
         if check_images and not image.is_file():
             sd.skipped["line with a missing image"] += 1

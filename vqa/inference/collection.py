@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.jsonl import json_objects, text_field
 from ..data.shards import SHARD_EXTS, ShardSplit
 from ..data.sources import is_pattern
 from ..errors import DataError, InputError
@@ -198,26 +199,15 @@ def read_questions(path: str | Path) -> Collection:
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read ({e})") from None
     units: list[Unit] = []
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}:{e.colno}: malformed JSON: {e.msg}") from None
-        if not isinstance(obj, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        for field in ("image", "question"):
-            v = obj.get(field)
-            if not isinstance(v, str) or not v.strip():
-                raise DataError(f"{where}: field {field!r} must be a non-empty string, got {json.dumps(v)[:60]}")
+    for _, where, obj in json_objects(text, path):
+        text_field(obj, "image", where)  # a non-empty string (kept as given: it is a path)
+        question = text_field(obj, "question", where)
         qid = obj.get("question_id")
         if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int))):
             raise DataError(f"{where}: field 'question_id' must be a string or an integer, got {json.dumps(qid)[:60]}")
         image = Path(obj["image"])
         units.append(FileItem(obj["image"], str(image if image.is_absolute() else path.parent / image),
-                              " ".join(obj["question"].split()), qid))
+                              question, qid))
     if not units:
         raise DataError(f"{path}: no questions in the file")
     return Collection(_distinct(units))

@@ -120,10 +120,10 @@ def step_runner(model, preset_name: str, device, compile: bool = False):
     return runner, objective, opt
 
 
-def prompts(batch: int, seed: int = 1) -> list[list[int]]:
-    """`batch` generation prompts of PROMPT tokens (<bos> + question), all the same length (no padding)."""
+def prompts(batch: int, seed: int = 1, length: int = PROMPT, vocab: int = VOCAB) -> list[list[int]]:
+    """`batch` generation prompts of `length` tokens (<bos> + question), all the same length (no padding)."""
     g = torch.Generator().manual_seed(seed)
-    return [[BOS] + torch.randint(3, VOCAB, (PROMPT - 1,), generator=g).tolist() for _ in range(batch)]
+    return [[BOS] + torch.randint(3, vocab, (length - 1,), generator=g).tolist() for _ in range(batch)]
 
 
 def amp_dtype(device) -> torch.dtype | None:
@@ -320,7 +320,8 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
             kv = model.memory_kv(model.encode(images))
         enc_flops = fc.get_total_flops()
         with FlopCounterMode(display=False) as fc:
-            dec = BatchDecoder(model, kv, prompts(batch), GenerationConfig(max_new_tokens=new_tokens))
+            dec = BatchDecoder(model, kv, prompts(batch, length=prompt_len, vocab=cfg.vocab_size),
+                               GenerationConfig(max_new_tokens=new_tokens))
         pre_flops = fc.get_total_flops()
         tok = torch.full((batch,), 5, device=device)
         with FlopCounterMode(display=False) as fc:

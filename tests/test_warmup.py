@@ -54,3 +54,81 @@ def test_a_batch_shape_whose_buffers_were_evicted_decodes_like_eager_when_it_ret
         assert got.sequences == want.sequences, n
         assert got.scores == pytest.approx(want.scores, abs=1e-4)
     assert len(compiled_step(model.decoder)._states) == 2 and compiled_step(model.decoder).failed is None
+
+
+def test_a_background_warm_up_answers_eagerly_meanwhile_then_switches_to_the_compiled_step(quick_compile,
+                                                                                            monkeypatch):
+    """BackgroundWarmUp: the Predictor answers (eagerly) while the graphs are being built, in another thread;
+    afterwards it decodes compiled, with the eager answers, and no request compiles anything."""
+    import threading
+
+    from torch._dynamo.utils import counters
+
+    import vqa.inference.warmup as W
+
+    ckpt = shared_checkpoint()
+    want = _results(Predictor.from_pretrained(ckpt, device="cpu", compile=False))
+    go, building = threading.Event(), threading.Event()
+    real_build = W._build
+
+    def gated_build(*args):
+        building.set()
+        assert go.wait(60)
+        return real_build(*args)
+
+    monkeypatch.setattr(W, "_build", gated_build)
+    p = Predictor.from_pretrained(ckpt, device="cpu", compile=True)
+    job = W.BackgroundWarmUp(p, max_batch=1, max_beams=1)  # one shape: one image, one row
+    assert building.wait(60) and not p.compile  # eager until the graphs exist
+    assert _results(p) == want and not job.done.is_set()  # answered while the warm-up waits to start
+    go.set()
+    answered_while_compiling = 0
+    while not job.done.is_set():  # requests in this thread while the other one compiles
+        assert _results(p) == want
+        answered_while_compiling += not job.done.is_set()
+    assert answered_while_compiling > 0  # the premise: some answers were given while compiling
+    assert job.wait(0) and job.error is None
+    assert job.result.shapes == 1 and job.result.seconds > 0 and p.compile
+    built = counters["stats"]["unique_graphs"]
+    assert built > 0
+    one = draw(list(ITEMS)[1])
+    assert p.caption(one).caption == want[-1]  # one image, one row: the shape built
+    assert counters["stats"]["unique_graphs"] == built  # through the graphs the warm-up built
+
+
+def test_a_failed_background_warm_up_leaves_the_predictor_answering_eagerly(monkeypatch):
+    import vqa.inference.warmup as W
+
+    def broken(*args):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(W, "_build", broken)
+    ckpt = shared_checkpoint()
+    p = Predictor.from_pretrained(ckpt, device="cpu", compile=True)
+    reports = []
+    with pytest.warns(RuntimeWarning, match="compiling the model failed .*no C\\+\\+ compiler.*answering eagerly"):
+        job = W.BackgroundWarmUp(p, on_done=reports.append)
+        assert job.wait(60)
+    assert reports == [job] and job.result is None and "no C++ compiler" in str(job.error)
+    assert not p.compile
+    eager = Predictor.from_pretrained(ckpt, device="cpu", compile=False)
+    assert _results(p) == _results(eager)
+    idle = W.BackgroundWarmUp(eager)  # nothing to build: no thread
+    assert idle.wait(0) and idle.result == W.WarmUp(0, 0.0) and not hasattr(idle, "thread")
+
+
+def test_the_demo_compiles_in_the_background_on_a_cpu_and_says_so(monkeypatch, capsys):
+    import vqa.inference.warmup as W
+    from vqa.demo.server import start_warm_up
+
+    monkeypatch.setattr(W, "_build", lambda pred, max_batch, max_beams: 3)  # the graphs, quickly
+    p = Predictor.from_pretrained(shared_checkpoint(), device="cpu", compile=True)
+    assert start_warm_up(None, 4) is None
+    job = start_warm_up(p, 4, prog="app.py")
+    assert isinstance(job, W.BackgroundWarmUp) and job.wait(60)
+    assert p.compile and job.result.shapes == 3
+    err = capsys.readouterr().err
+    assert "in the background" in err and "answering eagerly until then" in err
+    assert "app.py: compiled 3 batch shapes in" in err
+    p.compile = False
+    assert start_warm_up(p, 4) is None  # an eager Predictor: nothing to do

@@ -17,7 +17,7 @@ import gradio as gr
 
 from ..data.images import MAX_PIXELS
 from ..errors import VQAError
-from ..inference.warmup import warm_up
+from ..inference.warmup import BackgroundWarmUp, warm_up
 from .examples import SAMPLES, SHAPES
 from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, build_app
 from .uploads import give_back_decoded_memory
@@ -98,6 +98,30 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
                                      quantize="int8" if int8 else None, compile=compile)
 
 
+def start_warm_up(pred, max_batch: int, prog: str = "app.py") -> BackgroundWarmUp | None:
+    """Compile every batch shape of a compiling Predictor so that no request waits for the compiler. On CUDA
+    now, before the demo listens (a CUDA graph is not captured while other threads launch kernels); elsewhere
+    in the background, the demo answering eagerly meanwhile (a CPU takes minutes). Reports on stderr."""
+    if pred is None or not pred.compile:
+        return None
+    if pred.device.type == "cuda":
+        print(f"{prog}: compiling the model for batches of up to {max_batch}...", file=sys.stderr, flush=True)
+        w = warm_up(pred, max_batch, max_beams=MAX_TOP_K)
+        print(f"{prog}: compiled {w.shapes} batch shapes in {w.seconds:.0f} s", file=sys.stderr, flush=True)
+        return None
+
+    def report(job: BackgroundWarmUp) -> None:
+        if job.result is not None:
+            print(f"{prog}: compiled {job.result.shapes} batch shapes in {job.result.seconds:.0f} s; answering "
+                  "through the compiled model from now on", file=sys.stderr, flush=True)
+        else:
+            print(f"{prog}: compiling failed ({job.error}); answering eagerly", file=sys.stderr, flush=True)
+
+    print(f"{prog}: compiling the model for batches of up to {max_batch} in the background (minutes on a CPU); "
+          "answering eagerly until then", file=sys.stderr, flush=True)
+    return BackgroundWarmUp(pred, max_batch, max_beams=MAX_TOP_K, on_done=report)
+
+
 def parser(prog: str = "app.py") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Serve the vqa demo (Gradio).")
     p.add_argument("--checkpoint", default=None, metavar="RUN",
@@ -110,7 +134,8 @@ def parser(prog: str = "app.py") -> argparse.ArgumentParser:
                         "docs/performance.md has the speed and the accuracy change")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="decode through the torch.compile'd step (default: on CUDA, and with --int8); every batch "
-                        "shape is compiled at start-up, before the demo takes requests")
+                        "shape is compiled at start-up: on CUDA before the demo takes requests, on a CPU in the "
+                        "background while it answers eagerly")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH,
                    help=f"questions answered by one batched model call, at most (default {MAX_BATCH})")
     p.add_argument("--batch-wait", type=float, default=BATCH_WAIT_MS, metavar="MS",
@@ -145,10 +170,7 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
     if pred is None:
         print(f"{prog}: no checkpoint at {DEFAULT_RUN}; serving a page that explains how to train one "
               "(`make demo`)", file=sys.stderr)
-    if pred is not None and pred.compile:  # every shape compiled now: no request waits for the compiler
-        print(f"{prog}: compiling the model for batches of up to {args.max_batch}...", file=sys.stderr, flush=True)
-        w = warm_up(pred, args.max_batch, max_beams=MAX_TOP_K)
-        print(f"{prog}: compiled {w.shapes} batch shapes in {w.seconds:.0f} s", file=sys.stderr, flush=True)
+    start_warm_up(pred, args.max_batch, prog)  # before listening on CUDA, else in the background
     demo = build_app(pred, max_batch=args.max_batch, batch_wait_ms=args.batch_wait)
     try:
         _, url, _ = serve(demo, args.host, args.port, concurrency, queue_size, block=False, quiet=True)

@@ -2,6 +2,11 @@
 CUDA by default, int8 on a CPU) builds every graph its traffic can need at start-up, so no user waits for the
 compiler (16-38 s per batch shape on an H100, docs/performance.md).
 
+`warm_up` builds them before the server listens (CUDA: a CUDA graph is not captured while other threads launch
+kernels). `BackgroundWarmUp` builds them in a thread while the Predictor answers eagerly, and switches it to the
+compiled step once every shape is built: on a CPU compiling takes minutes for a whole server (30-120 s per batch
+shape on the 2-core machine of docs/performance.md), too long to keep the first user waiting.
+
 What a graph depends on: the rows of a decoding padded to a power of two (`vqa.decoding.compiled.bucket`;
 answers run max(top_k, 3) beams a question), the image batch padded the same way, the dtype, and whether
 answers are restricted to an answer vocabulary (`Predictor.set_answer_vocab`). The cache length is the same
@@ -9,7 +14,10 @@ for every decoding of a model (`vqa.decoding.batch`), so that is all."""
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,28 +33,81 @@ class WarmUp:
     seconds: float
 
 
-def warm_up(pred, max_batch: int = 16, max_beams: int = 3) -> WarmUp:
+def _build(pred, max_batch: int, max_beams: int) -> int:
     """Run every row bucket up to `max_batch` requests x `max_beams` beams, and every image bucket up to
     `max_batch` images, through `pred`'s compiled encoder and decode step (with and without its answer
-    vocabulary). Nothing to do when `pred` decodes eagerly."""
-    if not pred.compile:
-        return WarmUp(0, 0.0)
-    t0 = time.perf_counter()
+    vocabulary); returns the decode-step shapes run."""
     s, bos = pred.cfg.vit_image_size, pred.cfg.bos_id
     heads = [None] + ([pred.answer_vocab] if pred.answer_vocab is not None else [])
     shapes, rows = 0, 1
+    while rows <= bucket(max(1, max_batch) * max(1, max_beams)):
+        n_img = min(rows, bucket(max(1, max_batch)))
+        with torch.no_grad():  # as the Predictor encodes (grad mode is part of what a graph is built for)
+            memory = encode_images(pred.model, torch.zeros(n_img, 3, s, s, device=pred.device,
+                                                           dtype=pred.dtype), True)
+        for vocab in heads:
+            generate(pred.model, [[bos]] * rows, memory=memory, image_index=[i % n_img for i in range(rows)],
+                     vocab=vocab, compile=True, max_new_tokens=2, min_new_tokens=2)
+            shapes += 1
+        rows *= 2
+    return shapes
+
+
+def warm_up(pred, max_batch: int = 16, max_beams: int = 3) -> WarmUp:
+    """Build every graph of `pred` (`_build`) now, holding its lock: requests wait until it is done. Nothing
+    to do when `pred` decodes eagerly."""
+    if not pred.compile:
+        return WarmUp(0, 0.0)
+    t0 = time.perf_counter()
     with pred._lock:
-        while rows <= bucket(max(1, max_batch) * max(1, max_beams)):
-            n_img = min(rows, bucket(max(1, max_batch)))
-            with torch.no_grad():  # as the Predictor encodes (grad mode is part of what a graph is built for)
-                memory = encode_images(pred.model, torch.zeros(n_img, 3, s, s, device=pred.device,
-                                                               dtype=pred.dtype), True)
-            for vocab in heads:
-                generate(pred.model, [[bos]] * rows, memory=memory, image_index=[i % n_img for i in range(rows)],
-                         vocab=vocab, compile=True, max_new_tokens=2, min_new_tokens=2)
-                shapes += 1
-            rows *= 2
+        shapes = _build(pred, max_batch, max_beams)
     return WarmUp(shapes, time.perf_counter() - t0)
 
 
-__all__ = ["WarmUp", "warm_up"]
+class BackgroundWarmUp:
+    """Build every graph of `pred` (`_build`) in a daemon thread while `pred` answers eagerly (its `compile` is
+    off until then), then turn its compiled step on. No request waits for the compiler, and none runs a
+    compiled graph while another is being built (the compiled step's guards are switched off process-wide for
+    shapes already built). `on_done(self)` runs in the thread at the end; `result` is the WarmUp, or `error`
+    the exception that stopped it (then `pred` keeps answering eagerly). Nothing to do when `pred` decodes
+    eagerly."""
+
+    def __init__(self, pred, max_batch: int = 16, max_beams: int = 3,
+                 on_done: Callable[[BackgroundWarmUp], None] | None = None):
+        self.pred = pred
+        self.result: WarmUp | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        if not pred.compile:
+            self.result = WarmUp(0, 0.0)
+            self.done.set()
+            return
+        with pred._lock:
+            pred.compile = False  # eager answers until every graph is built
+        self._on_done = on_done
+        self._args = (max_batch, max_beams)
+        self.thread = threading.Thread(target=self._run, name="vqa-warm-up", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            shapes = _build(self.pred, *self._args)
+            with self.pred._lock:
+                self.pred.compile = True
+            self.result = WarmUp(shapes, time.perf_counter() - t0)
+        except Exception as e:  # the eager step goes on answering
+            self.error = e
+            warnings.warn(f"compiling the model failed ({type(e).__name__}: {e}); answering eagerly",
+                          RuntimeWarning, stacklevel=1)
+        finally:
+            self.done.set()
+            if self._on_done is not None:
+                self._on_done(self)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the warm-up has ended (True), or `timeout` seconds have passed (False)."""
+        return self.done.wait(timeout)
+
+
+__all__ = ["WarmUp", "warm_up", "BackgroundWarmUp"]

@@ -158,3 +158,88 @@ def test_plan_rows_places_every_row_once_and_within_the_length(lengths):
     for ls, rows in zip(lengths, plan, strict=True):
         assert sorted(j for row in rows for j in row) == list(range(len(ls)))
         assert all(sum(ls[j] for j in row) <= t for row in rows)
+
+
+def _fields(p) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(p, f.name) for f in fields(p)}
+
+
+def _same_packed(a, b):
+    """Every field of two PackedRows equal (tensors by value and dtype), neither of them None where the other
+    is a tensor."""
+    fa, fb = _fields(a), _fields(b)
+    assert fa.keys() == fb.keys()
+    for name, x in fa.items():
+        y = fb[name]
+        if torch.is_tensor(x):
+            assert torch.is_tensor(y) and x.dtype == y.dtype and torch.equal(x, y), name
+        else:
+            assert x == y, name
+
+
+def _split_packed():
+    """A packed batch with every field set: an image without rows makes `image_index` a tensor."""
+    model = tiny_model()
+    its = items(model, seed=3, n_images=3)
+    its[1]["rows"] = []
+    for it in its:
+        it["jitter"] = torch.tensor([1.0, 1.0])
+    batch = collate(its, pad_id=0, pack_rows=True, pad_multiple=4)
+    assert batch.packed.image_index is not None and batch.jitter is not None
+    return batch
+
+
+def test_packed_rows_move_every_tensor_and_keep_the_rest(monkeypatch):
+    """PackedRows.to: every tensor field goes to the device asked for, with the non_blocking asked for (the meta
+    device stands in for a GPU: only the device changes); the task names and counts travel as they are."""
+    p = _split_packed().packed
+    tensors = {k for k, v in _fields(p).items() if torch.is_tensor(v)}
+    assert tensors == {"input_ids", "positions", "segments", "target_pos", "target_ids", "target_task",
+                       "image_index"}
+    moved = p.to("meta")
+    for name, v in _fields(moved).items():
+        if name in tensors:
+            orig = getattr(p, name)
+            assert v.device.type == "meta" and v.shape == orig.shape and v.dtype == orig.dtype, name
+        else:
+            assert v == getattr(p, name), name
+    _same_packed(p.to("cpu"), p)
+    calls = []
+    real_to = torch.Tensor.to
+
+    def spy(t, *args, **kwargs):
+        calls.append((args, kwargs.get("non_blocking")))
+        return real_to(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    for asked in (True, False):
+        calls.clear()
+        p.to("cpu", non_blocking=asked)
+        assert calls == [(("cpu",), asked)] * len(tensors)
+    calls.clear()
+    p.to("cpu")
+    assert calls == [(("cpu",), False)] * len(tensors)  # blocking unless asked
+
+
+def test_packed_batch_pins_every_tensor(monkeypatch):
+    """Batch.pin_memory with packed rows (DataLoader(pin_memory=True)): the images, the jitter and every tensor
+    of the packed rows are pinned once each, and the copies hold the same values (pin_memory needs an
+    accelerator: a stand-in marks each tensor it was asked to pin and returns a copy)."""
+    batch = _split_packed()
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
+    out = batch.pin_memory()
+    p, q = batch.packed, out.packed
+    want = [batch.images, batch.jitter] + [v for v in _fields(p).values() if torch.is_tensor(v)]
+    assert sorted(map(id, pinned)) == sorted(map(id, want))  # each tensor, once
+    _same_packed(q, p)
+    for name, v in _fields(q).items():
+        if torch.is_tensor(v):
+            assert v is not getattr(p, name), name  # the pinned copy, not the original
+    assert torch.equal(out.images, batch.images) and torch.equal(out.jitter, batch.jitter)
+    assert out.groups == [] and out.images is not batch.images and out.jitter is not batch.jitter
+    pinned.clear()
+    p.pin_memory()
+    assert len(pinned) == 7

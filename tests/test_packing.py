@@ -5,6 +5,7 @@ mostly real tokens."""
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import pytest
 import torch
@@ -163,14 +164,11 @@ def test_plan_rows_places_every_row_once_and_within_the_length(lengths):
 
 
 def _fields(p) -> dict:
-    from dataclasses import fields
-
     return {f.name: getattr(p, f.name) for f in fields(p)}
 
 
 def _same_packed(a, b):
-    """Every field of two PackedRows equal (tensors by value and dtype), neither of them None where the other
-    is a tensor."""
+    """Every field of two PackedRows equal (tensors by value and dtype)."""
     fa, fb = _fields(a), _fields(b)
     assert fa.keys() == fb.keys()
     for name, x in fa.items():
@@ -185,9 +183,7 @@ def _split_packed():
     """A packed batch with every field set: an image without rows makes `image_index` a tensor."""
     model = tiny_model()
     its = items(model, seed=3, n_images=3)
-    its[1]["rows"] = []
-    for it in its:
-        it["jitter"] = torch.tensor([1.0, 1.0])
+    its = [{**it, "rows": [] if k == 1 else it["rows"], "jitter": torch.tensor([1.0, 1.0])} for k, it in enumerate(its)]
     batch = collate(its, pad_id=0, pack_rows=True, pad_multiple=4)
     assert batch.packed.image_index is not None and batch.jitter is not None
     return batch
@@ -229,7 +225,6 @@ def _moves_with_the_non_blocking_asked_for(rows, n_tensors: int, monkeypatch):
     calls.clear()
     rows.to("cpu")
     assert calls == [(("cpu",), False)] * n_tensors  # blocking unless asked
-    monkeypatch.undo()
 
 
 def test_task_groups_move_with_the_non_blocking_asked_for(monkeypatch):
@@ -257,9 +252,8 @@ def test_make_collate_passes_pack_rows():
 
 
 def test_packed_batch_pins_every_tensor(monkeypatch):
-    """Batch.pin_memory with packed rows (DataLoader(pin_memory=True)): the images, the jitter and every tensor
-    of the packed rows are pinned once each, and the copies hold the same values (pin_memory needs an
-    accelerator: a stand-in marks each tensor it was asked to pin and returns a copy)."""
+    """Batch.pin_memory with packed rows: the images, the jitter and every packed tensor are pinned once each
+    (pin_memory needs an accelerator: a stand-in records each tensor it was asked to pin, returns a copy)."""
     batch = _split_packed()
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
@@ -273,14 +267,9 @@ def test_packed_batch_pins_every_tensor(monkeypatch):
             assert v is not getattr(p, name), name  # the pinned copy, not the original
     assert torch.equal(out.images, batch.images) and torch.equal(out.jitter, batch.jitter)
     assert out.groups == [] and out.images is not batch.images and out.jitter is not batch.jitter
-    pinned.clear()
-    p.pin_memory()
-    assert len(pinned) == 7
 
 
-# where packing puts each row: against a plan written out from its definition (first-fit decreasing into
-# rows of T tokens, T the candidate that pads the least), and the corner cases of pack
-
+# where packing puts each row, against a plan written out from its definition; the corner cases of pack
 def first_fit_decreasing(lengths: list[int], cap: int) -> list[list[int]]:
     """Rows into bins of `cap` tokens: the longest row first (equal lengths in row order), each into the first
     bin it fits in, else a new bin; each bin's row numbers in order."""
@@ -315,10 +304,8 @@ def reference_plan(lengths: list[list[int]], multiple: int) -> tuple[int, list[l
 
 def random_lengths(rng: random.Random, n_images: int) -> list[list[int]]:
     """Images with 0-9 rows of 1-14 tokens, some with many more rows than the rest."""
-    out = []
-    for _ in range(n_images):
-        n = rng.choice([0, 1, 2, 3, 3, 4, 9])
-        out.append([rng.choice([1, 2, 3, 5, 5, 7, 10, 14]) for _ in range(n)])
+    out = [[rng.choice([1, 2, 3, 5, 5, 7, 10, 14]) for _ in range(rng.choice([0, 1, 2, 3, 3, 4, 9]))]
+           for _ in range(n_images)]
     if not any(out):
         out[0] = [4]
     return out
@@ -332,8 +319,7 @@ def test_plan_rows_equals_first_fit_decreasing_at_the_least_padded_length(multip
         lengths = random_lengths(rng, rng.randint(1, 12) if trial % 3 else rng.randint(33, 80))
         t, plan = plan_rows(lengths, multiple)
         assert (t, plan) == reference_plan(lengths, multiple), lengths
-        # the premise: these plans are not all one packed row per image at the longest total
-        differs += t < max(sum(ls) for ls in lengths)
+        differs += t < max(sum(ls) for ls in lengths)  # the premise: not all one packed row per image
     assert differs > 20
 
 
@@ -373,8 +359,7 @@ def test_one_row_per_image_is_not_padded_to_the_multiple():
 
 
 def _row(task, prompt, target):
-    ids = prompt + target
-    return dict(input_ids=ids, loss_mask=[False] * len(prompt) + [True] * len(target), task=task, meta={},
+    return dict(input_ids=prompt + target, loss_mask=[False] * len(prompt) + [True] * len(target), task=task, meta={},
                 prompt_len=len(prompt))
 
 
@@ -403,9 +388,8 @@ def test_an_image_split_in_two_packed_rows_pads_rows_that_read_image_0_and_add_n
 
 
 def test_pack_of_images_without_rows_gives_empty_tensors_of_the_right_types():
-    """pack called directly on images without text rows (collate does not call it then): no packed row, and
-    every tensor keeps its type (ids, positions, segments, targets and the image index are long even when empty,
-    where torch.tensor([]) alone would be float)."""
+    """pack called directly on images without text rows (collate does not call it then): no packed row, every
+    tensor long even when empty (torch.tensor([]) alone would be float)."""
     image = torch.zeros(3, 8, 8, dtype=torch.uint8)
     assert pack([], pad_id=0).input_ids.shape[0] == 0  # no images at all
     p = pack([dict(image=image, rows=[]), dict(image=image, rows=[])], pad_id=0, pad_multiple=4)

@@ -16,6 +16,9 @@ from vqa.export.hf_import import import_transformers, read_source
 from vqa.model import checkpoint
 
 pytest.importorskip("transformers")
+# the model classes imported with the module, not in the first test: mutmut's fork server imports the test
+# modules once, and each mutant's process would otherwise import them again (~4 s)
+from transformers import GPT2Config, GPT2LMHeadModel, VisionEncoderDecoderModel, ViTConfig, ViTModel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,6 @@ def test_greedy_and_beam_captions_equal_transformers(ved, imported):
 def _ved_in_memory(enc_width: int, dec_width: int):
     """A VisionEncoderDecoderModel of odd sizes (2 ViT layers, 3 GPT-2 layers, ViT's MLP 56 wide and GPT-2's
     40, 10 image tokens), so that no two sizes or layer counts can stand in for each other."""
-    from transformers import GPT2Config, GPT2LMHeadModel, VisionEncoderDecoderModel, ViTConfig, ViTModel
-
     torch.manual_seed(enc_width + dec_width)
     enc = ViTConfig(hidden_size=enc_width, num_hidden_layers=2, num_attention_heads=2, intermediate_size=56,
                     image_size=24, patch_size=8)

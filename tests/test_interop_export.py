@@ -100,6 +100,31 @@ def test_export_of_a_model_built_here_generates_vqa_captions(tmp_path, case):
     assert got == want and len({tuple(s) for s in want}) > 1
 
 
+def test_exported_configs_carry_what_the_logits_cannot_show(tmp_path):
+    """Checked by value where the logits' tolerance or eval mode cannot tell: each tower's LayerNorm epsilon
+    (not transformers' defaults), no dropout (the model in train mode computes what it computes in eval mode),
+    the decoder's own token ids are the tokenizer's, and the embedding scale unties the head (transformers 4
+    ties lm_head to wte otherwise). A decoder MLP 3 x wide (not GPT-2's default 4 x) loads and computes vqa's
+    logits."""
+    run = _model_here(tmp_path / "run", dec_width=32, vit_norm_eps=1e-3, dec_norm_eps=1e-4, dec_mlp_ratio=3.0)
+    model, tok, _ = checkpoint.load(run)
+    hf = load_ved(export_transformers(run, tmp_path / "hf"))
+
+    def eps(module):
+        return {m.eps for m in module.modules() if isinstance(m, torch.nn.LayerNorm)}
+
+    assert eps(hf.encoder) == eps(model.vision) == {1e-3}
+    assert eps(hf.decoder) == eps(model.decoder) == {1e-4}
+    x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
+    with torch.no_grad():
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        assert (ours - theirs).abs().max() < 1e-4
+        assert torch.equal(hf.train()(pixel_values=x, decoder_input_ids=ids).logits, theirs)
+    dec = hf.config.decoder
+    assert (dec.bos_token_id, dec.eos_token_id, dec.pad_token_id) == (tok.bos_id, tok.eos_id, tok.pad_id)
+    assert model.cfg.dec_embed_scale and dec.tie_word_embeddings is False
+
+
 def test_inexpressible_model_refused_naming_each_field_nothing_written(tmp_path, capsys):
     from vqa.cli import main
 

@@ -103,9 +103,9 @@ def hf_configs(model, tok) -> tuple[dict, dict]:
     return enc, dec
 
 
+@torch.no_grad()
 def hf_tensors(model) -> dict[str, torch.Tensor]:
-    """The VisionEncoderDecoder tensors of `model` (float32), the memory projection folded where needed. (No
-    torch.no_grad() needed: the state dict's tensors are detached; undecorated, so mutmut mutates it.)"""
+    """The VisionEncoderDecoder tensors of `model` (float32), the memory projection folded where needed."""
     cfg = model.cfg
     sd = {k: v.detach().float() for k, v in model.state_dict().items()}
     if cfg.dec_positions != "learned":

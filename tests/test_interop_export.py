@@ -56,9 +56,10 @@ def _model_here(folder: Path, dec_width: int, **fields) -> Path:
     """A checkpoint of a model built here (vqa's BPE tokenizer, its prompts), with weights spread enough that
     a wrong mapping shows, written as `vqa train` writes it."""
     tok = Tokenizer.train(TEXTS, vocab_size=120)
-    cfg = preset("tiny", vit_conv_stem=False, vit_qk_norm=False, vit_memory_pos=False, dec_qk_norm=False,
-                 vit_image_size=32, vit_patch_size=8, vit_width=32, vit_depth=2, vit_heads=2, dec_width=dec_width,
-                 dec_depth=2, dec_heads=2, dec_max_len=20, **tok.model_ids(), **fields)
+    fields = dict(vit_conv_stem=False, vit_qk_norm=False, vit_memory_pos=False, dec_qk_norm=False, vit_image_size=32,
+                  vit_patch_size=8, vit_width=32, vit_depth=2, vit_heads=2, dec_width=dec_width, dec_depth=2,
+                  dec_heads=2, dec_max_len=20) | fields
+    cfg = preset("tiny", **tok.model_ids(), **fields)
     torch.manual_seed(0)
     model = VQAModel(cfg)
     with torch.no_grad():
@@ -123,6 +124,18 @@ def test_exported_configs_carry_what_the_logits_cannot_show(tmp_path):
     dec = hf.config.decoder
     assert (dec.bos_token_id, dec.eos_token_id, dec.pad_token_id) == (tok.bos_id, tok.eos_id, tok.pad_id)
     assert model.cfg.dec_embed_scale and dec.tie_word_embeddings is False
+
+
+def test_a_model_of_one_block_per_tower_exports(tmp_path):
+    """One ViT block and one decoder block (the configs read the heads and widths off the first block): the
+    exported model computes vqa's logits."""
+    run = _model_here(tmp_path / "run", dec_width=48, vit_depth=1, dec_depth=1)
+    model, tok, _ = checkpoint.load(run)
+    hf = load_ved(export_transformers(run, tmp_path / "hf"))
+    x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
+    with torch.no_grad():
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+    assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
 
 
 def test_inexpressible_model_refused_naming_each_field_nothing_written(tmp_path, capsys):

@@ -320,6 +320,19 @@ def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypat
     assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
 
 
+def test_packed_batches_keep_the_images_and_jitter(data):
+    """collate(pack_rows=True) stacks the images and the jitter as the task groups' collate does, with rows
+    packed or (no item has a row) none; it has no task groups."""
+    _, _, tok = data
+    items = [make(data)[i] for i in range(3)]
+    for keep_rows in (True, False):
+        its = items if keep_rows else [{**it, "rows": []} for it in items]
+        b = collate(its, tok.pad_id, pad_multiple=4, pack_rows=True)
+        assert torch.equal(b.images, torch.stack([it["image"] for it in items]))
+        assert torch.equal(b.jitter, torch.stack([it["jitter"] for it in items])) and b.jitter.shape == (3, 2)
+        assert b.groups == [] and (b.packed is not None) == keep_rows
+
+
 def test_make_collate_passes_its_settings(data):
     _, _, tok = data
     items = [make(data)[i] for i in range(3)]

@@ -16,6 +16,9 @@ from vqa.export.hf_import import import_transformers, read_source
 from vqa.model import checkpoint
 
 pytest.importorskip("transformers")
+# the model classes imported with the module, not in the first test: mutmut's fork server imports the test
+# modules once, and each mutant's process would otherwise import them again (~4 s)
+from transformers import GPT2Config, GPT2LMHeadModel, VisionEncoderDecoderModel, ViTConfig, ViTModel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +105,51 @@ def test_greedy_and_beam_captions_equal_transformers(ved, imported):
     beam = _ours(model, tok, x, method="beam", num_beams=4)
     assert beam == _hf_generate(hf, x, num_beams=4, early_stopping="never")
     assert beam != greedy
+
+
+# ------------------------------------------------------------------------- the tensor names, both ways
+
+
+def _ved_in_memory(enc_width: int, dec_width: int):
+    """A VisionEncoderDecoderModel of odd sizes (2 ViT layers, 3 GPT-2 layers, ViT's MLP 56 wide and GPT-2's
+    40, 10 image tokens), so that no two sizes or layer counts can stand in for each other."""
+    torch.manual_seed(enc_width + dec_width)
+    enc = ViTConfig(hidden_size=enc_width, num_hidden_layers=2, num_attention_heads=2, intermediate_size=56,
+                    image_size=24, patch_size=8)
+    dec = GPT2Config(n_embd=dec_width, n_layer=3, n_head=2, n_inner=40, vocab_size=50, n_positions=20,
+                     add_cross_attention=True, is_decoder=True, bos_token_id=0, eos_token_id=0)
+    return VisionEncoderDecoderModel(encoder=ViTModel(enc), decoder=GPT2LMHeadModel(dec))
+
+
+@pytest.mark.parametrize("widths", [(24, 16), (16, 16)])
+def test_the_layout_is_transformers_own_and_maps_back_to_the_same_tensors(widths, tmp_path):
+    """hf_shapes lists exactly the tensors transformers' save_pretrained writes (less the ignored ones), with
+    their shapes; hf_to_vqa then vqa_to_hf gives every one of them back unchanged (an identity projection, when the
+    widths match, is left out) as tensors safetensors can write."""
+    from safetensors.torch import load_file
+
+    from vqa.export.hf_import import check_decoder, check_encoder
+    from vqa.export.hf_layout import IGNORED, hf_shapes, hf_to_vqa, vqa_to_hf
+
+    hf = _ved_in_memory(*widths)
+    hf.save_pretrained(tmp_path)  # the file layout, which every transformers version reads and writes
+    theirs = {k: v for k, v in load_file(str(tmp_path / "model.safetensors")).items() if not IGNORED.fullmatch(k)}
+    enc = check_encoder(hf.config.encoder.to_dict(), "test")
+    dec = check_decoder(hf.config.decoder.to_dict(), "test")
+    shapes = hf_shapes(enc, dec, 50)
+    assert shapes == {k: tuple(v.shape) for k, v in theirs.items()}
+    assert all(type(n) is int for s in shapes.values() for n in s)  # 17.0 == 17, but an error line prints it
+    ours = hf_to_vqa(theirs, 2, 3, widths[1])
+    assert ours["vision.vit.blocks.1.attn.qkv.weight"].shape == (3 * widths[0], widths[0])
+    assert ours["decoder.blocks.2.cross_attn.kv.weight"].shape == (2 * widths[1], widths[1])
+    if widths[0] == widths[1]:
+        assert torch.equal(ours["vision.proj.weight"], torch.eye(16)) and not ours["vision.proj.bias"].any()
+    back = vqa_to_hf(ours, 2, 3, project=widths[0] != widths[1])
+    assert back.keys() == theirs.keys()
+    for k, v in theirs.items():
+        assert torch.equal(back[k], v) and back[k].is_contiguous(), k
+    # safetensors writes only contiguous tensors that share no memory (q, k and v are chunks of one qkv)
+    assert len({v.untyped_storage().data_ptr() for v in back.values()}) == len(back)
 
 
 # ------------------------------------------------------------------------------------ the command line

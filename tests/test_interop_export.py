@@ -56,9 +56,10 @@ def _model_here(folder: Path, dec_width: int, **fields) -> Path:
     """A checkpoint of a model built here (vqa's BPE tokenizer, its prompts), with weights spread enough that
     a wrong mapping shows, written as `vqa train` writes it."""
     tok = Tokenizer.train(TEXTS, vocab_size=120)
-    cfg = preset("tiny", vit_conv_stem=False, vit_qk_norm=False, vit_memory_pos=False, dec_qk_norm=False,
-                 vit_image_size=32, vit_patch_size=8, vit_width=32, vit_depth=2, vit_heads=2, dec_width=dec_width,
-                 dec_depth=2, dec_heads=2, dec_max_len=20, **tok.model_ids(), **fields)
+    fields = dict(vit_conv_stem=False, vit_qk_norm=False, vit_memory_pos=False, dec_qk_norm=False, vit_image_size=32,
+                  vit_patch_size=8, vit_width=32, vit_depth=2, vit_heads=2, dec_width=dec_width, dec_depth=2,
+                  dec_heads=2, dec_max_len=20) | fields
+    cfg = preset("tiny", **tok.model_ids(), **fields)
     torch.manual_seed(0)
     model = VQAModel(cfg)
     with torch.no_grad():
@@ -98,6 +99,43 @@ def test_export_of_a_model_built_here_generates_vqa_captions(tmp_path, case):
         row = row[2:]
         got.append(row[: row.index(tok.eos_id)] if tok.eos_id in row else row)
     assert got == want and len({tuple(s) for s in want}) > 1
+
+
+def test_exported_configs_carry_what_the_logits_cannot_show(tmp_path):
+    """Checked by value where the logits' tolerance or eval mode cannot tell: each tower's LayerNorm epsilon
+    (not transformers' defaults), no dropout (the model in train mode computes what it computes in eval mode),
+    the decoder's own token ids are the tokenizer's, and the embedding scale unties the head (transformers 4
+    ties lm_head to wte otherwise). A decoder MLP 3 x wide (not GPT-2's default 4 x) loads and computes vqa's
+    logits."""
+    run = _model_here(tmp_path / "run", dec_width=32, vit_norm_eps=1e-3, dec_norm_eps=1e-4, dec_mlp_ratio=3.0)
+    model, tok, _ = checkpoint.load(run)
+    hf = load_ved(export_transformers(run, tmp_path / "hf"))
+
+    def eps(module):
+        return {m.eps for m in module.modules() if isinstance(m, torch.nn.LayerNorm)}
+
+    assert eps(hf.encoder) == eps(model.vision) == {1e-3}
+    assert eps(hf.decoder) == eps(model.decoder) == {1e-4}
+    x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
+    with torch.no_grad():
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        assert (ours - theirs).abs().max() < 1e-4
+        assert torch.equal(hf.train()(pixel_values=x, decoder_input_ids=ids).logits, theirs)
+    dec = hf.config.decoder
+    assert (dec.bos_token_id, dec.eos_token_id, dec.pad_token_id) == (tok.bos_id, tok.eos_id, tok.pad_id)
+    assert model.cfg.dec_embed_scale and dec.tie_word_embeddings is False
+
+
+def test_a_model_of_one_block_per_tower_exports(tmp_path):
+    """One ViT block and one decoder block (the configs read the heads and widths off the first block): the
+    exported model computes vqa's logits."""
+    run = _model_here(tmp_path / "run", dec_width=48, vit_depth=1, dec_depth=1)
+    model, tok, _ = checkpoint.load(run)
+    hf = load_ved(export_transformers(run, tmp_path / "hf"))
+    x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
+    with torch.no_grad():
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+    assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
 
 
 def test_inexpressible_model_refused_naming_each_field_nothing_written(tmp_path, capsys):

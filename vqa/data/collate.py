@@ -154,9 +154,10 @@ def _targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, multiple: int) ->
 def plan_rows(lengths: list[list[int]], multiple: int = 1) -> tuple[int, list[list[list[int]]]]:
     """Where packing puts each text row: `lengths[m]` are image m's row lengths; returns (T, rows) with rows[m]
     a list of packed rows of image m, each a list of its row numbers. A packed row holds rows of one image only
-    (it cross-attends to that image), T tokens at most. T is chosen among the images' totals (and the longest
-    row) to pad the least: when images carry similar totals every image fits in one packed row, and an image
-    with many more questions than the others takes two or three instead of widening every row."""
+    (it cross-attends to that image), T tokens at most. T is chosen among the images' totals (at least the
+    longest row; of more than 32 images, the totals at 32 evenly spaced ranks and the largest) to pad the
+    least, the shorter on a tie: when images carry similar totals every image fits in one packed row, and an
+    image with many more questions than the others takes two or three instead of widening every row."""
     totals = sorted(sum(ls) for ls in lengths)
     longest = max((n for ls in lengths for n in ls), default=1)
     picks = ({totals[len(totals) * q // 32] for q in range(32)} | {totals[-1]}) if totals else {1}

@@ -27,6 +27,7 @@ from .. import distributed
 from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
 from ..data.loader import TrainBatches
+from ..data.packing import pack_across
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
@@ -129,10 +130,11 @@ class Trainer:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
         self.batch_size = c.batch_size or default_batch(self.model, d.device)
-        # rows packed one per image (vqa.data.collate.PackedRows); compiled: lengths and target counts padded
-        # to multiples of 8, so an epoch sees few shapes
+        # rows packed across images (vqa.data.packing) or one image per row (vqa.data.collate.pack); compiled:
+        # lengths and target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1, pack_rows=True)
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1,
+                                    pack_rows=pack_across if c.packing == "across" else True)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
@@ -170,9 +172,11 @@ class Trainer:
         self.ddp = None
         if d.world > 1:
             # buffers (sin-cos tables) are constants: nothing to broadcast every forward
-            # gradients as views of DDP's buckets: no second copy of them (~0.6 GB for base)
+            # gradients as views of DDP's buckets: no second copy of them (~0.6 GB for base); the step's graph
+            # is static (every parameter gets a gradient in every step, the same objective each time, the
+            # empty-batch fallback included), so DDP skips re-checking which parameters took part
             self.ddp = DDP(self.objective, device_ids=[d.local_rank] if d.device.type == "cuda" else None,
-                           broadcast_buffers=False, gradient_as_bucket_view=True)
+                           broadcast_buffers=False, gradient_as_bucket_view=True, static_graph=True)
         self.fwd = self.ddp or self.objective
         if self.compiled:
             self.fwd = torch.compile(self.fwd)

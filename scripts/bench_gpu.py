@@ -109,10 +109,9 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from vqa.train.step import wrap_ddp
 
-        ddp = DDP(objective, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False,
-                  gradient_as_bucket_view=True)
+        ddp = wrap_ddp(objective, device, device.index or 0)
         runner.fwd, runner.ddp, runner.world = (torch.compile(ddp) if compile else ddp), ddp, world
     shapes = batches(model, n, device, compile, n_shapes if compile else 1, layout, lengths)
     counters.clear()

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import distributed
 from ..config import TrainConfig, parse_duration
@@ -43,7 +42,7 @@ from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
 from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
-from .step import StepRunner
+from .step import StepRunner, wrap_ddp
 
 
 def train(cfg: TrainConfig) -> Trainer:
@@ -170,13 +169,8 @@ class Trainer:
             self._restore(state)
         self.objective = Objective(self.model)
         self.ddp = None
-        if d.world > 1:
-            # buffers (sin-cos tables) are constants: nothing to broadcast every forward
-            # gradients as views of DDP's buckets: no second copy of them (~0.6 GB for base); the step's graph
-            # is static (every parameter gets a gradient in every step, the same objective each time, the
-            # empty-batch fallback included), so DDP skips re-checking which parameters took part
-            self.ddp = DDP(self.objective, device_ids=[d.local_rank] if d.device.type == "cuda" else None,
-                           broadcast_buffers=False, gradient_as_bucket_view=True, static_graph=True)
+        if d.world > 1:  # gradient_as_bucket_view, static_graph (vqa.train.step.wrap_ddp)
+            self.ddp = wrap_ddp(self.objective, d.device, d.local_rank)
         self.fwd = self.ddp or self.objective
         if self.compiled:
             self.fwd = torch.compile(self.fwd)

@@ -147,11 +147,11 @@ def amp_dtype(device) -> torch.dtype | None:
 
 
 def ours_trainer(model: VQAModel, device, compile: bool = False):
-    """A closure running one training step as `vqa train` does: the batch's rows packed one row per image
-    (vqa.data.collate.pack, done once per batch, as the loader's workers do it), the training objective (one
-    image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip 1.0,
-    AdamW."""
-    from vqa.data.collate import pack
+    """A closure running one training step as `vqa train` does: the batch's rows packed across images
+    (vqa.data.packing.pack_across, done once per batch, as the loader's workers do it), the training objective
+    (one image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip
+    1.0, AdamW."""
+    from vqa.data.packing import pack_across
     from vqa.train.objective import Objective
 
     model.train()
@@ -163,7 +163,7 @@ def ours_trainer(model: VQAModel, device, compile: bool = False):
 
     def step(b):
         if id(b) not in packed:
-            rows = pack(_items(b), PAD)
+            rows = pack_across(_items(b), PAD)
             packed[id(b)] = (rows.to(device), sum(rows.task_targets.values()))
         rows, n = packed[id(b)]
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):

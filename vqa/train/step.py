@@ -45,7 +45,8 @@ class StepRunner:
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
         self.device, self.weights, self.grad_clip = device, dict(task_weights), float(grad_clip)
         self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
-        self.ddp_started = False  # a backward through DDP has run        # a batch's model input on the device: the trainer normalizes its uint8 images (and jitter) there
+        self.ddp_started = False  # a backward through DDP has run
+        # a batch's model input on the device: the trainer normalizes its uint8 images (and jitter) there
         self.images = images or (lambda b, dev: b.images.to(dev, non_blocking=True))
 
     def __call__(self, micro: list[Batch], extra: Iterable[float] = ()) -> torch.Tensor:

@@ -74,21 +74,37 @@ def vqa_batch(cfg, n_images: int, device, seed: int = 0) -> dict:
             dict(images=images, input_ids=ids, loss_mask=loss_mask, image_index=index).items()}
 
 
-def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1) -> list[dict]:
-    """Dataset items as vqa.data.dataset gives them: an image with QUESTIONS VQA rows (10-14 prompt tokens, a
-    2-3 token answer + <eos>) and `captions` caption rows (<bos> <caption> + 8-14 tokens + <eos>)."""
+LENGTHS = ("fixed", "vqa2")  # train_items' length distributions
+
+
+def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1, lengths: str = "fixed") -> list[dict]:
+    """Dataset items as vqa.data.dataset gives them. "fixed": an image with QUESTIONS VQA rows (10-14 prompt
+    tokens, a 2-3 token answer + <eos>) and `captions` caption rows (<bos> <caption> + 8-14 tokens + <eos>).
+    "vqa2": VQA v2-like, varying: 3 + Poisson(2.36) questions per image (mean 5.36, VQA v2 train's 443,757 / 82,783;
+    at most 12), each <bos> <question> + 4 + Poisson(4.5) question tokens + <answer> (prompt ~11.5 tokens), a
+    1-3 token answer (mostly 1) + <eos>: ~13.8 tokens a row; `captions` COCO-like caption rows of <bos>
+    <caption> + 8 + Poisson(4) tokens + <eos> (~15 tokens)."""
+    if lengths not in LENGTHS:
+        raise ValueError(f"lengths {lengths!r}: choose one of {', '.join(LENGTHS)}")
     g = torch.Generator().manual_seed(seed)
     s = cfg.vit_image_size
+    rand = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=g))  # noqa: E731
+    poisson = lambda mean: int(torch.poisson(torch.tensor([float(mean)]), generator=g))  # noqa: E731
     items = []
     for _ in range(n_images):
         rows = []
-        for _ in range(QUESTIONS):
-            p = int(torch.randint(PROMPT - 2, PROMPT + 3, (1,), generator=g))
-            a = int(torch.randint(2, 4, (1,), generator=g))
-            ids = [BOS] + torch.randint(3, VOCAB, (p - 1 + a,), generator=g).tolist() + [EOS]
+        for _ in range(min(12, 3 + poisson(2.36)) if lengths == "vqa2" else QUESTIONS):
+            # q tokens after <bos> in the prompt, a answer tokens before <eos> (drawn in this order: "fixed" draws
+            # what it always drew)
+            if lengths == "vqa2":
+                q, a = 6 + poisson(4.5), 1 + (rand(0, 9) < 3) + (rand(0, 9) < 1)  # <question> ... <answer>
+            else:
+                q, a = rand(PROMPT - 2, PROMPT + 2) - 1, rand(2, 3)
+            p = q + 1
+            ids = [BOS] + torch.randint(3, VOCAB, (q + a,), generator=g).tolist() + [EOS]
             rows.append(dict(input_ids=ids, loss_mask=[False] * p + [True] * (a + 1), task="vqa", meta={}, prompt_len=p))
         for _ in range(captions):
-            c = int(torch.randint(8, 15, (1,), generator=g))
+            c = 8 + poisson(4) if lengths == "vqa2" else rand(8, 14)
             ids = [BOS, 4] + torch.randint(7, VOCAB, (c,), generator=g).tolist() + [EOS]
             rows.append(dict(input_ids=ids, loss_mask=[False] * 2 + [True] * (c + 1), task="caption", meta={},
                              prompt_len=2))
@@ -131,11 +147,11 @@ def amp_dtype(device) -> torch.dtype | None:
 
 
 def ours_trainer(model: VQAModel, device, compile: bool = False):
-    """A closure running one training step as `vqa train` does: the batch's rows packed one row per image
-    (vqa.data.collate.pack, done once per batch, as the loader's workers do it), the training objective (one
-    image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip 1.0,
-    AdamW."""
-    from vqa.data.collate import pack
+    """A closure running one training step as `vqa train` does: the batch's rows packed across images
+    (vqa.data.packing.pack_across, done once per batch, as the loader's workers do it), the training objective
+    (one image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip
+    1.0, AdamW."""
+    from vqa.data.packing import pack_across
     from vqa.train.objective import Objective
 
     model.train()
@@ -147,7 +163,7 @@ def ours_trainer(model: VQAModel, device, compile: bool = False):
 
     def step(b):
         if id(b) not in packed:
-            rows = pack(_items(b), PAD)
+            rows = pack_across(_items(b), PAD)
             packed[id(b)] = (rows.to(device), sum(rows.task_targets.values()))
         rows, n = packed[id(b)]
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):

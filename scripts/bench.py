@@ -78,12 +78,13 @@ def bench_train(name, device, n_img, repeats, compile):
     from torch._dynamo.utils import counters
 
     from vqa.data.collate import collate
+    from vqa.data.packing import pack_across  # training's layout
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
     batches = [collate(C.train_items(model.cfg, n_img, seed=k), C.PAD, pad_multiple=8 if compile else 1,
-                       pack_rows=True)
+                       pack_rows=pack_across)
                for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:  # warm-up (and, compiled, every shape once)
@@ -190,10 +191,11 @@ def mem_table(name, device, sizes):
 
 def _train_peak(name, device, n) -> int:
     from vqa.data.collate import collate
+    from vqa.data.packing import pack_across  # training's layout
 
     model = C.build_ours(name, device)
     runner, _, _ = C.step_runner(model, name, device)
-    batch = collate(C.train_items(model.cfg, n), C.PAD, pack_rows=True)
+    batch = collate(C.train_items(model.cfg, n), C.PAD, pack_rows=pack_across)
     runner([batch])  # the optimizer state exists after the first step
     if device.type != "cuda":
         return C.tensor_peak(lambda: runner([batch]), device)  # above the start of the step: activations + grads
@@ -209,12 +211,13 @@ def readiness(name, device, compile) -> dict:
     from torch._dynamo.utils import counters
 
     from vqa.data.collate import collate
+    from vqa.data.packing import pack_across  # training's layout
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
     batches = [collate(C.train_items(model.cfg, 4, seed=k), C.PAD, pad_multiple=8 if compile else 1,
-                       pack_rows=True)
+                       pack_rows=pack_across)
                for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:

@@ -4,10 +4,13 @@
     python scripts/bench_gpu.py --presets base --batch 64,256 --compile off,on
     torchrun --nproc-per-node 8 scripts/bench_gpu.py --presets base --no-generate      # N GPUs (DDP)
     python scripts/bench_gpu.py --device cpu --presets tiny --batch 32 --compile off --repeats 3
+    python scripts/bench_gpu.py --device cpu --threads 1 --layout packed,across --lengths vqa2 --no-generate
 
 Training rows run `vqa train`'s own step (vqa.train.step.StepRunner: the preset's optimizer, the task groups,
-bf16 autocast on GPUs) on synthetic batches of N images x 4 questions + 1 caption (scripts/_bench_common.py),
-N per device. For each row:
+bf16 autocast on GPUs) on synthetic batches of N images x 4 questions + 1 caption (scripts/_bench_common.py;
+`--lengths vqa2`: VQA v2-like, 3-12 questions of ~14 tokens an image, mean 5.4), N per device, in a layout:
+`across` (training's: rows packed across images, vqa.data.packing), `packed` (one image per row,
+vqa.data.collate.pack) or `padded` (task groups). For each row:
   images/s, step ms   median over --repeats steps after warm-up (all ranks: images/s is the total)
   MFU %               forward + backward FLOPs of the step (torch.utils.flop_counter) / time / peak, where peak
                       is the GPU's dense bf16 peak (a table by device name) or, on a CPU, the GEMM rate measured
@@ -40,6 +43,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from vqa.data.collate import collate  # noqa: E402
+from vqa.data.packing import pack_across  # noqa: E402
 from vqa.decoding.generate import generate  # noqa: E402
 from vqa.device import count_host_reads  # noqa: E402
 
@@ -51,12 +55,15 @@ def peak_flops(device, limits: dict | None) -> tuple[float | None, str]:
     return (limits or {}).get("gemm"), "measured float32 GEMM rate"
 
 
-def batches(model, n: int, device, compile: bool, count: int, packed: bool = True) -> list:
+LAYOUTS = {"across": pack_across, "packed": True, "padded": False}  # collate's pack_rows for each
+
+
+def batches(model, n: int, device, compile: bool, count: int, layout: str = "across", lengths: str = "fixed") -> list:
     """`count` training batches of n images each (different lengths), on the device."""
     out = []
     for k in range(count):
-        b = collate(C.train_items(model.cfg, n, seed=1000 * k + int(os.environ.get("RANK", 0))), C.PAD,
-                    pad_multiple=8 if compile else 1, pack_rows=packed)
+        b = collate(C.train_items(model.cfg, n, seed=1000 * k + int(os.environ.get("RANK", 0)), lengths=lengths),
+                    C.PAD, pad_multiple=8 if compile else 1, pack_rows=LAYOUTS[layout])
         b.images = b.images.to(device)
         b.groups = [g.to(device) for g in b.groups]
         b.packed = None if b.packed is None else b.packed.to(device)
@@ -96,18 +103,17 @@ def profiled(fn, device) -> dict:
 
 
 def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int, limits, n_shapes: int = 4,
-              packed: bool = True) -> dict:
+              layout: str = "across", lengths: str = "fixed") -> dict:
     from torch._dynamo.utils import counters
 
     model = C.build_ours(name, device)
     runner, objective, opt = C.step_runner(model, name, device, compile=compile)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from vqa.train.step import wrap_ddp
 
-        ddp = DDP(objective, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False,
-                  gradient_as_bucket_view=True)
+        ddp = wrap_ddp(objective, device, device.index or 0)
         runner.fwd, runner.ddp, runner.world = (torch.compile(ddp) if compile else ddp), ddp, world
-    shapes = batches(model, n, device, compile, n_shapes if compile else 1, packed)
+    shapes = batches(model, n, device, compile, n_shapes if compile else 1, layout, lengths)
     counters.clear()
     t0 = time.perf_counter()
     runner([shapes[0]])
@@ -135,7 +141,8 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
         real = sum(int(g.attention_mask.sum()) for g in batch.groups)
         total = sum(g.input_ids.numel() for g in batch.groups)
     pk, _ = peak_flops(device, limits)
-    row = dict(preset=name, batch=n, world=world, compile=compile, layout="packed" if packed else "padded", step_ms=t * 1e3, images_per_s=n * world / t,
+    row = dict(preset=name, batch=n, world=world, compile=compile, layout=layout, lengths=lengths, step_ms=t * 1e3,
+               images_per_s=n * world / t,
                gflop_per_image=fl / n / 1e9, mfu=100 * fl / t / pk if pk else None, peak_mib=peak / 2**20,
                ops_per_image=prof["ops"] / n, kernels_per_image=None if prof["kernels"] is None else prof["kernels"] / n,
                busy=prof["busy"], real_tokens=real / total, graphs=graphs, first_s=first,
@@ -183,13 +190,20 @@ def main(argv=None) -> int:
     p.add_argument("--batch", default="", help="images per device, comma-separated (default: cpu 32, cuda 64,256)")
     p.add_argument("--compile", default="off,on", help="off, on or both (compiled rows at the largest batch only)")
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--layout", default="packed", help="packed (training's layout), padded (task groups), or both")
+    p.add_argument("--layout", default="across", help="across (training's layout: rows packed across images), "
+                   "packed (one image per row), padded (task groups); comma-separated")
+    p.add_argument("--lengths", default="fixed", choices=C.LENGTHS,
+                   help="text rows: fixed (4 questions of 12-17 tokens + 1 caption an image) or vqa2 (VQA v2-like, "
+                   "varying)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--shapes", type=int, default=4, help="compiled rows: batch shapes run before timing")
     p.add_argument("--no-generate", action="store_true", help="training rows only")
     p.add_argument("--gen-compiled", action="store_true",
                    help="also generation through the compiled decode step (CUDA graphs on a GPU) at batch 32")
     p.add_argument("--json", help="also write the rows to this file")
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world > 1:
         from vqa import distributed
@@ -213,7 +227,7 @@ def main(argv=None) -> int:
             for n, layout in [(n, lay) for n in (sizes[-1:] if compiled else sizes) for lay in a.layout.split(",")]:
                 try:
                     train.append(train_row(name, device, n, compiled, a.repeats, world, limits, a.shapes,
-                                           layout == "packed"))
+                                           layout, a.lengths))
                 except torch.OutOfMemoryError:
                     train.append(dict(preset=name, batch=n, compile=compiled, layout=layout, oom=True))
                     torch.cuda.empty_cache()

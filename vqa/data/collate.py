@@ -61,7 +61,9 @@ class PackedRows:
     (`vqa.model.masks.segment_mask`). The decoder computes what it computes for the rows one by one, but one
     decoder pass serves every task, little of the batch is padding, and the image's cross-attention
     keys/values are read in place (row m = image m, `image_index` None) or copied once per packed row, not per
-    question (`plan_rows` decides). Tensors are [R, T] / [K]."""
+    question (`plan_rows` decides). With `vqa.data.packing.pack_across` a row holds segments of several images
+    instead, and `image_tokens` / `token_slots` send each token to its own image's keys/values (the
+    cross-attention core runs image-major, `vqa.model.attention.ImageRoute`). Tensors are [R, T] / [K]."""
 
     input_ids: torch.Tensor  # [R, T] long
     positions: torch.Tensor  # [R, T] long: each token's position in its segment (0 on padding)
@@ -72,6 +74,8 @@ class PackedRows:
     tasks: tuple[str, ...]
     task_targets: dict[str, int]  # real targets per task
     image_index: torch.Tensor | None = None  # [R] long: packed row -> image; None: row m is image m
+    image_tokens: torch.Tensor | None = None  # [M, L] long: image m's tokens as flat positions in [R * T] (padded)
+    token_slots: torch.Tensor | None = None  # [R * T] long: each token's place in [M * L] (padding: any)
 
     def to(self, device, non_blocking: bool = False) -> PackedRows:
         return PackedRows(**{f.name: (v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v)
@@ -189,13 +193,22 @@ def _first_fit(lengths: list[int], cap: int) -> list[list[int]]:
 def pack(items: list[dict], pad_id: int, pad_multiple: int = 1) -> PackedRows:
     """The items' text rows packed (`PackedRows`, `plan_rows`); T (and K, and more rows than images) padded to
     `pad_multiple`."""
-    tasks = tuple(dict.fromkeys(r["task"] for item in items for r in item["rows"]))
     t, plan = plan_rows([[len(r["input_ids"]) for r in item["rows"]] for item in items], pad_multiple)
     packed = [(m, [items[m]["rows"][j] for j in row]) for m, rows in enumerate(plan) for row in rows]
     if not packed or len(packed) > len(items):  # rows != images: each packed row names its image, padded
         packed += [(0, [])] * (_round_up(len(packed), pad_multiple) - len(packed))
+    one_per_image = len(packed) == len(items)
+    return fill_rows(items, [rs for _, rs in packed], t, pad_id, pad_multiple,
+                     image_index=None if one_per_image else torch.tensor([i for i, _ in packed], dtype=torch.long))
+
+
+def fill_rows(items: list[dict], packed: list[list[dict]], t: int, pad_id: int, pad_multiple: int = 1,
+              **extra) -> PackedRows:
+    """`PackedRows` of these packed rows (each a list of text rows laid end to end), right-padded to T = `t`;
+    `extra`: the fields that say which image each row's tokens attend to."""
+    tasks = tuple(dict.fromkeys(r["task"] for item in items for r in item["rows"]))
     ids, pos, seg, loss, task_of = [], [], [], [], []
-    for _, rs in packed:
+    for rs in packed:
         n = sum(len(r["input_ids"]) for r in rs)
         ids.append([tok for r in rs for tok in r["input_ids"]] + [pad_id] * (t - n))
         pos.append([p for r in rs for p in range(len(r["input_ids"]))] + [0] * (t - n))
@@ -212,23 +225,23 @@ def pack(items: list[dict], pad_id: int, pad_multiple: int = 1) -> PackedRows:
     target_task = task_flat[target_pos]
     target_task[k:] = 0
     counts = {name: int((target_task[:k] == i).sum()) for i, name in enumerate(tasks)}
-    one_per_image = m == len(items)
     return PackedRows(input_ids=input_ids, positions=torch.tensor(pos, dtype=torch.long).view(m, t),
                       segments=torch.tensor(seg, dtype=torch.long).view(m, t), target_pos=target_pos,
-                      target_ids=target_ids, target_task=target_task, tasks=tasks, task_targets=counts,
-                      image_index=None if one_per_image else torch.tensor([i for i, _ in packed], dtype=torch.long))
+                      target_ids=target_ids, target_task=target_task, tasks=tasks, task_targets=counts, **extra)
 
 
-def collate(items: list[dict], pad_id: int, pad_multiple: int = 1, pack_rows: bool = False) -> Batch:
+def collate(items: list[dict], pad_id: int, pad_multiple: int = 1, pack_rows: bool | Callable = False) -> Batch:
     """Items (dict(image=uint8 [3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)], and in
     training jitter=[2])) -> a Batch: the images stacked once, the rows grouped by task in order of first
-    appearance, or with `pack_rows` packed one row per image (`PackedRows`, training's layout)."""
+    appearance, or with `pack_rows` packed (`PackedRows`, training's layout): True packs one row per image
+    (`pack`), a function packs as it does (`vqa.data.packing.pack_across`: rows across images)."""
     images = torch.stack([item["image"] for item in items]) if items else torch.empty(0)
     jitter = torch.stack([item["jitter"] for item in items]) if items and "jitter" in items[0] else None
     if pack_rows:
         if not any(item["rows"] for item in items):
             return Batch(images=images, groups=[], jitter=jitter)
-        return Batch(images=images, groups=[], jitter=jitter, packed=pack(items, pad_id, pad_multiple))
+        packer = pack if pack_rows is True else pack_rows
+        return Batch(images=images, groups=[], jitter=jitter, packed=packer(items, pad_id, pad_multiple))
     by_task: dict[str, tuple[list[dict], list[int]]] = {}
     for k, item in enumerate(items):
         for row in item["rows"]:
@@ -239,9 +252,9 @@ def collate(items: list[dict], pad_id: int, pad_multiple: int = 1, pack_rows: bo
     return Batch(images=images, groups=groups, jitter=jitter)
 
 
-def make_collate(pad_id: int, pad_multiple: int = 1, pack_rows: bool = False) -> Callable[[list[dict]], Batch]:
+def make_collate(pad_id: int, pad_multiple: int = 1, pack_rows: bool | Callable = False) -> Callable[[list[dict]], Batch]:
     """A picklable collate function for DataLoader workers."""
     return functools.partial(collate, pad_id=pad_id, pad_multiple=pad_multiple, pack_rows=pack_rows)
 
 
-__all__ = ["TaskGroup", "PackedRows", "Batch", "collate", "pack", "plan_rows", "make_collate", "IGNORE"]
+__all__ = ["TaskGroup", "PackedRows", "Batch", "collate", "pack", "fill_rows", "plan_rows", "make_collate", "IGNORE"]

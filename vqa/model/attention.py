@@ -4,6 +4,9 @@
 
 Self-attention projects Q, K, V from the text in one fused matmul; cross-attention projects Q from the text
 and K, V from the image tokens (`project_kv`, done once per image and reused for every generated token).
+Training's rows may hold text of several images (`vqa.data.packing`): an `ImageRoute` then runs the
+cross-attention core image-major, each image's queries against its own keys/values, projections staying in
+the packed layout.
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ class _GatherRows(torch.autograd.Function):
 def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Rows `index` of x (dim 0), e.g. each text row's image keys/values; the same values as index_select."""
     return _GatherRows.apply(x, index) if torch.is_grad_enabled() and x.requires_grad else x.index_select(0, index)
+
+
+class ImageRoute(NamedTuple):
+    """Cross-attention for packed rows that mix images: the B x T packed tokens, flattened, are gathered into
+    M images x L queries (`tokens`), attend to their own image's keys/values [M, H, N, Dh] (read in place, never
+    copied per row), and are put back (`slots`). Padding slots in `tokens` may point anywhere: their outputs are
+    never read back. (`vqa.data.packing.pack_across` builds both.)"""
+
+    tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [B * T]
+    slots: torch.Tensor  # [B * T] long: each token's place in the flat [M * L]
 
 
 class Attention(nn.Module):
@@ -77,12 +90,18 @@ class Attention(nn.Module):
         mask: torch.Tensor | None = None,  # bool [B or 1, 1, T, S], True = may attend; None + self = causal
         cache=None,  # self-attention: past keys/values (`len`, `append`; a StaticKVCache), extended in place
         need_weights: bool = False,
+        route: ImageRoute | None = None,  # cross: packed rows of several images (kv then per image, [M, ...])
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(output [B, T, D], weights [B, H, T, S] or None)."""
+        """(output [B, T, D], weights [B, H, T, S] or None; with a route [M, H, L, S], image-major)."""
         # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
         b, t, d = x.shape
+        bq, tq = b, t  # the attention core's rows and queries: [B, T], or [M, L] image-major with a route
         if self.cross:
-            q = self.q_norm(self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2))
+            q = self.q(x)  # [B, T, D]
+            if route is not None:  # [B, T, D] -> [B * T, D] -> the image-major [M * L, D] -> [M, L, D]
+                bq, tq = route.tokens.shape
+                q = gather_rows(q.reshape(b * t, d), route.tokens.reshape(-1)).view(bq, tq, d)
+            q = self.q_norm(q.view(bq, tq, self.heads, self.head_dim).transpose(1, 2))  # [bq, H, tq, Dh]
             k, v = kv
             causal = False
         else:
@@ -102,12 +121,15 @@ class Attention(nn.Module):
             out, weights, scores = _attention_with_weights(q, k, v, mask, causal)
             if self.capture is not None:
                 self.capture.append(AttentionRecord(weights, scores))
-        elif t == 1 and not causal and dropout == 0.0 and torch.compiler.is_compiling():
+        elif tq == 1 and not causal and dropout == 0.0 and torch.compiler.is_compiling():
             out, weights = _one_query_attention(q, k, v, mask), None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
             weights = None
-        return self.proj(out.transpose(1, 2).reshape(b, t, d)), weights
+        out = out.transpose(1, 2).reshape(bq, tq, d)  # [bq, H, tq, Dh] -> [bq, tq, D]
+        if route is not None:  # the image-major [M * L, D] back to the packed [B * T, D] -> [B, T, D]
+            out = gather_rows(out.reshape(bq * tq, d), route.slots).view(b, t, d)
+        return self.proj(out), weights
 
 
 class AttentionRecord(NamedTuple):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import Attention
+from .attention import Attention, ImageRoute
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -54,11 +54,11 @@ class DecoderBlock(nn.Module):
         self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False):
-        """-> (x, cross-attention weights or None)."""
+    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, route=None):
+        """-> (x, cross-attention weights or None). `route`: rows that mix images (`ImageRoute`)."""
         h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
         x = x + _dropout(self.drop, h)
-        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights)
+        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights, route=route)
         x = x + _dropout(self.drop, h)
         return x + self.mlp(self.ln3(x)), weights
 
@@ -96,14 +96,15 @@ class TextDecoder(nn.Module):
     def forward(
         self,
         ids: torch.Tensor,  # [B, T]
-        memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh]
+        memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh] ([M, ...] with a route)
         pos: torch.Tensor | int | None = None,  # [B, T] position ids, or an int p: p..p+T-1 in every row; default 0
         mask: torch.Tensor | None = None,  # bool [B, 1, T, S]; default causal
         caches: list | None = None,  # per layer, a self-attention cache (vqa.decoding.step.StaticKVCache)
         need_weights: bool = False,
+        route: ImageRoute | None = None,  # packed rows of several images: each token to its own image's kv
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention
-        weights [B, H, T, N]."""
+        weights [B, H, T, N] (with a route: image-major, [M, H, L, N])."""
         if pos is None:
             pos = 0
         if isinstance(pos, int):  # the same positions in every row: a slice of the table, no gather
@@ -121,7 +122,7 @@ class TextDecoder(nn.Module):
         maps = [] if need_weights else None
         for i, blk in enumerate(self.blocks):
             x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
-                       need_weights=need_weights)
+                       need_weights=need_weights, route=route)
             if need_weights:
                 maps.append(w)
         return self.ln_f(x), maps

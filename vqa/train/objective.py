@@ -3,8 +3,9 @@
 For a batch of M images and its text rows it returns the *sum* of every target token's cross-entropy, each
 weighted by its task's weight; the trainer divides by the global weighted target count. The images are
 encoded once and every layer's cross-attention keys/values computed once. Training's layout is packed
-(`vqa.data.collate.PackedRows`: one row per image, each question a causal segment of it): one decoder pass
-reads each image's keys/values in place. Task groups (one padded row per question) gather them per row.
+(`vqa.data.collate.PackedRows`: rows of questions and captions end to end, each a causal segment): one decoder
+pass reads each image's keys/values in place, where rows mix images through an image-major cross-attention
+core (`vqa.data.packing`, `ImageRoute`). Task groups (one padded row per question) gather them per row.
 Target positions and ids come precomputed from the collate function: no boolean-mask indexing, no
 host sync, and no data-dependent control flow for torch.compile to break on.
 """
@@ -17,7 +18,7 @@ from torch import nn
 
 from ..data.collate import IGNORE, PackedRows, TaskGroup
 from ..model import VQAModel
-from ..model.attention import gather_rows
+from ..model.attention import ImageRoute, gather_rows
 from ..model.masks import segment_mask
 
 
@@ -34,9 +35,10 @@ class Objective(nn.Module):
         total = images.new_zeros((), dtype=torch.float32)
         if isinstance(groups, PackedRows):
             p = groups
+            route = None if p.image_tokens is None else ImageRoute(p.image_tokens, p.token_slots)
             kv = kv_all if p.image_index is None else [
                 (gather_rows(k, p.image_index), gather_rows(v, p.image_index)) for k, v in kv_all]
-            hidden, _ = model.decoder(p.input_ids, kv, pos=p.positions, mask=segment_mask(p.segments))
+            hidden, _ = model.decoder(p.input_ids, kv, pos=p.positions, mask=segment_mask(p.segments), route=route)
             logits = model.target_logits(hidden, p.target_pos)  # [K, V]
             ce = F.cross_entropy(logits.float(), p.target_ids, ignore_index=IGNORE, reduction="none")  # [K]
             for i, w in enumerate(weights):  # per task, without indexing by data (no host sync)

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import distributed
 from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
 from ..data.loader import TrainBatches
+from ..data.packing import pack_across
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
@@ -42,7 +42,7 @@ from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
 from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
-from .step import StepRunner
+from .step import StepRunner, wrap_ddp
 
 
 def train(cfg: TrainConfig) -> Trainer:
@@ -129,10 +129,11 @@ class Trainer:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
         self.batch_size = c.batch_size or default_batch(self.model, d.device)
-        # rows packed one per image (vqa.data.collate.PackedRows); compiled: lengths and target counts padded
-        # to multiples of 8, so an epoch sees few shapes
+        # rows packed across images (vqa.data.packing) or one image per row (vqa.data.collate.pack); compiled:
+        # lengths and target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1, pack_rows=True)
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1,
+                                    pack_rows=pack_across if c.packing == "across" else True)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
@@ -168,11 +169,8 @@ class Trainer:
             self._restore(state)
         self.objective = Objective(self.model)
         self.ddp = None
-        if d.world > 1:
-            # buffers (sin-cos tables) are constants: nothing to broadcast every forward
-            # gradients as views of DDP's buckets: no second copy of them (~0.6 GB for base)
-            self.ddp = DDP(self.objective, device_ids=[d.local_rank] if d.device.type == "cuda" else None,
-                           broadcast_buffers=False, gradient_as_bucket_view=True)
+        if d.world > 1:  # gradient_as_bucket_view, static_graph (vqa.train.step.wrap_ddp)
+            self.ddp = wrap_ddp(self.objective, d.device, d.local_rank)
         self.fwd = self.ddp or self.objective
         if self.compiled:
             self.fwd = torch.compile(self.fwd)

@@ -61,11 +61,7 @@ class StepRunner:
                 # micro-batch early is the same sum: the ranks' mean is linear)
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1 or not self.ddp_started
                 self.ddp_started = True
-            if b.packed is not None:
-                rows, weights = b.packed.to(dev, non_blocking=True), [self.weights[t] for t in b.packed.tasks]
-            else:
-                rows = [g.to(dev, non_blocking=True) for g in b.groups]
-                weights = [self.weights[g.task] for g in rows]
+            rows, weights = self.rows(b)
             with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
                 part = self.fwd(self.images(b, dev), rows, weights)
             loss_sum += part.detach()
@@ -85,6 +81,14 @@ class StepRunner:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
+
+
+    def rows(self, b: Batch) -> tuple:
+        """A batch's text rows on the device (packed, or task groups) and the loss weight of each task."""
+        if b.packed is not None:
+            return b.packed.to(self.device, non_blocking=True), [self.weights[t] for t in b.packed.tasks]
+        rows = [g.to(self.device, non_blocking=True) for g in b.groups]
+        return rows, [self.weights[g.task] for g in rows]
 
 
 def _targets(b: Batch) -> list[tuple[str, int]]:

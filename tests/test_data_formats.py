@@ -232,7 +232,19 @@ BAD_LINES = [
     ('{"image": "a.png"}', r"train\.jsonl:2: needs a 'question' \(with 'answers'\) or a 'caption'"),
     ('["a.png", "caption"]', r"train\.jsonl:2: expected a JSON object, got list"),
     ('{"image": "a.png", "caption": "c"', r"train\.jsonl:2:\d+: malformed JSON"),
+    ('{"image": "a.png", "question": "q?", "answers": ["x"], "question_id": [7]}',
+     r"train\.jsonl:2: field 'question_id' must be an integer or a string"),
 ]
+
+
+def test_jsonl_repeated_question_id_names_both_lines(tmp_path):
+    # evaluation keys answers by question id: a repeat would score one answer for both questions
+    write_image(tmp_path / "a.png")
+    write_jsonl(tmp_path / "val.jsonl", [{"image": "a.png", "question": "q1?", "answers": ["x"], "question_id": 7},
+                                         {"image": "a.png", "caption": "c"},
+                                         {"image": "a.png", "question": "q2?", "answers": ["y"], "question_id": 7}])
+    with pytest.raises(DataError, match=r"val\.jsonl:3: question_id 7 is also on line 1"):
+        load_split(tmp_path, "val")
 
 
 @pytest.mark.parametrize("line,message", BAD_LINES)

@@ -67,6 +67,7 @@ def text_field(obj: dict, key: str, where: str) -> str:
 def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder, check_images: bool) -> None:
     """One JSON object a line: {"image", "question", "answers"} and/or {"image", "caption"}."""
     text = decode_text(path, read_bytes(path))
+    seen: dict = {}  # question id -> its line
     for lineno, where, obj in json_objects(text, path):
         if "image" not in obj:
             raise DataError(f"{where}: missing field 'image'")
@@ -87,8 +88,15 @@ def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder,
             continue
         image_id = obj.get("image_id", image_rel)
         if has_q:
+            qid = obj.get("question_id", f"{path.stem}:{lineno}")
+            if not isinstance(qid, (int, str)) or isinstance(qid, bool):
+                raise DataError(f"{where}: field 'question_id' must be an integer or a string, got {json.dumps(qid)[:60]}")
+            if qid in seen:  # evaluation keys its answers by question id: a repeat would lose one silently
+                raise DataError(f"{where}: question_id {json.dumps(qid)} is also on line {seen[qid]}; "
+                                "question ids must be unique")
+            seen[qid] = lineno
             mc = obj.get("multiple_choice_answer")
-            vqa.add(image, question, answers, obj.get("question_id", f"{path.stem}:{lineno}"), image_id,
+            vqa.add(image, question, answers, qid, image_id,
                     str(obj.get("answer_type", "")), str(obj.get("question_type", "")),
                     mc.strip() if isinstance(mc, str) and mc.strip() else _most_common(answers))
         if has_c:

@@ -4,7 +4,8 @@
     vqa eval ... --int8                  # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
-[{"image_id", "caption"}]) and `summary.json` to `<checkpoint>/eval-<split>/` unless --out says otherwise.
+[{"image_id", "caption"}]) and `summary.json` to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
+outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
 """
@@ -27,7 +28,8 @@ def add_arguments(p) -> None:
     p.add_argument("--split", help="the split to score (default: 'val', else the one split named val..., e.g. "
                    "val2014), or a shard pattern")
     p.add_argument("--tasks", help="vqa, caption or both (default: the tasks the model was trained on)")
-    p.add_argument("--out", help="where to write the result files (default: <checkpoint>/eval-<split>)")
+    p.add_argument("--out", help="where to write the result files (default: <checkpoint>-eval-<split> beside the "
+                   "checkpoint folder, e.g. runs/tiny/best-eval-val)")
     p.add_argument("--max-images", type=int)
     p.add_argument("--batch-size", type=int, default=64, help="images per batch")
     p.add_argument("--device", default="auto")
@@ -80,10 +82,12 @@ def run(args) -> int:
                    batch_images=args.batch_size, generation=generation,
                    compile=precision == "int8" if args.compile is None else args.compile)
     label = name if not is_pattern(name) else "shards"
-    out = Path(args.out) if args.out else checkpoint.resolve(args.checkpoint) / f"eval-{label}"
+    folder = checkpoint.resolve(args.checkpoint)
+    # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)
+    out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(checkpoint.resolve(args.checkpoint)), data=data, split=name, precision=precision,
+    s.update(checkpoint=str(folder), step=card.get("step"), data=data, split=name, precision=precision,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from ..data.loader import eval_dataset
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
+from ..errors import DataError
 from .metrics import caption_scores, vqa_scores
 
 
@@ -93,6 +95,10 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
             cap_pred.update(cp)
             cap_refs.update(cr)
             n_images += n
+    if len(vqa_recs) != len(vqa_pred):  # answers are keyed by question id: a repeated id would score one twice
+        qid, n = Counter(r.question_id for r in vqa_recs).most_common(1)[0]
+        raise DataError(f"question_id {qid!r} is on {n} questions of this split; question ids must be unique "
+                        "(each answer is scored by its question's id)")
     summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
     if vqa_pred:
         scores = vqa_scores(vqa_pred, vqa_recs)

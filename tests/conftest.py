@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny Shapes data set built once per session, and the flags that make a very small model."""
+"""Shared fixtures: a tiny Shapes data set built once per session, the flags that make a very small model, and
+the fixtures that several test files share (the generation tests' model and images, the dataset and collate
+tests' data, a random GPT-2 folder)."""
 
 from __future__ import annotations
 
@@ -42,3 +44,52 @@ def quick_compile(monkeypatch):
     import vqa.decoding.compiled
 
     monkeypatch.setattr(vqa.decoding.compiled, "INDUCTOR_CPU", vqa.decoding.compiled.INDUCTOR)
+
+
+# ---------------------------------------------------------------- fixtures that several test files share
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The generation tests' model (test_generate*.py): helpers.lively_model, whose <eos> is a token it often
+    produces (generate_fixtures.EOS), so that some rows and beams end early and others run out of room."""
+    from generate_fixtures import EOS
+    from helpers import lively_model
+
+    return lively_model(eos_id=EOS)
+
+
+@pytest.fixture(scope="module")
+def images(model):
+    """One random image per prompt of generate_fixtures.PROMPTS, for `model`."""
+    from generate_fixtures import PROMPTS
+    from helpers import random_images
+
+    return random_images(len(PROMPTS), model.cfg)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The dataset and collate tests' (root, train split, tokenizer) (test_data_dataset.py,
+    test_data_collate.py): a 12-image Shapes set and a tokenizer trained on its text."""
+    from data_fixtures import build_shapes
+
+    from vqa.data.formats import corpus_texts, load_split
+    from vqa.tokenizer import Tokenizer
+
+    root = build_shapes(tmp_path_factory.mktemp("shapes"), n_train=12, n_val=4, seed=5)
+    train = load_split(root, "train")
+    tok = Tokenizer.train(corpus_texts(train), vocab_size=300)
+    return root, train, tok
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory, shapes_dir):
+    """A random GPT-2 (2 layers, 32 wide, 4 heads, 64 positions) whose tokenizer knows the Shapes text
+    (test_pretrained_lm*.py)."""
+    from lm_fixtures import save_tiny_gpt2
+
+    from vqa.data.formats import corpus_texts, load_split
+
+    texts = list(corpus_texts(load_split(shapes_dir, "train")))
+    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "lm", texts)

@@ -4,7 +4,8 @@ VQA v2 questions: {info, task_type, data_type, license, data_subtype, questions:
 question_id}]}; annotations: {info, license, data_subtype, annotations: [{question_type,
 multiple_choice_answer, answers: [{answer, answer_confidence, answer_id}], image_id, answer_type,
 question_id}]}; COCO captions: {info, images: [{id, file_name, height, width, ...}], licenses,
-annotations: [{id, image_id, caption}]}. Import as `from data_fixtures import ...` or `tests.data_fixtures`.
+annotations: [{id, image_id, caption}]}. Also the ImageTextDataset the dataset and collate tests build
+(`make`, with `CFG`). Import as `from data_fixtures import ...` or `tests.data_fixtures`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from pathlib import Path
 
 from PIL import Image
 
+from vqa.config import ModelConfig
+from vqa.data.dataset import ImageTextDataset
 from vqa.data.shapes import generate_shapes
+from vqa.data.transforms import build_transform
 
 INFO = {"description": "test", "version": "1.0", "year": 2017, "contributor": "t", "date_created": "2017-04-20"}
 LICENSE = {"name": "Creative Commons Attribution 4.0 International License", "url": "http://creativecommons.org/licenses/by/4.0/"}
@@ -99,3 +103,14 @@ def write_jsonl(path: Path, rows: list[dict | str]) -> Path:
 def build_shapes(out: Path, n_train: int = 16, n_val: int = 8, seed: int = 0, size: int = 64) -> Path:
     generate_shapes(out, n_train=n_train, n_val=n_val, size=size, seed=seed, progress=False, workers=1)
     return out
+
+
+# the dataset and collate tests' datasets (test_data_dataset.py, test_data_collate.py), made from their `data`
+# fixture in conftest.py: (root, train split, tokenizer)
+CFG = ModelConfig(vit_image_size=64)  # like the Shapes images
+
+
+def make(data, **kw):
+    _, train, tok = data
+    kw.setdefault("transform", build_transform(CFG, train=kw.get("train", True)))
+    return ImageTextDataset(train, tok, max_len=kw.pop("max_len", 48), **kw)

@@ -39,7 +39,7 @@ def lively_model(seed: int = 3, std: float = 0.3, **overrides) -> VQAModel:
     """A tiny model whose decoder Linear weights and biases are redrawn with std `std` and whose LayerNorm gains
     are random, so that its greedy output depends on context, position and image. (A freshly initialized
     model just repeats its last token: with the head tied to the embedding, the input embedding dominates.)
-    The defaults were picked because they give varied outputs; test_generate.py relies on them."""
+    The defaults were picked because they give varied outputs; test_generate*.py rely on them."""
     model = tiny_model(seed, **overrides)
     g = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():

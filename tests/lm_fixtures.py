@@ -6,6 +6,7 @@ The tokenizer is a byte-level BPE like GPT-2's (no normalizer, case kept, `Ġ` f
 `<|endoftext|>` as its only special token), trained on the given texts. The weights are redrawn with a
 larger spread than GPT-2's initialization (std 0.02), so that logits depend clearly on token, position and
 context and a wrong mapping (a missed transpose, a swapped LayerNorm) cannot hide inside the tolerance.
+`lm_model` builds a VQAModel whose decoder is such a folder's language model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 from pathlib import Path
 
 import torch
+
+from vqa.model import VQAModel, model_preset
 
 WORDS = ("What color is the small circle? Is there a red square left of the blue triangle? How many shapes "
          "are there? Two green stars and a yellow circle on a grey background. Yes no one three four five.")
@@ -70,3 +73,19 @@ def hf_logits(folder: Path, ids: torch.Tensor) -> torch.Tensor:
     model = GPT2LMHeadModel.from_pretrained(folder).eval()
     with torch.no_grad():
         return model(ids).logits
+
+
+# the pretrained-decoder tests' model (test_pretrained_lm*.py) on a saved GPT-2 (conftest.py's `gpt2_dir`):
+# a small ViT on 32 px images, so that the model builds in milliseconds; the decoder is the language model's
+VIT = dict(vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patch_size=8)
+
+
+def lm_model(folder, seed: int = 0, **overrides) -> VQAModel:
+    torch.manual_seed(seed)
+    return VQAModel(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, **VIT, **overrides)).eval()
+
+
+def text_vocab(folder) -> int:
+    from tokenizers import Tokenizer as HF
+
+    return HF.from_file(str(folder / "tokenizer.json")).get_vocab_size()

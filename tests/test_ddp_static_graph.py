@@ -2,7 +2,7 @@
 processes: the same parameters as DDP without static_graph and as one process stepping on both ranks' batches,
 through micro-batch accumulation (gradients synced on the last micro-batch only) and rows packed across images
 whose shapes change every batch. SGD: the comparison then shows summation-order noise as noise (Adam's
-division by sqrt(v) would blow up the noise of gradients that are exactly 0 in theory, test_train.py)."""
+division by sqrt(v) would blow up the noise of gradients that are exactly 0 in theory, test_train_ddp.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ the token's cache slot and every row's position are tensors (not Python integers
 key mask [B, S] says which slots hold a real key (the prompt's non-padding tokens and the tokens fed so far).
 So the step is one function of tensors that `torch.compile` captures once per batch shape -- on CUDA with CUDA
 graphs, which replay the whole step as one launch -- and the same function runs eagerly everywhere else: the
-compiled and the eager step are one implementation (tests/test_generate.py holds them equal).
+compiled and the eager step are one implementation (tests/test_generate_compiled.py holds them equal).
 
     state = DecodeState.allocate(decoder, batch, slots, dtype, device)   # or from a StepPool (compiled)
     prefill(decoder, state, ids, valid, memory_kv)                      # the prompts, eagerly

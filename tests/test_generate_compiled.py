@@ -1,0 +1,69 @@
+"""The compiled decode step and image encoder (torch.compile, inductor): the same logits and results as the
+eager ones at every step and for any batch, and an eager fallback, with a warning, where they cannot be built.
+(Deselected under mutmut, which torch.compile cannot trace: pyproject.toml's [tool.mutmut].)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from generate_fixtures import PROMPTS
+
+from vqa.config import GenerationConfig
+from vqa.decoding.generate import generate
+
+
+@torch.inference_mode()
+def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
+    """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
+    at every step for padded prompts, then the same greedy and beam results (9 beams padded to 16 rows)."""
+    from vqa.decoding.batch import BatchDecoder
+
+    kv = model.memory_kv(model.encode(images))
+    config = GenerationConfig(max_new_tokens=8)
+    eager, compiled = BatchDecoder(model, kv, PROMPTS, config), BatchDecoder(model, kv, PROMPTS, config, compiled=True)
+    torch.testing.assert_close(compiled.logits, eager.logits)
+    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache rounded up to 32 slots
+    assert compiled.state.batch == 4 and compiled.state.slots == 32 and compiled.logits.shape[0] == 3
+    for t in range(8):
+        tok = eager.logits.argmax(-1)
+        torch.testing.assert_close(compiled.step(tok), eager.step(tok), atol=1e-5, rtol=1e-5, msg=f"step {t}")
+    assert compiled.compiled.failed is None  # really compiled, no fallback
+    # greedy (4 rows), beam (16 rows), greedy again: after warm-up only the guards that tell graphs apart run
+    # (SKIP_GUARDS), and they must still pick the 4-row graph after the 16-row one was built
+    for kw in (dict(), dict(method="beam", num_beams=3), dict()):
+        want, got = generate(model, PROMPTS, images, max_new_tokens=10, **kw), \
+            generate(model, PROMPTS, images, max_new_tokens=10, compile=True, **kw)
+        assert got.sequences == want.sequences
+        assert [s for b in got.beams for s, _ in b] == [s for b in want.beams for s, _ in b]
+        assert got.scores == pytest.approx(want.scores, abs=1e-4)
+
+
+@torch.inference_mode()
+def test_compiled_image_encoder_equals_the_eager_one_for_any_batch(model, images):
+    """The float32 encoder compiled (batches padded to a power of two with zero images, dropped after) gives
+    the eager encoder's memory for 3 images (padded to 4) and for 1."""
+    from vqa.decoding.compiled import _encoders, encode
+
+    for batch in (images, images[:1]):
+        torch.testing.assert_close(encode(model, batch, compile=True), model.encode(batch), atol=1e-5, rtol=1e-5)
+    assert _encoders[model].failed is None  # really compiled
+
+
+def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monkeypatch):
+    """Where inductor cannot compile (no C++ compiler, say): a warning, then the eager step's very result."""
+    import torch._inductor.exc
+
+    from vqa.decoding.compiled import compiled_step
+
+    step = compiled_step(model.decoder)
+    monkeypatch.setattr(step, "failed", None)
+
+    def broken(*args, **kwargs):
+        raise torch._inductor.exc.InductorError(RuntimeError("no C++ compiler"), None)
+
+    monkeypatch.setattr(step, "fn", broken)
+    want = generate(model, PROMPTS, images, max_new_tokens=10)
+    with pytest.warns(RuntimeWarning, match="could not be built.*decoding eagerly"):
+        got = generate(model, PROMPTS, images, max_new_tokens=10, compile=True)
+    assert got.sequences == want.sequences and got.scores == pytest.approx(want.scores, abs=1e-5)
+    assert "no C++ compiler" in step.failed

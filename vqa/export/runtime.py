@@ -33,7 +33,7 @@ class OnnxPredictor:
         try:
             import onnxruntime as ort
         except ImportError:
-            raise CheckpointError("running ONNX graphs needs onnxruntime: pip install 'vqa[onnx]'") from None
+            raise CheckpointError("running ONNX graphs needs onnxruntime: pip install onnxruntime") from None
         folder = Path(folder)
         cfg_path = folder / "config.json"
         if not cfg_path.is_file():

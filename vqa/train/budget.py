@@ -28,6 +28,10 @@ class TimeBudget:
     def out_of_time(self) -> bool:
         return self.elapsed() >= self.limit
 
+    def quarter(self, elapsed: float | None = None) -> int:
+        """How many quarters of the budget have passed (0-3; the end is the run's own last evaluation)."""
+        return min(3, int(4 * (self.elapsed() if elapsed is None else elapsed) / self.limit))
+
     def record(self, seconds: float) -> None:
         """The duration of one training step."""
         self.durations.append(seconds)

@@ -112,6 +112,9 @@ class Trainer:
             state = checkpoint.load_train_state(last)
         elif c.init_from:
             model, self.tok, self.card = init_from(c, c.init_from)
+            if self.d.main:
+                print(f"vqa train: starting from the weights of {c.init_from} (a new run: step 0, a new optimizer)",
+                      file=sys.stderr)
         else:
             if c.resume and self.d.main:
                 print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
@@ -252,6 +255,9 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
         seen, t_log = 0, time.time()
+        # evaluations (--eval-every 0): at each quarter of the planned steps, or of a --time-limit's time (the
+        # planned steps of a time-limited run move as it is refitted); a resumed run goes on from its quarter
+        evaluated_q = budget.quarter(self.time_used) if budget is not None else 0
         for micro in self.batches():
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
@@ -260,7 +266,8 @@ class Trainer:
             # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
             decide = budget is not None and (d.world == 1 or log)
             plan = budget.plan(self.step) if decide and budget.due(self.step) else None
-            extra = (float(decide and budget.out_of_time()), float(plan or 0), float(plan is not None))
+            extra = (float(decide and budget.out_of_time()), float(plan or 0), float(plan is not None),
+                     float(budget.quarter()) if decide else 0.0)
             t0 = time.time()
             stats = self.train_step(micro, extra)
             self.step += 1
@@ -271,12 +278,13 @@ class Trainer:
             if values is not None and not math.isfinite(values[0]):
                 raise VQAError(f"loss is {values[0] / max(values[1], 1)} at step {self.step}: training stopped "
                                "(try a lower --lr, or --precision fp32)")
-            out_of_time = False
+            out_of_time, quarter = False, evaluated_q
             if budget is not None:
                 if d.world == 1:
-                    out_of_time = bool(extra[0]) or budget.out_of_time()
-                elif values is not None:
+                    out_of_time, quarter = bool(extra[0]) or budget.out_of_time(), budget.quarter()
+                elif values is not None:  # the ranks' decisions, agreed: any rank out of time; the mean quarter
                     out_of_time, plan = values[2] > 0, (values[3] / values[4] if values[4] else None)
+                    quarter = int(values[5]) // d.world
                 if plan:
                     self.total_steps = int(plan)
                     if bar is not None:
@@ -296,8 +304,14 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
             finished = out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
-            every = c.eval_every or max(1, (self.total_steps or 10**9) // 4)
-            if finished or self.step % every == 0 or self.step == halt_at_step:
+            if c.eval_every:
+                due = self.step % c.eval_every == 0
+            elif budget is not None:
+                due, evaluated_q = quarter > evaluated_q, max(quarter, evaluated_q)
+            else:
+                total = self.total_steps or 10**9
+                due = self.step * 4 // total > (self.step - 1) * 4 // total
+            if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)
             if finished or self.step == halt_at_step:
@@ -352,7 +366,7 @@ class Trainer:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
             with open(metrics, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v}" for k, v in rec.items()
+            print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in rec.items()
                   if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")), file=sys.stderr)
         rng = run_state.rng_state(d)
         if not d.main:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
+import math
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,55 @@ class _Config:
     @classmethod
     def load(cls, path: str | Path):
         return cls.from_dict(read_object(path, ConfigError), what=f"{path}:")
+
+
+@functools.cache
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def scalar_type(cls, name: str) -> tuple[type | None, bool]:
+    """(int, float, bool or str, whether None is allowed) for field `name` of dataclass `cls`; (None, _) for a
+    field of another type."""
+    hint, optional = _hints(cls)[name], False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0] if len(args) == 1 else None
+    return (hint if hint in (int, float, bool, str) else None), optional
+
+
+def type_problem(cls, name: str, value: Any, label: str | None = None) -> str | None:
+    """What is wrong with `value` as field `name` of dataclass `cls` when that field is an int, float, bool or
+    str (or one of them or None), e.g. "dec_depth must be an integer"; None when it fits or the field is of
+    another type. A bool is not an int, a whole float is not an int, an int is a float. `label`: the name the
+    message gives the field (default `name`)."""
+    tp, optional = scalar_type(cls, name)
+    if tp is None or (value is None and optional):
+        return None
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}[tp](value)
+    what = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[tp]
+    return None if ok else f"{label or name} must be {what}{' or null' if optional else ''}"
+
+
+def number_problem(name: str, value: Any, lo: float = -math.inf, *, above: bool = False,
+                   below: float | None = None, integer: bool = False) -> str | None:
+    """What is wrong with the number `value` (already of its field's type; None: nothing) for `name`: not
+    finite, below `lo` (or not above it, with `above`), or not below `below`; None when it is fine."""
+    if value is None:
+        return None
+    try:
+        number = value if integer else float(value)
+    except OverflowError:  # an int past float's range
+        number = math.inf
+    if (integer or math.isfinite(number)) and (number > lo if above else number >= lo) and (
+            below is None or number < below):
+        return None
+    need = [] if lo == -math.inf else [f"{'>' if above else '>='} {lo:g}"]
+    need += [] if below is None else [f"< {below:g}"]
+    return f"{name} must be {'an integer' if integer else 'a finite number'} {' and '.join(need)}".rstrip()
 
 
 def _opt(help: str, **extra) -> Any:

@@ -15,6 +15,9 @@ DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its c
 
 ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
 SEED_MAX = 2**63 - 1  # seeds the app accepts: 0 .. this (torch.Generator.manual_seed takes any of them)
+# the lowest sampling temperature: logits / 1e-4 stay finite in float32 (decoding divides float32 logits),
+# whereas a temperature near float's smallest makes them infinite and the probabilities NaN
+MIN_TEMPERATURE = 1e-4
 
 
 @dataclass
@@ -36,7 +39,9 @@ class GenerationConfig(_Config):
         "beam: stop a prompt as soon as it has num_beams ended hypotheses (Hugging Face's early_stopping=True); "
         "by default it stops only when no live beam can still beat them, so the result is that of running "
         "every beam to the end (their early_stopping='never')"))
-    temperature: float = field(default=1.0, metadata=_opt("sample: divide the logits by this", ui=(0.1, 2.0, 0.1)))
+    temperature: float = field(default=1.0, metadata=_opt(
+        f"sample: divide the logits by this (at least {MIN_TEMPERATURE:g}; near 0 is method greedy)",
+        ui=(0.1, 2.0, 0.1)))
     top_k: int = field(default=0, metadata=_opt("sample: keep the k likeliest tokens (0: all)", ui=(0, 50, 1)))
     top_p: float = field(default=1.0, metadata=_opt("sample: keep the smallest set of this probability",
                                                     ui=(0.05, 1.0, 0.05)))
@@ -52,8 +57,11 @@ class GenerationConfig(_Config):
             raise ConfigError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
         if self.num_beams < 1:
             raise ConfigError(f"num_beams must be >= 1, got {self.num_beams}")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= MIN_TEMPERATURE):
+            raise ConfigError(f"temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {self.temperature} "
+                              "(for temperature -> 0, use method greedy)")
+        if not math.isfinite(self.length_penalty):
+            raise ConfigError(f"length_penalty must be a finite number, got {self.length_penalty}")
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0 (0: no limit), got {self.top_k}")
         if not 0 < self.top_p <= 1:

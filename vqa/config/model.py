@@ -3,11 +3,14 @@ Fields are prefixed by the part they configure (`vit_*` image encoder, `dec_*` t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
-from .base import _Config
+from .base import _Config, number_problem, scalar_type, type_problem
 
 
 @functools.lru_cache(maxsize=64)
@@ -34,6 +37,35 @@ PRETRAINED_FIXED = {
     "dec_positions": ("learned", "the language model's positions are its learned table (wpe)"),
     "dec_embed_scale": (False, "the language model adds its token embeddings unscaled"),
 }
+
+# the numeric fields' ranges on their own: field -> (the lowest value, whether a value must be above it, the
+# value it must stay below); `check_field` applies them, `ModelConfig` the rules that join fields
+RANGES: dict[str, tuple[float, bool, float | None]] = {
+    **dict.fromkeys(("vit_image_size", "vit_patch_size", "vit_width", "vit_depth", "vit_heads", "dec_width",
+                     "dec_depth", "dec_heads", "dec_max_len", "vocab_size"), (1, False, None)),
+    **dict.fromkeys(("pad_id", "bos_id", "eos_id"), (0, False, None)),
+    **dict.fromkeys(("vit_mlp_ratio", "vit_norm_eps", "dec_mlp_ratio", "dec_norm_eps"), (0, True, None)),
+    "dec_dropout": (0, False, 1),
+}
+
+
+def check_field(name: str, value: Any) -> str | None:
+    """What is wrong with `value` for ModelConfig field `name` on its own (its type, its range), e.g.
+    "dec_depth must be an integer"; None when nothing is. `vqa train --set` checks each value with it before
+    anything runs; `ModelConfig` checks every field with it, and then the rules that join fields."""
+    problem = type_problem(ModelConfig, name, value)
+    if problem:
+        return problem
+    if name in ("vit_mean", "vit_std") and value is not None:
+        ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        if not ok or (name == "vit_std" and min(value) <= 0):
+            return f"{name} must be three finite numbers{' > 0' if name == 'vit_std' else ''} (red, green, blue) or null"
+    if name in RANGES:
+        lo, above, below = RANGES[name]
+        integer = scalar_type(ModelConfig, name)[0] is int
+        return number_problem(name, value, lo, above=above, below=below, integer=integer)
+    return None
 
 
 @dataclass
@@ -76,6 +108,10 @@ class ModelConfig(_Config):
     eos_id: int = 2  # the tokenizer's <eos> id: generation stops at it
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = check_field(f.name, getattr(self, f.name))
+            if problem:
+                raise ConfigError(f"{problem}, got {getattr(self, f.name)!r}")
         if self.vit_image_size is None or self.vit_mean is None or self.vit_std is None:
             data = timm_data_config(self.vit_name)
             self.vit_image_size = self.vit_image_size or int(data["input_size"][-1])
@@ -90,10 +126,11 @@ class ModelConfig(_Config):
         for key, allowed in (("vit_resize", VIT_RESIZE), ("vit_resample", VIT_RESAMPLE)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key} must be one of {', '.join(map(repr, allowed))}, not {getattr(self, key)!r}")
-        for key in ("vit_mlp_ratio", "vit_norm_eps"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ConfigError(f"{key} must be a positive number or null, not {value!r}")
+        if self.dec_positions == "sinusoidal" and self.dec_width % 2:
+            raise ConfigError(f"dec_width={self.dec_width} must be even for dec_positions='sinusoidal' (sine and "
+                              "cosine pairs); use an even width or dec_positions='learned'")
+        if self.vit_width is not None and self.vit_heads is not None and self.vit_width % self.vit_heads:
+            raise ConfigError(f"vit_width={self.vit_width} is not divisible by vit_heads={self.vit_heads}")
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")

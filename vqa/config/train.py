@@ -4,12 +4,13 @@ a run folder keeps the resolved one as `train_config.json`."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from .base import _Config, _opt, check_fields
-from .model import ModelConfig
+from .base import _Config, _opt, check_fields, number_problem, scalar_type, type_problem
+from .model import ModelConfig, check_field
 from .presets import PRESETS, get_preset, preset_fields
 
 
@@ -42,6 +43,21 @@ def parse_tasks(value: Any) -> tuple[str, ...]:
 
 LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
 
+# the numeric options' ranges: field -> (the lowest value, whether a value must be above it rather than at
+# least it). A rate of 0 freezes a part (--vit-lr, --dec-lr), --lr 0 keeps every weight where it starts (the
+# tests check an --init-from that way); --grad-clip 0 is no clipping, --eval-every 0 four evaluations per run,
+# --eval-images 0 no evaluation, --workers -1 the default count
+RANGES: dict[str, tuple[float, bool]] = {
+    "lr": (0, False), "vit_lr": (0, False), "dec_lr": (0, False), "vit_lr_scale": (0, False),
+    "dec_lr_scale": (0, False), "muon_lr_scale": (0, False), "weight_decay": (0, False), "caption_weight": (0, False),
+    "grad_clip": (0, False), "dist_timeout": (0, True), "epochs": (0, True),
+    "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
+    "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
+    "eval_every": (0, False), "eval_images": (0, False), "workers": (-1, False),
+}
+# the per-image counts a task needs (0 would leave the task untrained)
+TASK_COUNTS = {"vqa": "questions_per_image", "caption": "captions_per_image"}
+
 
 @dataclass
 class TrainConfig(_Config):
@@ -71,7 +87,7 @@ class TrainConfig(_Config):
         "see docs/shapes-10min.md for the values tried)"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
-        "fractions of it (default: the preset's)"))
+        "fractions of it (default: the preset's; 0: every weight stays as it starts)"))
     vit_lr: float | None = field(default=None, metadata=_opt(
         "learning rate of the vision encoder (default: --lr x --vit-lr-scale; 0 freezes it)"))
     vit_lr_scale: float = field(default=1.0, metadata=_opt(
@@ -96,7 +112,8 @@ class TrainConfig(_Config):
     grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
     eval_every: int = field(default=0, metadata=_opt("steps between evaluations (0: four per run)"))
     eval_images: int = field(default=300, metadata=_opt(
-        "val images scored by the evaluations during training (vqa eval scores them all)"))
+        "val images scored by the evaluations during training (0: no evaluation, the checkpoints are still "
+        "saved; vqa eval scores them all)"))
     log_every: int = field(default=10, metadata=_opt("steps between log lines in metrics.jsonl"))
     train_split: str | None = field(default=None, metadata=_opt(
         "the split to train on (default: 'train', else the one split named train..., e.g. train2014)", metavar='SPLIT'))
@@ -142,18 +159,15 @@ class TrainConfig(_Config):
         if not isinstance(self.model, dict):
             raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
         self.model = check_fields(ModelConfig, self.model, "model config")
+        for key, value in self.model.items():
+            problem = check_field(key, value)
+            if problem:
+                shown = value if isinstance(value, str) else json.dumps(value)
+                raise ConfigError(f"--set {key}={shown}: {problem}")
         given = [f for f in LENGTH_FIELDS if getattr(self, f) is not None]
         if len(given) > 1:
             raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
-        for name in ("batch_size", "accum", "log_every"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"max_steps must be >= 1, got {self.max_steps}")
-        if self.epochs is not None and not self.epochs > 0:
-            raise ConfigError(f"epochs must be > 0, got {self.epochs}")
-        if self.time_limit is not None:
-            parse_duration(self.time_limit)
+        self._check_values()
         if self.train_only is not None:
             self.train_only = _parts(self.train_only)
             for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):
@@ -161,6 +175,27 @@ class TrainConfig(_Config):
                     flag = "--vit-lr" if part == "encoder" else "--dec-lr"
                     raise ConfigError(f"{flag} {given} trains the {part}, but --train-only "
                                       f"{','.join(self.train_only)} freezes it")
+
+    def _check_values(self) -> None:
+        """Every option of a number or switch of the right type and in its range (`RANGES`), each task with
+        examples per image, and a time limit of more than nothing: ConfigError naming the option."""
+        flags = {f.name: f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in dataclasses.fields(self)}
+        for name, flag in flags.items():  # (paths and names may come as Path objects, a duration as a number)
+            problem = scalar_type(TrainConfig, name)[0] is not str and type_problem(
+                TrainConfig, name, getattr(self, name), label=flag)
+            if problem:
+                raise ConfigError(f"{problem}, got {getattr(self, name)!r}")
+        for name, (lo, above) in RANGES.items():
+            value = getattr(self, name)
+            problem = number_problem(flags[name], value, lo, above=above, integer=scalar_type(TrainConfig, name)[0] is int)
+            if problem:
+                raise ConfigError(f"{problem}, got {value}")
+        for task, name in TASK_COUNTS.items():
+            if task in self.tasks and getattr(self, name) < 1:
+                raise ConfigError(f"{flags[name]} must be >= 1 while --tasks includes {task} (0 never trains "
+                                  f"it), got {getattr(self, name)}")
+        if self.time_limit is not None and not parse_duration(self.time_limit) > 0:
+            raise ConfigError(f"--time-limit must be longer than 0 seconds, got {self.time_limit!r}")
 
     @classmethod
     def from_dict(cls, d: dict, what: str | None = None):

@@ -30,8 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--tasks", help="vqa, caption or both (default: the tasks the model was trained on)")
     p.add_argument("--out", help="where to write the result files (default: <checkpoint>-eval-<split> beside the "
                    "checkpoint folder, e.g. runs/tiny/best-eval-val)")
-    p.add_argument("--max-images", type=int)
-    p.add_argument("--batch-size", type=int, default=64, help="images per batch")
+    p.add_argument("--max-images", type=int, metavar="N", help="score only the split's first N images (default: all)")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="images per batch (default 64)")
     p.add_argument("--device", default="auto")
     p.add_argument("--int8", action="store_true",
                    help="score the model with dynamic int8 linear layers (CPU), as `vqa ask --int8` runs it")
@@ -49,6 +49,11 @@ def run(args) -> int:
     from ..model import checkpoint
     from .evaluate import evaluate, format_summary
 
+    for flag, value in (("--batch-size", args.batch_size), ("--max-images", args.max_images)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out {args.out} is a file, not a folder")
     changes = given(args, GenerationConfig)
     generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
     device = pick_device(args.device)

@@ -357,7 +357,7 @@ class Trainer:
     def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d
         scores = {}
-        if self.val_data is not None:  # every rank decodes its share; rank 0 scores
+        if self.val_data is not None and self.cfg.eval_images > 0:  # every rank decodes its share; rank 0 scores
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
                               max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world)["summary"]
@@ -366,8 +366,9 @@ class Trainer:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
             with open(metrics, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-            print(f"\nvqa train: step {self.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in rec.items()
-                  if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")), file=sys.stderr)
+            shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
+            if shown:
+                print(f"\nvqa train: step {self.step}: " + ", ".join(shown), file=sys.stderr)
         rng = run_state.rng_state(d)
         if not d.main:
             d.barrier()

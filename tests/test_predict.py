@@ -12,7 +12,7 @@ from PIL import Image
 from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
 from vqa.device import pick_device
-from vqa.errors import CheckpointError, InputError
+from vqa.errors import CheckpointError, ConfigError, InputError
 from vqa.inference.heatmaps import attention_heatmap, letterbox_box, select_map, upsample_map
 from vqa.inference.predict import Predictor
 
@@ -84,9 +84,14 @@ def test_rank_puts_the_right_candidate_first_with_probabilities_summing_to_one(p
 @pytest.mark.parametrize("cuda, mps, want", [(True, True, "cuda"), (False, True, "mps"), (False, False, "cpu")])
 def test_pick_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch, cuda, mps, want):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if cuda else 0)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
     assert pick_device() == pick_device("auto") == pick_device(None) == torch.device(want)
-    assert pick_device("cuda:1") == torch.device("cuda:1")  # a name given is used as given
+    if cuda:
+        assert pick_device("cuda:1") == torch.device("cuda:1")  # a name given is used as given
+    else:  # a GPU this machine lacks is refused before anything loads (tests/test_device_errors.py)
+        with pytest.raises(ConfigError, match="--device cuda:1: no CUDA GPU is available here"):
+            pick_device("cuda:1")
 
 
 def _teacher_forced_log_prob(pred, image, prompt_ids, ids) -> float:

@@ -6,17 +6,40 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .errors import ConfigError
+
 
 def pick_device(name: str | torch.device | None = "auto") -> torch.device:
-    """`name` if given (cpu, cuda, cuda:1, mps), else CUDA, else Apple's MPS, else the CPU."""
-    if name is not None and str(name) != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
+    """`name` if given (cpu, cuda, cuda:1, mps), else CUDA, else Apple's MPS, else the CPU. A name that is no
+    device, or a GPU this machine does not have, is a ConfigError naming it (before anything loads)."""
+    if name is None or str(name) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"--device {name}: not a device; use cpu, cuda, cuda:N, mps or auto") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}: no CUDA GPU is available here (torch.cuda.is_available() is "
+                              "False); use --device cpu or auto")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    elif device.type == "mps" and not _mps_available():
+        raise ConfigError(f"--device {name}: Apple's MPS is not available here (torch.backends.mps.is_available() "
+                          "is False); use --device cpu or auto")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {name}: vqa runs on cpu, cuda, cuda:N or mps")
+    return device
+
+
+def _mps_available() -> bool:
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    return mps is not None and mps.is_available()
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

@@ -134,4 +134,14 @@ def read_config_file(path: str | Path) -> dict:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
-__all__ = ["add_dataclass_arguments", "given", "read_config_file", "parse_set"]
+def check_out_folder(flag: str, path: str | Path) -> None:
+    """Refuse an output folder that is a file, or lies under one, before any work: ConfigError naming `flag`."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"{flag} {path}" + (f": {p}" if p != path else "") + " is a file, not a folder")
+            return
+
+
+__all__ = ["add_dataclass_arguments", "check_out_folder", "given", "read_config_file", "parse_set"]

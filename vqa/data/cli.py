@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..options import check_out_folder
 from .split import skipped_summary
 
 SETS = {
@@ -96,6 +97,7 @@ def run_convert(args: argparse.Namespace) -> int:
         from ..errors import ConfigError
 
         raise ConfigError(f"--shard-size must be >= 1, got {args.shard_size}")
+    check_out_folder("OUT", args.out)
     for split in args.split or list_splits(args.src):
         t0 = time.perf_counter()
         src = open_split(args.src, split)
@@ -113,6 +115,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
         from .shapes import SHAPES_SET as spec
     else:
         from .scenes import SCENES_SET as spec
+    check_out_folder("--out", args.out)
     t0 = time.perf_counter()
     priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
                       progress=not args.no_progress, workers=args.workers,

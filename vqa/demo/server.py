@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.batch_wait < 0:
         p.error("--max-batch must be at least 1 and --batch-wait at least 0")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        p.error(f"--port must be from 1 to 65535, got {args.port}")
     try:
         concurrency, queue_size = queue_sizes(args.max_batch, args.concurrency, args.queue_size)
     except ValueError as e:

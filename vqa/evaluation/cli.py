@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
 from ..errors import ConfigError
-from ..options import add_dataclass_arguments, given
+from ..options import add_dataclass_arguments, check_out_folder, given
 
 
 def add_arguments(p) -> None:
@@ -52,8 +52,8 @@ def run(args) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--max-images", args.max_images)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ConfigError(f"--out {args.out} is a file, not a folder")
+    if args.out:
+        check_out_folder("--out", args.out)
     changes = given(args, GenerationConfig)
     generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
     device = pick_device(args.device)

@@ -15,7 +15,7 @@ from ..config import GenerationConfig
 from ..data.shards import SHARD_EXTS
 from ..data.sources import is_pattern
 from ..errors import InputError
-from ..options import given
+from ..options import check_out_folder, given
 from .collection import LIST_EXTS
 
 ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
@@ -40,6 +40,18 @@ def _one_file(raw: str) -> bool:
     glob_chars = any(c in raw for c in "*?[")
     suffix = Path(raw).suffix.lower()
     return not (Path(raw).is_dir() or glob_chars or is_pattern(raw) or suffix in LIST_EXTS or suffix in SHARD_EXTS)
+
+
+def check_options(args) -> None:
+    """The options' values, before any work: InputError naming the first one that cannot work."""
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.workers < 0:
+        raise InputError(f"--workers must be at least 0, got {args.workers}")
+    if args.attention_out:
+        check_out_folder("--attention-out", args.attention_out)
+    if args.out and Path(args.out).is_dir():
+        raise InputError(f"--out {args.out} is a folder, not a file")
 
 
 def single_image(args) -> bool:
@@ -103,8 +115,6 @@ def run_collection(args, load) -> int:
         return _merge(args)
     if args.attention_out:
         raise InputError("--attention-out explains one image: give one image and no --out")
-    if args.batch_size < 1 or args.workers < 0:
-        raise InputError("--batch-size must be at least 1 and --workers at least 0")
     top_k = getattr(args, "top_k", 1)
     if args.command == "ask":
         if args.questions:
@@ -136,4 +146,4 @@ def run_collection(args, load) -> int:
     return 1 if s.errors else 0
 
 
-__all__ = ["add_collection_arguments", "single_image", "run_collection"]
+__all__ = ["add_collection_arguments", "check_options", "single_image", "run_collection"]

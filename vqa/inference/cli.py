@@ -28,7 +28,7 @@ from pathlib import Path
 from ..config import GenerationConfig
 from ..errors import CheckpointError, InputError
 from ..options import add_dataclass_arguments, given
-from .batch_cli import ASK_RENAME, add_collection_arguments, run_collection, single_image
+from .batch_cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
 
 DEFAULT_CHECKPOINT = "runs/tiny"
 
@@ -99,6 +99,7 @@ def _attention_out(pred, args, res) -> dict:
 
 
 def run(args) -> int:
+    check_options(args)
     if not single_image(args):
         return run_collection(args, _load)
     args.image = args.inputs[0]

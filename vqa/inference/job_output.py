@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..train.runlock import RunLock
 from .batch_loader import record_key
 
@@ -96,6 +96,13 @@ class Output:
         """Refuse a second writer: rank 0 locks the output, every rank its part (ConfigError when taken)."""
         if self.out is None:
             return
+        if self.out.is_dir():
+            raise ConfigError(f"--out {self.out} is a folder, not a file")
+        try:  # the lock file lies beside the output: its folder is made first
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why = "a file is in the way" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+            raise ConfigError(f"--out {self.out}: cannot create its folder {self.out.parent}: {why}") from None
         targets = ([self.out] if self.rank == 0 else []) + ([self.path] if self.parted else [])
         for t in targets:
             self._locks.append(RunLock.for_file(t).acquire())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import uuid
 from pathlib import Path
@@ -130,6 +131,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[VQAModel
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{card_path}: not valid JSON ({e.msg})") from None
+    if not isinstance(card, dict):
+        raise CheckpointError(f"{card_path}: expected a JSON object (the model card), got {type(card).__name__}")
     return model, tokenizer, card
 
 
@@ -138,4 +141,18 @@ def load_train_state(path: str | Path) -> dict:
     f = Path(path) / "train_state.pt"
     if not f.is_file():
         raise CheckpointError(f"cannot resume: {f} does not exist")
-    return torch.load(f, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(f, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" not in str(e):
+            raise CheckpointError(f"cannot resume: {f} is not a train state torch can read ({e})") from None
+        why = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line), "")
+        raise CheckpointError(f"cannot resume: {f} holds Python objects that loading it would have to run, so it "
+                              f"is refused (Weights only load failed{': ' + why if why else ''})") from None
+    except (RuntimeError, EOFError, OSError) as e:  # cut short or damaged: torch's zip reader or the unpickler
+        first = str(e).split(". ")[0] or type(e).__name__
+        raise CheckpointError(f"cannot resume: {f} is not a complete train state ({first}); train again without "
+                              "--resume, or start a new run with --init-from to keep the weights") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"cannot resume: {f} holds a {type(state).__name__}, not a train state")
+    return state

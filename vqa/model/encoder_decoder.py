@@ -108,6 +108,7 @@ class VQAModel(nn.Module):
     @classmethod
     def from_pretrained(cls, folder: str | Path, device: str | torch.device = "cpu") -> VQAModel:
         """The model saved in `folder` by `save_pretrained` (or a checkpoint folder), in eval mode."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_model
 
         folder = Path(folder)
@@ -119,6 +120,8 @@ class VQAModel(nn.Module):
         model = cls(cfg, load_pretrained=False)  # dec_pretrained stays in the config: where the decoder began
         try:
             load_model(model, str(folder / WEIGHTS), strict=True, device=str(device))
+        except SafetensorError as e:  # cut short (an interrupted copy or download), or not safetensors at all
+            raise CheckpointError(f"{folder / WEIGHTS} is not a complete safetensors file: {e}") from None
         except RuntimeError as e:
             raise CheckpointError(f"{folder / WEIGHTS} does not fit {folder / CONFIG}: {e}") from e
         return model.to(device).eval()

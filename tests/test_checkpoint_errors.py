@@ -1,0 +1,93 @@
+"""A damaged checkpoint file is named in one line (CheckpointError), by the library and by every command that
+reads it: a model.safetensors cut short, a card.json that is not an object, a train_state.pt cut short or
+holding code to run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from cli_fixtures import fails, vqa
+from conftest import tiny_set_flags
+from predict_fixtures import shared_checkpoint, write_pictures
+
+from vqa.errors import CheckpointError
+from vqa.model import checkpoint
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of the shared trained checkpoint, to damage."""
+    return shutil.copytree(shared_checkpoint(), tmp_path / "ckpt")
+
+
+def cut(path, keep: int | None = None) -> None:
+    """Cut the file `path` short: its first `keep` bytes (default: half)."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2 if keep is None else keep])
+
+
+@pytest.mark.parametrize("keep", [None, 4, -10])
+def test_a_model_file_cut_short_is_named(copy, keep):
+    weights = copy / "model.safetensors"
+    cut(weights, None if keep is None else keep if keep > 0 else weights.stat().st_size + keep)
+    with pytest.raises(CheckpointError, match=rf"{weights} is not a complete safetensors file: "):
+        checkpoint.load(copy)
+
+
+def test_caption_and_export_name_a_model_file_cut_short(copy, tmp_path, capsys):
+    cut(copy / "model.safetensors")
+    img = write_pictures(tmp_path)["red_circle"]
+    match = r"model.safetensors is not a complete safetensors file"
+    fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", img], match)
+    fails(capsys, ["ask", "--checkpoint", copy, "--device", "cpu", img, "what color is the shape?"], match)
+    pytest.importorskip("onnxscript")  # the `onnx` extra
+    fails(capsys, ["export", "--checkpoint", copy, "--onnx", tmp_path / "onnx"], match)
+
+
+@pytest.mark.parametrize("card", [[1, 2], "a string", 3])
+def test_a_card_that_is_not_an_object_is_named(copy, tmp_path, capsys, card):
+    (copy / "card.json").write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match=rf"{copy / 'card.json'}: expected a JSON object \(the model card\), "
+                                              rf"got {type(card).__name__}"):
+        checkpoint.load(copy)
+    fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", write_pictures(tmp_path)["red_circle"]],
+          r"card.json: expected a JSON object")
+
+
+def test_a_train_state_cut_short_is_named(tmp_path):
+    torch.save({"step": 3, "weights": torch.zeros(1000)}, tmp_path / "train_state.pt")
+    for keep in (None, 10, 0):
+        cut(tmp_path / "train_state.pt", keep)
+        with pytest.raises(CheckpointError, match=rf"cannot resume: {tmp_path / 'train_state.pt'} is not a complete "
+                                                  r"train state \(.*\); train again without --resume"):
+            checkpoint.load_train_state(tmp_path)
+    torch.save([1, 2], tmp_path / "train_state.pt")
+    with pytest.raises(CheckpointError, match=r"train_state.pt holds a list, not a train state"):
+        checkpoint.load_train_state(tmp_path)
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_train_state_that_would_run_code_is_refused_in_one_line(tmp_path):
+    torch.save({"x": Evil()}, tmp_path / "train_state.pt")
+    with pytest.raises(CheckpointError, match=r"train_state.pt holds Python objects that loading it would have to "
+                                              r"run, so it is refused \(Weights only load failed: .*GLOBAL") as e:
+        checkpoint.load_train_state(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_resume_from_a_train_state_cut_short_names_the_file(shapes_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", "--data", shapes_dir, "--out", run, "--batch-size", "4", "--eval-images", "2", "--lr", "3e-3",
+            *tiny_set_flags()]
+    assert vqa([*args, "--max-steps", "1"]) == 0
+    cut(run / "last" / "train_state.pt")
+    fails(capsys, [*args, "--max-steps", "2", "--resume"],
+          rf"cannot resume: {run / 'last' / 'train_state.pt'} is not a complete train state")

@@ -99,7 +99,7 @@ def test_bad_inputs_stop_clearly(shapes_dir, tmp_path, capsys):
 
 
 def test_nan_loss_stops_with_a_clear_message(shapes_dir, tmp_path, capsys):
-    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "nan"), "loss is nan at step 2")  # step 1 is finite, its update makes the weights NaN
+    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "1e10"), "loss is nan at step 2")  # step 1 is finite, its update makes the weights NaN
 
 
 def test_one_trainer_per_run_folder(shapes_dir, tmp_path, capsys):

@@ -9,6 +9,7 @@ from conftest import tiny_set_flags
 
 from vqa import train
 from vqa.cli import main
+from vqa.train.budget import TimeBudget, evaluation_due
 
 
 def eval_steps(run) -> list[int]:
@@ -26,28 +27,35 @@ def test_a_short_run_evaluates_at_its_quarters_not_after_every_step(shapes_dir, 
     assert eval_steps(tmp_path / "r") == [2, 3, 4, 5]  # 5 x 1/4, 2/4, 3/4, 4/4 rounded up
 
 
-def test_a_time_limited_run_evaluates_at_each_quarter_of_its_time(shapes_dir, tmp_path, monkeypatch):
-    """Steps that slow down after step 30 make the plan shrink at every refit; evaluations still come at
-    the quarters of the 8 s and at the end, four in all."""
-    real = train.Trainer.train_step
-    stamps = []
+def test_evaluations_follow_the_quarters_not_a_step_count_that_moves():
+    # steps: four a run, whatever the length; --eval-every N: every N steps
+    assert [s for s in range(1, 6) if evaluation_due(s, 0, 5)] == [2, 3, 4, 5]
+    assert [s for s in range(1, 1945) if evaluation_due(s, 0, 1944)] == [486, 972, 1458, 1944]
+    assert [s for s in range(1, 11) if evaluation_due(s, 3, 10)] == [3, 6, 9]
+    # a time-limited run: the quarter of its time decides, whatever its planned steps say (the plan
+    # that changed at every refit made evaluations come at arbitrary steps: 72, 84, 85 of a 10-minute run)
+    assert evaluation_due(72, 0, 144, quarters=(0, 0)) is False  # 72 % (144 // 4) == 0, no quarter passed
+    assert evaluation_due(73, 0, 144, quarters=(1, 0)) is True
+    assert evaluation_due(74, 0, 144, quarters=(1, 1)) is False
 
-    def slowing(self, micro, extra=()):
-        out = real(self, micro, extra)
-        time.sleep(0.005 if self.step < 30 else 0.05)
-        return out
+
+def test_a_time_limited_run_evaluates_once_a_quarter_of_its_time(shapes_dir, tmp_path, monkeypatch):
+    """On the run's own clock, the k-th evaluation comes once k quarters have passed, one per quarter (a
+    step that takes longer than a quarter passes two at once), and the last closes the run."""
+    real_eval, real_budget = train.Trainer._evaluate_and_save, TimeBudget.__init__
+    stamps, clock = [], []
 
     def evaluated(self, metrics):
-        stamps.append(time.time() - t0)
+        stamps.append(time.time())
         return real_eval(self, metrics)
 
-    real_eval = train.Trainer._evaluate_and_save
-    monkeypatch.setattr(train.Trainer, "train_step", slowing)
+    def budget(self, *a, **k):
+        real_budget(self, *a, **k)
+        clock.append(self)
+
     monkeypatch.setattr(train.Trainer, "_evaluate_and_save", evaluated)
-    t0 = time.time()
+    monkeypatch.setattr(TimeBudget, "__init__", budget)
     assert main(args(shapes_dir, tmp_path / "t", "--time-limit", "8s")) == 0
-    steps = eval_steps(tmp_path / "t")
-    assert len(steps) == 4 and steps == sorted(set(steps)), steps
-    # the k-th evaluation once k quarters (2 s each) have passed (t0 is before the run's clock starts, so these
-    # times are if anything longer than the run's own), and the first one well before the end
-    assert all(stamps[k] >= 2 * (k + 1) for k in range(3)) and stamps[0] < stamps[-1] - 3, stamps
+    assert len(eval_steps(tmp_path / "t")) == len(stamps) <= 4
+    *mid, _ = [clock[0].quarter(t - clock[0].start) for t in stamps]
+    assert mid == sorted(set(mid)) and all(q >= 1 for q in mid), mid

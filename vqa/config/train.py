@@ -78,7 +78,7 @@ class TrainConfig(_Config):
         "train for this long (e.g. 10m, 90s, 1h); the cosine schedule is fitted to it", metavar='DURATION'))
     batch_size: int | None = field(default=None, metadata=_opt(
         "images per device per micro-batch (default: 32 on a CPU; on a GPU the most, up to 256, that the model's "
-        "estimated training memory fits in 60%% of the GPU's, a power of two)"))
+        "estimated training memory fits in 60% of the GPU's, a power of two)"))
     accum: int = field(default=1, metadata=_opt("micro-batches per optimizer step (gradient accumulation)"))
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
     captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
@@ -110,7 +110,8 @@ class TrainConfig(_Config):
         "decoupled weight decay of matrices: each step multiplies them by 1 - lr x this (Muon's at its own lr)"))
     warmup: int = field(default=100, metadata=_opt("linear warmup steps"))
     grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
-    eval_every: int = field(default=0, metadata=_opt("steps between evaluations (0: four per run)"))
+    eval_every: int = field(default=0, metadata=_opt(
+        "steps between evaluations (0: four a run, at each quarter of the planned steps or of --time-limit)"))
     eval_images: int = field(default=300, metadata=_opt(
         "val images scored by the evaluations during training (0: no evaluation, the checkpoints are still "
         "saved; vqa eval scores them all)"))

@@ -57,4 +57,17 @@ class TimeBudget:
         return step + max(1, int(share * (self.limit - (now - self.start)) / max(per_step, 1e-9)))
 
 
-__all__ = ["TimeBudget"]
+def evaluation_due(step: int, every: int, total: int | None, quarters: tuple[int, int] | None = None) -> bool:
+    """Whether training evaluates after `step`: every `every` steps if given; else four times a run, at each
+    quarter of a --time-limit's time (`quarters`: (the quarter reached, the last one evaluated); its planned
+    step count moves as the plan is refitted) or of the `total` planned steps (5 steps: after 2, 3, 4, 5).
+    The run's last step evaluates in any case (the caller)."""
+    if every:
+        return step % every == 0
+    if quarters is not None:
+        return quarters[0] > quarters[1]
+    total = total or 10**9
+    return step * 4 // total > (step - 1) * 4 // total
+
+
+__all__ = ["TimeBudget", "evaluation_due"]

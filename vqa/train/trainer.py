@@ -35,7 +35,7 @@ from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
 from ..model import checkpoint
 from . import state as run_state
-from .budget import TimeBudget
+from .budget import TimeBudget, evaluation_due
 from .objective import Objective
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
@@ -304,13 +304,9 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
             finished = out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
-            if c.eval_every:
-                due = self.step % c.eval_every == 0
-            elif budget is not None:
-                due, evaluated_q = quarter > evaluated_q, max(quarter, evaluated_q)
-            else:
-                total = self.total_steps or 10**9
-                due = self.step * 4 // total > (self.step - 1) * 4 // total
+            due = evaluation_due(self.step, c.eval_every, self.total_steps,
+                                 None if budget is None else (quarter, evaluated_q))
+            evaluated_q = max(quarter, evaluated_q)
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)

@@ -77,12 +77,11 @@ def _run(args, load, collection, output, d, top_k: int):
     from .batch_job import Job
 
     pred = load(args, compile=args.compile, device=d.device)
+    # the settings, checked before any work (a model not trained for the task stops here)
     if args.command == "ask":
         settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
     else:
-        from ..decoding.generate import generation_config
-
-        settings = generation_config(None, given(args, GenerationConfig), GenerationConfig.for_task("caption"))
+        settings = pred.caption_settings(changes=given(args, GenerationConfig))
     if d.main:
         print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
               f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",

@@ -92,7 +92,9 @@ def test_export_of_a_model_built_here_generates_vqa_captions(tmp_path, case):
     assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
     with torch.no_grad():
         out_ids = hf.generate(pixel_values=x)  # generation_config.json alone: start, forced <caption>, greedy
-    want = generate(model, [prompt] * 4, images=x, config=GenerationConfig.for_task("caption")).sequences
+    # what `vqa caption` decodes: no special token but <eos> (bad_words_ids there), at least one token
+    want = generate(model, [prompt] * 4, images=x, config=GenerationConfig.for_task("caption"),
+                    banned=tok.never_generated).sequences
     got = []
     for row in out_ids.tolist():
         assert row[:2] == prompt

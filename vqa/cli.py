@@ -22,17 +22,33 @@ COMMANDS = {
 }
 
 
+# commands whose INPUTs may come after options too (`vqa caption --checkpoint run a.png --batch-size 2 b.png`):
+# their own parser reads the command line with `parse_intermixed_args` (which a parser with subcommands cannot)
+INTERMIXED = ("ask", "caption")
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if not a.startswith("-")), None)
+    parser.commands = {}  # name -> its parser
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = parser.commands[name] = sub.add_parser(name, help=help_, description=help_)
         if name == wanted:  # import only the module of the command being run
             mod = importlib.import_module(module)
             mod.add_arguments(p, name) if _takes_name(mod.add_arguments) else mod.add_arguments(p)
             p.set_defaults(_module=module)
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line's arguments; for the INTERMIXED commands, positionals and options in any order."""
+    parser = build_parser(argv)
+    if argv and argv[0] in INTERMIXED:
+        args = parser.commands[argv[0]].parse_intermixed_args(argv[1:])
+        args.command = argv[0]
+        return args
+    return parser.parse_args(argv)
 
 
 def _takes_name(fn) -> bool:
@@ -41,7 +57,7 @@ def _takes_name(fn) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    args = parse(argv)
     mod = importlib.import_module(args._module)
     try:
         return int(mod.run(args) or 0)

@@ -56,6 +56,12 @@ class Tokenizer:
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids[PAD], ids[BOS], ids[EOS], ids[UNK]
         self.caption_id, self.question_id, self.answer_id = ids[CAPTION], ids[QUESTION], ids[ANSWER]
         self.special_ids = frozenset(i for i in ids.values() if i is not None)
+        # what generation may never produce (`generate(banned=...)`): every special token but <eos> -- <pad>,
+        # <bos>, <unk>, the task markers, and a language model's own special tokens (GPT-2's <|endoftext|>,
+        # unless it is this tokenizer's <eos>). `decode` drops them all, so a model that emitted one would
+        # say nothing where it seemed to say something.
+        added = {i for i, t in hf.get_added_tokens_decoder().items() if t.special}
+        self.never_generated = frozenset((self.special_ids | added) - {self.eos_id})
 
     # ---- building, saving, loading ----
     @classmethod

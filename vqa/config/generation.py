@@ -31,7 +31,8 @@ class GenerationConfig(_Config):
     method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
     max_new_tokens: int | None = field(default=None, metadata=_opt(
         "longest output in tokens (default: 10 for answers, the model's context for captions)"))
-    min_new_tokens: int = field(default=0, metadata=_opt("<eos> is not allowed before this many tokens"))
+    min_new_tokens: int = field(default=0, metadata=_opt(
+        "<eos> is not allowed before this many tokens (answers and captions: at least 1)"))
     num_beams: int = field(default=3, metadata=_opt("beam: hypotheses kept per prompt", ui=(1, 5, 1)))
     length_penalty: float = field(default=1.0, metadata=_opt(
         "beam: hypotheses rank by log-probability / length ** this (0: total log-probability)", ui=(0.0, 2.0, 0.1)))
@@ -83,8 +84,9 @@ class GenerationConfig(_Config):
 
     @classmethod
     def for_task(cls, task: str, **changes) -> GenerationConfig:
-        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`."""
-        base = dict(max_new_tokens=ANSWER_TOKENS) if task == "vqa" else {}
+        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`. Both
+        have min_new_tokens=1: an answer or a caption is never empty (<eos> cannot come first)."""
+        base = dict(max_new_tokens=ANSWER_TOKENS, min_new_tokens=1) if task == "vqa" else dict(min_new_tokens=1)
         return cls.from_dict({**base, **changes})
 
     def budget(self, limit: int) -> int:

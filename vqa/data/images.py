@@ -58,6 +58,8 @@ def load_image(src: Any, max_pixels: int | None = None, draft: int | None = None
 
 def _check_pixels(size: tuple[int, int], limit: int, what: str) -> None:
     w, h = size
+    if w < 1 or h < 1:
+        raise InputError(f"{what} is {w}x{h} pixels: it is empty (an image needs at least 1x1 pixel)")
     if w * h > limit:
         raise InputError(
             f"{what} is {w}x{h} = {w * h:,} pixels, over the limit of {limit:,} "
@@ -125,6 +127,8 @@ def _from_array(src: Any) -> Image.Image:
         arr = arr[..., 0]
     if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
         raise InputError(f"an image array must be HxW or HxWxC with C in 1, 3, 4; got shape {tuple(arr.shape)}")
+    if 0 in arr.shape[:2]:
+        raise InputError(f"the image array of shape {tuple(arr.shape)} has no pixels (its height or width is 0)")
     if arr.dtype == np.uint16:
         arr = (arr >> 8).astype(np.uint8)
     elif arr.dtype != np.uint8:

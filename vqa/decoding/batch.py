@@ -11,6 +11,8 @@ step of fixed shapes that runs eagerly or, with `compile=True`, through torch.co
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -42,6 +44,27 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
 
 SLOT_MULTIPLE = 32  # compiled: cache slots are padded up to a multiple of this (and rows to a `bucket`)
 
+_biases: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # decoder -> {(ids, device): bias}
+_biases_lock = threading.Lock()
+
+
+def ban_bias(model: VQAModel, banned: frozenset[int]) -> torch.Tensor | None:
+    """[V] float32 on the model's device: 0, and -inf on the `banned` token ids (None when none is banned).
+    Built once per model and set of ids (a tokenizer's `never_generated`) and kept: every decoding of that
+    model reuses the same tensor."""
+    if not banned:
+        return None
+    weight = model.decoder.embed.weight
+    key = (tuple(sorted(banned)), str(weight.device))
+    with _biases_lock:
+        per_model = _biases.setdefault(model.decoder, {})
+        bias = per_model.get(key)
+        if bias is None:
+            bias = torch.zeros(model.cfg.vocab_size, dtype=torch.float32, device=weight.device)
+            bias[list(key[0])] = float("-inf")
+            per_model[key] = bias
+        return bias
+
 
 class BatchDecoder:
     """The state of one batched decoding of B rows: the prompts run into preallocated caches, then one token per
@@ -50,11 +73,12 @@ class BatchDecoder:
 
     With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
     alone, logits are [B, len(vocab)] and the methods work on indices into `vocab` (`eos` is <eos>'s index);
-    `ids()` maps them back. Compiled, the state holds more rows than the B the methods see (`bucket`): the
-    extra rows repeat row 0 and their outputs are dropped."""
+    `ids()` maps them back. `ban` [V] (`ban_bias`; without a vocab) is -inf on the tokens never generated:
+    `choices` adds it where the methods choose. Compiled, the state holds more rows than the B the methods
+    see (`bucket`): the extra rows repeat row 0 and their outputs are dropped."""
 
     def __init__(self, model: VQAModel, kv, prompts: list[list[int]], config: GenerationConfig,
-                 vocab: torch.Tensor | None = None, compiled: bool = False):
+                 vocab: torch.Tensor | None = None, compiled: bool = False, ban: torch.Tensor | None = None):
         self.model, self.kv = model, kv
         decoder = model.decoder
         device, dtype = kv[0][0].device, kv[0][0].dtype
@@ -65,6 +89,8 @@ class BatchDecoder:
         self.budget = [config.budget(limit - len(q)) for q in prompts]
         self.max_new = max(self.budget)
         self.vocab, self.head, self.eos = None, None, model.cfg.eos_id
+        self.ban = None if vocab is not None else ban  # a vocab leaves the banned tokens out instead
+        self.min_new = config.min_new_tokens
         if vocab is not None:
             self.vocab = vocab.to(device)
             self.vocab_list = self.vocab.tolist()
@@ -100,6 +126,19 @@ class BatchDecoder:
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return (self.model.decoder.logits(hidden) if self.head is None else hidden @ self.head.t()).float()
+
+    def choices(self, x: torch.Tensor, t: int) -> torch.Tensor:
+        """`x` [B, V] (step t's logits or log-probabilities) with -inf on the tokens that may not come next:
+        the banned ones, and <eos> before min_new_tokens. A new tensor: `x`, the model's own distribution,
+        still scores what is chosen (as Hugging Face's logits processors act after the log-softmax in beam
+        search), so a score is the model's log-probability of the output."""
+        if self.ban is not None:
+            x = x + self.ban
+        elif t < self.min_new:
+            x = x.clone()
+        if t < self.min_new:
+            x[:, self.eos] = float("-inf")
+        return x
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row [B] (indices into `vocab` when there is one); returns the next logits [B, V]."""
@@ -151,4 +190,4 @@ class BatchDecoder:
         self.logits = self.logits.index_select(0, index)
 
 
-__all__ = ["Generation", "BatchDecoder", "left_pad", "SLOT_MULTIPLE"]
+__all__ = ["Generation", "BatchDecoder", "ban_bias", "left_pad", "SLOT_MULTIPLE"]

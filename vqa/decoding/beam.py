@@ -36,10 +36,9 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
     inf = float("inf")
     logits = dec.logits
     for t in range(dec.max_new):
-        if t < config.min_new_tokens:
-            logits[:, eos] = float("-inf")
         vocab = logits.shape[-1]
-        cand = (beam_score.view(-1, 1) + logits.log_softmax(-1)).view(b, k * vocab)  # [B, K*V]
+        # the model's log-probabilities, -inf on what may not come next (banned tokens, an early <eos>)
+        cand = (beam_score.view(-1, 1) + dec.choices(logits.log_softmax(-1), t)).view(b, k * vocab)  # [B, K*V]
         top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
         ts, ti = torch.stack([top_score.double(), top_idx.double()]).tolist()  # the step's one transfer
         new_score = [[-inf] * k for _ in range(b)]
@@ -52,6 +51,8 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
             j = 0
             for rank in range(2 * k):
                 s, (parent, w) = ts[i][rank], divmod(int(ti[i][rank]), vocab)
+                if s == -inf:  # not allowed here (or a beam not started): no hypothesis, nor any after it
+                    break
                 if w == eos:
                     if rank < k:
                         ended[i].append((s / (t + 1) ** lp, seqs[i * k + parent], s))

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..config import GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
-from .batch import BatchDecoder, Generation
+from .batch import BatchDecoder, Generation, ban_bias
 from .beam import beam_search
 from .compiled import compiled_step
 from .compiled import encode as encode_images
@@ -67,6 +67,7 @@ def generate(
     image_index: torch.Tensor | list[int] | None = None,  # [B] prompt -> image; default prompt b -> image b
     config: GenerationConfig | None = None,
     vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
+    banned: Sequence[int] | frozenset[int] | None = None,  # token ids never generated: Tokenizer.never_generated
     compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.step.CompiledStep)
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
@@ -74,8 +75,14 @@ def generate(
 
     `vocab` restricts what may follow to those tokens (a VQA model's answer vocabulary, say): the LM head is
     computed for them alone, and probabilities and scores are renormalized over them (the model's distribution
-    given that the output stays in the vocabulary). `compile` compiles the decode step (its weights frozen in:
-    for a model that is no longer trained); the result is that of the eager step."""
+    given that the output stays in the vocabulary). `banned` are tokens no method ever generates: at every step
+    (greedy, beam, sampling, eager or compiled) they are -inf where the method chooses, as <eos> is before
+    `min_new_tokens`; pass the tokenizer's `never_generated` (every special token but <eos>: <bos>, <pad>,
+    <unk>, the task markers), as the Predictor, evaluation and the ONNX runtime do. (The model alone does not
+    know which of its ids are task markers: without `banned`, nothing is banned.) Scores stay the model's
+    log-probabilities of the output (over `vocab` when there is one): what is excluded from the choice is
+    not taken out of the normalization. `compile` compiles the decode step (its weights frozen in: for a
+    model that is no longer trained); the result is that of the eager step."""
     config = generation_config(config, changes)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token (<bos>)")
@@ -93,21 +100,39 @@ def generate(
         if image_index.shape != (len(prompts),) or not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]:
             raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
     _check_ids(model, prompts)
-    allowed = None if vocab is None else answer_vocab(model, vocab)
+    banned = _banned(model, banned)
+    allowed = None if vocab is None else answer_vocab(model, vocab, banned)
+    if allowed is not None and config.min_new_tokens > 0 and allowed.numel() == 1:
+        raise InputError("the vocabulary allowed holds no token but <eos>, and min_new_tokens asks for at least "
+                         f"{config.min_new_tokens}: nothing can be generated")
     kv = model.memory_kv(memory, image_index)
+    decoding = dict(vocab=allowed, ban=None if allowed is not None else ban_bias(model, banned))
     if not compile:
-        return METHODS[config.method](model, kv, prompts, config, vocab=allowed)
+        return METHODS[config.method](model, kv, prompts, config, **decoding)
     with compiled_step(model.decoder).lock:  # its state buffers serve one decoding at a time
-        return METHODS[config.method](model, kv, prompts, config, vocab=allowed, compiled=True)
+        return METHODS[config.method](model, kv, prompts, config, compiled=True, **decoding)
 
 
-def answer_vocab(model: VQAModel, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """The sorted, distinct token ids of `ids` and <eos> (every output must be able to end), as a tensor on the
-    model's device; raises InputError for ids outside the vocabulary."""
+def _banned(model: VQAModel, banned) -> frozenset[int]:
+    """`banned` as a frozenset of token ids, checked: inside the vocabulary, and never <eos>."""
+    if banned is None:
+        return frozenset()
+    ids = frozenset(int(i) for i in (banned.tolist() if torch.is_tensor(banned) else banned))
+    _check_ids(model, [sorted(ids)])
+    if model.cfg.eos_id in ids:
+        raise InputError(f"<eos> (id {model.cfg.eos_id}) cannot be banned: every output must be able to end")
+    return ids
+
+
+def answer_vocab(model: VQAModel, ids: Sequence[int] | torch.Tensor,
+                 banned: frozenset[int] = frozenset()) -> torch.Tensor:
+    """The sorted, distinct token ids of `ids` less the `banned` ones, and <eos> (every output must be able to
+    end), as a tensor on the model's device; raises InputError for ids outside the vocabulary."""
     ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
     _check_ids(model, [ids])
     device = model.decoder.embed.weight.device
-    return torch.as_tensor(sorted({int(i) for i in ids} | {model.cfg.eos_id}), dtype=torch.long, device=device)
+    keep = ({int(i) for i in ids} - set(banned)) | {model.cfg.eos_id}
+    return torch.as_tensor(sorted(keep), dtype=torch.long, device=device)
 
 
 def _greedy(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
@@ -132,15 +157,13 @@ def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool
     done = torch.zeros(b, dtype=torch.bool, device=device)  # the row produced <eos>
     logits = dec.logits
     for t in range(n):
-        if t < config.min_new_tokens:
-            logits[:, eos] = float("-inf")
-        logp = logits.log_softmax(-1)  # [B, V]
-        if sample:
-            probs = filter_logits(logits / config.temperature, config.top_k, config.top_p).softmax(-1)
-            tok = torch.multinomial(probs, 1, generator=generator)  # [B, 1]
-            lp, tok = logp.gather(1, tok)[:, 0], tok[:, 0]
+        logp = logits.log_softmax(-1)  # [B, V]: the model's distribution, which scores the tokens chosen
+        if sample:  # among the tokens allowed (`choices`: none banned, no <eos> before min_new_tokens)
+            probs = filter_logits(dec.choices(logits, t) / config.temperature, config.top_k, config.top_p).softmax(-1)
+            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]  # [B]
         else:
-            lp, tok = logp.max(-1)
+            tok = dec.choices(logp, t).argmax(-1)
+        lp = logp.gather(1, tok[:, None])[:, 0]
         toks.append(tok)
         lps.append(lp)
         if t == n - 1:

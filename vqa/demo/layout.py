@@ -63,6 +63,13 @@ def decoding_controls() -> list:
     return out
 
 
+def untrained_note(task: str, tasks) -> str:
+    """The note a tab shows when the model was not trained for its task (its button is disabled; the endpoint
+    refuses with the Predictor's message)."""
+    does = "answer questions" if task == "vqa" else "write captions"
+    return f"**This model does not {does}**: it was trained for {', '.join(tasks)} only (see the model card)."
+
+
 def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATCH_WAIT_MS,
               reference: Any = "auto") -> gr.Blocks:
     """The demo around a `vqa.Predictor`; with None, a page that explains how to train a model.
@@ -99,12 +106,17 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                     with gr.Column(scale=6):
                         with gr.Tabs():
                             with gr.Tab("Ask", id="ask"):
+                                asks = "vqa" in pred.tasks  # a captioner's Ask tab says why it is disabled
+                                if not asks:
+                                    gr.Markdown(untrained_note("vqa", pred.tasks), elem_id="ask-untrained")
                                 question = gr.Textbox(label="Question", placeholder="what color is the circle?",
-                                                      max_length=MAX_QUESTION_CHARS, elem_id="question")
+                                                      max_length=MAX_QUESTION_CHARS, elem_id="question",
+                                                      interactive=asks)
                                 with gr.Row(equal_height=True):
                                     top_k = gr.Slider(1, MAX_TOP_K, value=3, step=1,
                                                       label="Answers to list (top-k)", scale=3)
-                                    ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1)
+                                    ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1,
+                                                        interactive=asks)
                                 with gr.Row():
                                     answer = gr.Textbox(label="Answer", interactive=False, elem_id="answer",
                                                         scale=2)
@@ -112,11 +124,15 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                                                       show_heading=False, elem_id="top-answers", scale=3)
                                 note = gr.Markdown(elem_id="note")
                             with gr.Tab("Caption", id="caption"):
+                                captions = "caption" in pred.tasks
+                                if not captions:
+                                    gr.Markdown(untrained_note("caption", pred.tasks), elem_id="caption-untrained")
                                 method = gr.Dropdown(list(DECODING_METHODS), value="greedy",
                                                      label="Decoding method", elem_id="method")
                                 with gr.Row():
                                     settings = decoding_controls()
-                                cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button")
+                                cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button",
+                                                    interactive=captions)
                                 cap_text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text")
                                 cap_details = gr.Markdown(elem_id="caption-details")
                             with gr.Tab("Model card", id="card"):

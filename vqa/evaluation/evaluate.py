@@ -2,8 +2,9 @@
 `vqa.evaluation.cli`).
 
 `evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
-default, and returns the summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4,
-CIDEr-D) with the result lists in the official formats.
+default, never generating a special token but <eos> (the tokenizer's `never_generated`), and returns the
+summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4, CIDEr-D) with the result lists
+in the official formats.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         memory = encode_images(model, images, compile)  # each image once, for all its questions
         for group in batch.groups:
             out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
-                           config=gen[group.task], compile=compile)
+                           config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
             for meta, seq in zip(group.meta, out.sequences, strict=True):
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":

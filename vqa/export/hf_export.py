@@ -19,6 +19,9 @@ What maps (`vqa.export.hf_layout` has the tensor names):
   - the caption prompt `<bos> <caption>`: decoder_start_token_id = <bos> and forced_bos_token_id = <caption>
     (the first generated token is forced), so greedy generate() starts as vqa does. (Beam search counts the
     forced token in its length penalty; pass decoder_input_ids=[[bos, caption]] for vqa's beam scores.)
+    As vqa's decoding, it never generates a special token but <eos> (bad_words_ids: the tokenizer's
+    `never_generated`; the forced <caption> is forced after them) and writes at least one caption token
+    (min_new_tokens counts the forced one).
 A model transformers cannot express (a convolutional stem, memory positions, QK-norm, a timm model other than
 the plain ViT) is refused before anything is written, in one line naming each field.
 """
@@ -159,6 +162,7 @@ def export_transformers(checkpoint_path: str | Path, out: str | Path) -> Path:  
     generation = GenerationConfig(
         decoder_start_token_id=tok.bos_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
         forced_bos_token_id=prompt[1] if len(prompt) > 1 else None, max_length=model.cfg.dec_max_len,
+        min_new_tokens=len(prompt), bad_words_ids=[[i] for i in sorted(tok.never_generated)] or None,
         do_sample=False, num_beams=1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,12 @@
     p = OnnxPredictor("exported/")
     p.answer("photo.jpg", "how many circles are there?")
 
-Greedy decoding, batched with left padding exactly as `vqa.decoding.generate` does it (positions count real tokens,
-padding keys are masked, each prompt has its own length budget), so the answers equal the Predictor's
-greedy ones. Images are prepared as the model saw them in training: EXIF-rotated, converted to RGB,
-letterboxed with the mean colour, normalized (`vqa.data.images`, which imports no torch).
+Greedy decoding, batched with left padding exactly as `vqa.decoding.generate` does it (positions count real
+tokens, padding keys are masked, each prompt has its own length budget), never producing a special token but
+<eos> (the tokenizer's `never_generated`: their logits are -inf) and, for answers and captions, at least one
+token before <eos>, so the answers equal the Predictor's greedy ones. Images are prepared as the model saw
+them in training: EXIF-rotated, converted to RGB, letterboxed with the mean colour, normalized
+(`vqa.data.images`, which imports no torch).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class OnnxPredictor:
         self.max_len = int(self.cfg["dec_max_len"])
         self.layers, self.heads = int(self.cfg["dec_depth"]), int(self.cfg["dec_heads"])
         self.head_dim = int(self.cfg["dec_width"]) // self.heads
+        self.never_generated = sorted(self.tokenizer.never_generated)  # their logits are -inf at every step
 
     # ---- inputs ----
     def prepare(self, image: Any) -> np.ndarray:
@@ -81,9 +84,14 @@ class OnnxPredictor:
                                            past_k=past_k, past_v=past_v, memory_k=memory_k, memory_v=memory_v))
 
     def greedy(self, prompts: list[list[int]], memory_k: np.ndarray, memory_v: np.ndarray,
-               max_new_tokens: int | None = None, on_logits=None) -> list[list[int]]:
-        """Greedy continuations of `prompts` (row b reads image b of the memory); `on_logits(t, logits)` sees
-        each step's next-token logits [B, V] (tests compare them with PyTorch's)."""
+               max_new_tokens: int | None = None, on_logits=None, min_new_tokens: int = 0,
+               banned: list[int] | None = None) -> list[list[int]]:
+        """Greedy continuations of `prompts` (row b reads image b of the memory), as `generate` gives them with
+        the same `min_new_tokens` (no <eos> before that many tokens) and `banned` tokens (never generated;
+        default: the tokenizer's `never_generated`, every special token but <eos>). `on_logits(t, logits)`
+        sees each step's next-token logits [B, V] as the model gives them, before any is banned (tests
+        compare them with PyTorch's)."""
+        banned = self.never_generated if banned is None else list(banned)
         if not prompts or any(not p for p in prompts):
             raise InputError("every prompt needs at least one token (<bos>)")
         b, width = len(prompts), max(len(p) for p in prompts)
@@ -105,7 +113,10 @@ class OnnxPredictor:
         for t in range(max(budget)):
             last = logits[:, -1].astype(np.float32)  # [B, V]
             if on_logits is not None:
-                on_logits(t, last)
+                on_logits(t, last.copy())
+            last[:, banned] = -np.inf
+            if t < min_new_tokens:
+                last[:, self.eos] = -np.inf
             tok = last.argmax(-1)
             for i in range(b):
                 if not done[i]:
@@ -131,11 +142,12 @@ class OnnxPredictor:
             raise InputError(f"{len(images)} images for {len(questions)} questions")
         mk, mv = self.encode(images)
         prompts = [self.tokenizer.vqa_prompt(q, max_len=self.max_len) for q in questions]
-        return [self.tokenizer.decode(s) for s in self.greedy(prompts, mk, mv, max_new_tokens)]
+        return [self.tokenizer.decode(s) for s in self.greedy(prompts, mk, mv, max_new_tokens, min_new_tokens=1)]
 
     def caption(self, image: Any, max_new_tokens: int | None = None) -> str:
         mk, mv = self.encode([image])
-        return self.tokenizer.decode(self.greedy([self.tokenizer.caption_prompt()], mk, mv, max_new_tokens)[0])
+        out = self.greedy([self.tokenizer.caption_prompt()], mk, mv, max_new_tokens, min_new_tokens=1)
+        return self.tokenizer.decode(out[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         pred = OnnxPredictor(args.folder)
-        print(pred.answer(args.image, args.question) if args.question else pred.caption(args.image))
+        # an empty question is refused (by `vqa_prompt`), as one of only spaces is: no question is `None`
+        print(pred.caption(args.image) if args.question is None else pred.answer(args.image, args.question))
     except (CheckpointError, InputError) as e:
         print(f"vqa.export.runtime: error: {e}", file=sys.stderr)
         return 2

@@ -30,7 +30,8 @@ def add_collection_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=2, metavar="N",
                    help="DataLoader processes decoding images while the model runs (default 2; 0: none)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="decode through the compiled step (default: on CUDA and with --int8, as the Predictor)")
+                   help="decode through the compiled step (default for many INPUTs: on CUDA and with --int8, as the "
+                        "Predictor; for one image: off, as compiling costs more than one answer saves)")
     g.add_argument("--merge", metavar="FILE.jsonl", default=None,
                    help="merge the part files of a multi-process run of FILE.jsonl into it, and do nothing else")
 
@@ -89,12 +90,11 @@ def _run(args, load, collection, output, d, top_k: int):
     from .batch_job import Job
 
     pred = load(args, compile=args.compile, device=d.device)
+    # the settings, checked before any work (a model not trained for the task stops here)
     if args.command == "ask":
         settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
     else:
-        from ..decoding.generate import generation_config
-
-        settings = generation_config(None, given(args, GenerationConfig), GenerationConfig.for_task("caption"))
+        settings = pred.caption_settings(changes=given(args, GenerationConfig))
     if d.main:
         print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
               f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
@@ -130,6 +130,10 @@ def run_collection(args, load) -> int:
     if world > 1 and args.out is None:
         raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
     d = setup(args.device or "auto")
+    repeats = collection.describe_repeats()
+    if repeats and d.main:  # one record per (image, question): resuming depends on it, but never silently
+        where = f"{args.questions}: " if getattr(args, "questions", None) else ""
+        print(f"vqa {args.command}: {where}{repeats}", file=sys.stderr)
     output = Output(args.out, d.rank, d.world)
     open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
     try:

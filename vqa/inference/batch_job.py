@@ -31,8 +31,8 @@ IN_FLIGHT = 2  # chunks handed to the model before the oldest is written: one ru
 class Summary:
     written: int  # records this process wrote now
     skipped: int  # positions already written before
-    errors: int  # records with an error in the whole output (this run's and earlier ones)
-    total: int  # records in the whole output
+    errors: int  # this run's inputs whose record is an error (written now or before; not other inputs' records)
+    total: int  # this run's inputs (written now or before): the output may hold records of others too
     seconds: float
 
 
@@ -72,24 +72,24 @@ class Job:
         """Write this process's records; the output must be `open_output`'d."""
         t0 = time.perf_counter()
         try:
-            done, prior_errors = self.output.done_keys, self.output.done_errors
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
-                                 done)
+                                 self.output.done_keys, self.output.failed_keys)
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
-            skipped = self._pipeline(chunks, hi - lo)
+            skipped, prior_errors = self._pipeline(chunks, hi - lo)
         finally:
             self.output.close()
         seconds = time.perf_counter() - t0
-        written, errors = self.output.written, prior_errors + self.output.errors
-        total = len(done) + written
+        written = self.output.written
+        # this run's inputs only (the output may hold records of other inputs, from earlier runs)
+        total, errors = skipped + written, prior_errors + self.output.errors
         if self.output.parted:
             if self.dist.rank != 0:
                 self.output.release()  # the part's lock; rank 0 keeps the output's for the merge
             self.dist.barrier()
             if self.dist.main:
-                total, errors = merge(self.output.out)
-            errors, total = _broadcast(self.dist, (errors, total))
+                merge(self.output.out)
+            total, errors = _sum(self.dist, (total, errors))  # every rank's inputs
         self.output.release()
         return Summary(written, skipped, errors, total, seconds)
 
@@ -101,17 +101,18 @@ class Job:
         bar = tqdm(total=n, unit="img", desc=f"vqa {self.kind}", dynamic_ncols=True, file=sys.stderr,
                    disable=not (self.progress and self.dist.main and sys.stderr.isatty()))
         pending: deque = deque()
-        skipped = 0
+        skipped = skipped_errors = 0
         with bar:
             for chunk in chunks:
                 futures = [None if it.error else batcher.submit(key, (it.pixels, it.question)) for it in chunk.items]
                 pending.append((chunk, futures))
                 skipped += chunk.skipped
+                skipped_errors += chunk.skipped_errors
                 while len(pending) > IN_FLIGHT - 1:
                     self._finish(*pending.popleft(), bar)
             while pending:
                 self._finish(*pending.popleft(), bar)
-        return skipped
+        return skipped, skipped_errors
 
     def _finish(self, chunk, futures, bar) -> None:
         for it, fut in zip(chunk.items, futures, strict=True):
@@ -143,20 +144,21 @@ def open_output(output: Output, d: Dist) -> None:
         output.release()
         raise ConfigError(err)
     try:
-        output.done_keys, output.done_errors = output.done()
+        output.done_keys, output.failed_keys = output.done()
     except VQAError:
         output.release()
         raise
 
 
-def _broadcast(d: Dist, value):
+def _sum(d: Dist, values: tuple[int, ...]) -> tuple[int, ...]:
+    """`values` summed over the ranks (every rank gets the sums)."""
     if d.world == 1:
-        return value
+        return values
     import torch.distributed as tdist
 
-    box = [value]
-    tdist.broadcast_object_list(box, src=0)
-    return box[0]
+    every: list = [None] * d.world
+    tdist.all_gather_object(every, values)
+    return tuple(sum(v) for v in zip(*every, strict=True))
 
 
 __all__ = ["Job", "Summary", "open_output"]

@@ -10,7 +10,7 @@ first position a worker needs; samples of other workers' chunks are passed over 
 A worker decodes an image as the Predictor would (`load_image` with its pixel limit, then the letterboxed
 uint8 [3, S, S] model input), so a batch reaches the model ready to normalise; an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
-resumed run) are counted as `skipped` and not read.
+resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ def record_key(rec: dict) -> tuple:
 class Chunk:
     items: list[Loaded] = field(default_factory=list)
     skipped: int = 0  # positions already written
+    skipped_errors: int = 0  # of those, the ones whose record is an error
+
+
+_DONE, _DONE_FAILED = "done", "done with an error"  # what a position already written yields instead of its item
 
 
 def rank_range(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -77,10 +81,18 @@ class ChunkSource(IterableDataset):
     """The chunks of positions [lo, hi) of `collection`, each worker its share (the module docstring)."""
 
     def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform, max_pixels=None,
-                 done: frozenset | set = frozenset()):
+                 done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
+        """`done`: the keys already written (skipped); `failed`: those of them whose record is an error."""
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
-        self.transform, self.max_pixels, self.done = transform, max_pixels, done
+        self.transform, self.max_pixels, self.done, self.failed = transform, max_pixels, done, failed
+
+    def _skip(self, item: Loaded) -> str | None:
+        """None when `item` is still to do, else what it yields instead (_DONE or _DONE_FAILED)."""
+        key = item.key()
+        if key not in self.done:
+            return None
+        return _DONE_FAILED if key in self.failed else _DONE
 
     def __len__(self) -> int:  # chunks
         return -(-(self.hi - self.lo) // self.batch)
@@ -94,9 +106,9 @@ class ChunkSource(IterableDataset):
             item.error = f"{name}: unreadable image ({type(e).__name__}: {e})"
         return item
 
-    def _positions(self, mine) -> Iterator[tuple[int, Loaded | None]]:
-        """(position, the item read, or None when it was done before) for the positions in [lo, hi) for which
-        `mine(position)` holds, in order."""
+    def _positions(self, mine) -> Iterator[tuple[int, Loaded | str]]:
+        """(position, the item read, or _DONE / _DONE_FAILED when it was done before) for the positions in
+        [lo, hi) for which `mine(position)` holds, in order."""
         u = max(0, bisect.bisect_right(self.starts, self.lo) - 1)
         for k in range(u, len(self.units)):
             unit, start = self.units[k], self.starts[k]
@@ -105,11 +117,11 @@ class ChunkSource(IterableDataset):
             if isinstance(unit, FileItem):
                 if start >= self.lo and mine(start):
                     item = Loaded(start, unit.key, None, unit.question, unit.question_id)
-                    yield start, (None if item.key() in self.done else self._decode(item, unit.path, unit.path))
+                    yield start, (self._skip(item) or self._decode(item, unit.path, unit.path))
                 continue
             yield from self._shard(unit, start, mine)
 
-    def _shard(self, unit: ShardItems, start: int, mine) -> Iterator[tuple[int, Loaded | None]]:
+    def _shard(self, unit: ShardItems, start: int, mine) -> Iterator[tuple[int, Loaded | str]]:
         first = max(self.lo, start) - start
         stop = min(self.hi, start + unit.n) - start
         wanted = [o for o in range(first, stop) if mine(start + o)]
@@ -125,8 +137,9 @@ class ChunkSource(IterableDataset):
                 if not mine(pos):
                     continue
                 item = Loaded(pos, s.key, unit.url, unit.question)
-                if item.key() in self.done:
-                    yield pos, None
+                skip = self._skip(item)
+                if skip:
+                    yield pos, skip
                 elif s.image is None:
                     item.error = f"{s.where}: {s.bad or 'no image'}"
                     yield pos, item
@@ -136,7 +149,7 @@ class ChunkSource(IterableDataset):
             for o in range(at, stop):
                 if mine(start + o):
                     item = Loaded(start + o, f"#{o}", unit.url, unit.question, error=str(e))
-                    yield start + o, (None if item.key() in self.done else item)
+                    yield start + o, (self._skip(item) or item)
 
     def __iter__(self) -> Iterator[Chunk]:
         info = get_worker_info()
@@ -155,8 +168,9 @@ class ChunkSource(IterableDataset):
                 yield chunk
                 chunk = Chunk()
             current = c
-            if item is None:
+            if item in (_DONE, _DONE_FAILED):
                 chunk.skipped += 1
+                chunk.skipped_errors += item == _DONE_FAILED
             else:
                 chunk.items.append(item)
         if current is not None:

@@ -105,7 +105,7 @@ def run(args) -> int:
     args.image = args.inputs[0]
     if args.command == "ask":
         args.question = args.inputs[1]
-    pred = _load(args)
+    pred = _load(args, compile=bool(args.compile))  # one image: compiled only when --compile asks for it
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
         res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)

@@ -14,8 +14,10 @@ glob that matches nothing), a missing or unreadable shard, a malformed line of a
 not: an image path that turns out unreadable, truncated, huge or not an image (its record says so).
 
 Keys: a file's `image` is its path as reached from the INPUT (`photos/a/b.jpg`); a shard sample's is its key
-within the shard, with the shard's url beside it. The same file reached twice (a folder and a glob) is one
-position: the first.
+within the shard, with the shard's url beside it. The same file reached twice (a folder and a glob), or a
+questions file's line repeated (the same image, question and question_id), is one position: the first, so
+one record (a rerun resumes by record). `Collection.repeats` keeps where the repeats were, and the command
+says how many it skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.jsonl import json_objects, text_field
@@ -44,6 +46,7 @@ class FileItem:
     path: str  # where to read it
     question: str | None = None
     question_id: object = None
+    where: str | None = field(default=None, compare=False)  # a questions file's "line N" (a repeat names it)
 
     n = 1
 
@@ -71,6 +74,7 @@ Unit = FileItem | ShardItems
 @dataclass
 class Collection:
     units: list[Unit]
+    repeats: list[str] = field(default_factory=list)  # the inputs skipped as repeats ("line 5 repeats line 2")
 
     def __len__(self) -> int:
         return sum(u.n for u in self.units)
@@ -90,6 +94,14 @@ class Collection:
         if shards:
             parts.append(f"{sum(u.n for u in shards)} samples in {len(shards)} shard{'s' * (len(shards) != 1)}")
         return " and ".join(parts) or "nothing"
+
+    def describe_repeats(self) -> str | None:
+        """What was skipped as a repeat, in a sentence (None: nothing)."""
+        if not self.repeats:
+            return None
+        n = len(self.repeats)
+        return (f"skipped {n} repeated input{'s' * (n != 1)} (the first: {self.repeats[0]}): one record per "
+                "image and question")
 
 
 def _is_glob(s: str) -> bool:
@@ -173,19 +185,23 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
             units += expand(found, question).units
         else:
             raise InputError(f"{raw}: no such file, folder or shard")
-    return Collection(_distinct(units))
+    return _distinct(units)
 
 
-def _distinct(units: list[Unit]) -> list[Unit]:
-    seen, out = set(), []
+def _distinct(units: list[Unit]) -> Collection:
+    """The units with every repeat of a file (and question) left out: kept in `repeats`, never silently."""
+    first: dict[tuple, FileItem] = {}
+    out, repeats = [], []
     for u in units:
         if isinstance(u, FileItem):
             k = (os.path.normpath(u.path), u.question, u.question_id)
-            if k in seen:
+            if k in first:
+                was = first[k]
+                repeats.append(f"{u.where} repeats {was.where}" if u.where else f"{u.key} again")
                 continue
-            seen.add(k)
+            first[k] = u
         out.append(u)
-    return out
+    return Collection(out, repeats)
 
 
 def read_questions(path: str | Path) -> Collection:
@@ -199,7 +215,7 @@ def read_questions(path: str | Path) -> Collection:
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read ({e})") from None
     units: list[Unit] = []
-    for _, where, obj in json_objects(text, path):
+    for lineno, where, obj in json_objects(text, path):
         text_field(obj, "image", where)  # a non-empty string (kept as given: it is a path)
         question = text_field(obj, "question", where)
         qid = obj.get("question_id")
@@ -207,10 +223,10 @@ def read_questions(path: str | Path) -> Collection:
             raise DataError(f"{where}: field 'question_id' must be a string or an integer, got {json.dumps(qid)[:60]}")
         image = Path(obj["image"])
         units.append(FileItem(obj["image"], str(image if image.is_absolute() else path.parent / image),
-                              question, qid))
+                              question, qid, where=f"line {lineno}"))
     if not units:
         raise DataError(f"{path}: no questions in the file")
-    return Collection(_distinct(units))
+    return _distinct(units)
 
 
 __all__ = ["Collection", "FileItem", "ShardItems", "expand", "read_questions", "IMAGE_EXTS"]

@@ -90,7 +90,7 @@ class Output:
         self._locks: list[RunLock] = []
         self.written = self.errors = 0
         self.done_keys: set = set()  # what `done()` found, once the output is open (`batch_job.open_output`)
-        self.done_errors = 0
+        self.failed_keys: set = set()
 
     def lock(self) -> None:
         """Refuse a second writer: rank 0 locks the output, every rank its part (ConfigError when taken)."""
@@ -110,14 +110,15 @@ class Output:
     def lock_fds(self) -> tuple[int, ...]:
         return tuple(lk._file.fileno() for lk in self._locks if lk._file is not None)
 
-    def done(self) -> tuple[set, int]:
-        """(keys already written to the output and any part, errors among them); repairs this process's file."""
+    def done(self) -> tuple[set, set]:
+        """(keys already written to the output and any part, the keys among them whose record is an error);
+        repairs this process's file."""
         if self.out is None:
-            return set(), 0
+            return set(), set()
         recs = read_records(self.out, repair=self.path == self.out)
         for p in part_files(self.out):
             recs += read_records(p, repair=p == self.path)
-        return {record_key(r) for r in recs}, sum(1 for r in recs if "error" in r)
+        return {record_key(r) for r in recs}, {record_key(r) for r in recs if "error" in r}
 
     def write(self, rec: dict, index: int) -> None:
         if self._file is None:

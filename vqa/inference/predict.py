@@ -10,15 +10,21 @@ where the model looked (the decoder's cross-attention over the image patches).
 Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array.
 
 Decoding. Every method takes a `GenerationConfig` (`generation=`) and/or its fields as keywords
-(`method="sample", top_p=0.9, seed=3`), validated in one place. Captions decode greedily by default.
+(`method="sample", top_p=0.9, seed=3`), validated in one place. Captions decode greedily by default. No
+method ever generates a special token but <eos> (the tokenizer's `never_generated`: <bos>, <pad>, <unk>, the
+task markers), and an answer or caption has at least one token (min_new_tokens is at least 1).
+
+Tasks. A model answers (and ranks) only if trained for questions and captions only if trained for captions
+(its card's `tasks`, as `vqa eval` checks): otherwise InputError.
 
 Probabilities. `answer(top_k=k)` decodes with beam search of max(k, 3) beams and length penalty 0 unless a
 config says otherwise, so hypotheses rank by total log-probability, and reports for each distinct answer
 text found exp(total log-probability of its tokens and <eos>): the probability the model gives that exact
 answer (summed over token sequences that spell the same text). They are *not* renormalized over the k
-answers, so they sum to at most 1 and the gap is the mass of the answers not returned; `answer` is the most
-probable one. `rank()` scores a closed list instead: a softmax over the candidates' total log-probabilities,
-summing to 1.
+answers (nor over the outputs allowed), so they sum to at most 1 and the gap is the mass of the answers not
+returned; `answer` is the most probable one. top_k > 1 needs beam search of at least k beams: greedy decoding
+and sampling give one answer, and asking them for more is an InputError. `rank()` scores a closed list
+instead: a softmax over the candidates' total log-probabilities, summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
 end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
@@ -53,7 +59,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from einops import rearrange
 from PIL import Image
 
 from ..config import GenerationConfig
@@ -64,6 +69,7 @@ from ..decoding.generate import generate, generation_config, score_candidates
 from ..device import inference_dtype, pick_device, use_tensor_cores
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
+from .heatmaps import patch_maps
 from .results import Answer, Caption
 
 # ----------------------------------------------------------------------------------------------- predictor
@@ -81,8 +87,8 @@ class Predictor:
         float32 elsewhere; float32 matmuls on CUDA use TF32. `compile`: decode through the torch.compile'd step
         (`vqa.decoding.step`; default: on CUDA, where CUDA graphs replay a step, and with int8, which pays only
         compiled; on a CPU in float32 it pays for long-running use, after seconds of compiling per batch
-        shape). `answer_vocab`: the answers the model may give (texts); answers are then decoded over their
-        tokens only (`generate(vocab=...)`), their probabilities renormalized over them."""
+        shape). `answer_vocab`: texts whose tokens are the only ones an answer may use (see
+        `set_answer_vocab`)."""
         from ..decoding.quantize import ACTIVATION_DTYPE, apply_precision, precision_of
 
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -103,6 +109,7 @@ class Predictor:
         self.compile = (self.device.type == "cuda" or self.precision == "int8") if compile is None else bool(compile)
         self.tokenizer = tokenizer
         self.card = dict(card or {})
+        self.tasks = tuple(self.card.get("tasks") or ("vqa", "caption"))  # what the model was trained for
         self.cfg = model.cfg
         self.transform = build_transform(self.cfg, train=False)
         self.grid = self.cfg.grid
@@ -116,14 +123,22 @@ class Predictor:
             self.set_answer_vocab(answer_vocab)
 
     def set_answer_vocab(self, answers: Sequence[str] | None) -> None:
-        """Decode answers over the tokens of `answers` (texts) only, or over the whole vocabulary (None)."""
+        """Decode answers over the tokens of `answers` (texts) only, or over the whole vocabulary (None).
+
+        This limits the *tokens*, not the answers: an answer is any sequence of those tokens (["yes", "no"]
+        allows "yes", "no", but also "yes no" or "no no no"), with at least one token; probabilities are
+        renormalized over them (`generate(vocab=...)`). To choose among whole answers, use `rank()`."""
         if answers is None:
             self.answer_vocab = None
             return
         answers = [a for a in answers if isinstance(a, str) and a.strip()]
         if not answers:
             raise InputError("answer_vocab needs at least one non-empty answer")
-        self.answer_vocab = sorted({t for a in answers for t in self.tokenizer.target(a)})
+        tokens = {t for a in answers for t in self.tokenizer.encode(a)} - self.tokenizer.never_generated
+        if not tokens:
+            raise InputError("answer_vocab: none of its answers has a token the model can generate (characters "
+                             "it does not know are <unk>, which it never generates)")
+        self.answer_vocab = sorted(tokens | {self.tokenizer.eos_id})
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None, **kwargs) -> Predictor:
@@ -191,34 +206,6 @@ class Predictor:
     def _pieces(self, ids: list[int]) -> list[str]:
         return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
 
-    def _maps(self, memory: torch.Tensor, index: Sequence[int], prompts: Sequence[list[int]],
-              generated: Sequence[list[int]]) -> list[torch.Tensor]:
-        """Per row: [G, L, H, grid, grid] patch attention (prefix tokens dropped) on the CPU, for all rows in
-        one teacher-forced pass. Rows are right-padded: under causal attention a real token never sees the
-        padding after it, so each row's weights are those of its own pass (`cross_attention_maps`)."""
-        g, cfg = self.grid, self.cfg
-        out = [torch.zeros(0, cfg.dec_depth, cfg.dec_heads, g, g) for _ in generated]
-        rows = [b for b, seq in enumerate(generated) if seq]
-        if not rows:
-            return out
-        seqs = [list(prompts[b]) + list(generated[b]) for b in rows]
-        if max(len(q) for q in seqs) > cfg.dec_max_len:
-            raise InputError(f"prompt + generated of {max(len(q) for q in seqs)} tokens exceeds "
-                             f"dec_max_len={cfg.dec_max_len}")
-        ids = torch.full((len(rows), max(len(q) for q in seqs)), cfg.pad_id, dtype=torch.long)
-        for i, q in enumerate(seqs):
-            ids[i, : len(q)] = torch.as_tensor(q)
-        img = torch.as_tensor([index[b] for b in rows], dtype=torch.long, device=memory.device)
-        with torch.inference_mode():
-            _, maps = self.model.decoder(ids.to(memory.device), self.model.memory_kv(memory, img), need_weights=True)
-        stacked = torch.stack(maps, 1)  # [R, L, H, T, N]
-        patches = stacked[..., stacked.shape[-1] - g * g :].float().cpu()  # drop the prefix (CLS) tokens
-        for i, b in enumerate(rows):
-            start = len(prompts[b]) - 1  # the query at position t wrote token t + 1
-            m = patches[i, :, :, start : start + len(generated[b])]  # [L, H, G, grid^2]
-            out[b] = rearrange(m, "l h t (y x) -> t l h y x", y=g)
-        return out
-
     def image_features(self, images: Any, cache: bool = True) -> np.ndarray:
         """[B, D]: each image's encoded tokens averaged, L2-normalised (`vqa.demo.familiarity`). With `cache`, the
         encodings come from (and go to) the answer cache; without, they are computed and forgotten."""
@@ -242,15 +229,41 @@ class Predictor:
         probabilities (see the module docstring). `changes`: GenerationConfig fields."""
         return self.answer_batch([image], [question], top_k, generation, return_attention, **changes)[0]
 
+    def check_task(self, task: str) -> None:
+        """InputError unless the model was trained for `task` ("vqa" or "caption"; its card's `tasks`)."""
+        trained = ", ".join(self.tasks)
+        if task == "vqa" and task not in self.tasks:
+            raise InputError(f"this model is a captioner, trained to caption only (its card's tasks: {trained}): "
+                             "it does not answer questions; caption with it, or fine-tune it for questions with "
+                             "`vqa train --init-from RUN --data DIR`")
+        if task not in self.tasks:
+            raise InputError(f"this model was trained to answer questions only (its card's tasks: {trained}): it "
+                             "does not caption; ask it questions, or fine-tune it for captions with `vqa train "
+                             "--init-from RUN --data DIR --tasks vqa,caption`")
+
     def answer_settings(self, top_k: int = 1, generation: GenerationConfig | None = None,
                         changes: dict | None = None) -> GenerationConfig:
         """The decoding `answer` uses: `generation` (default: beam search over max(top_k, 3) beams at
-        length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`."""
+        length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`, and
+        min_new_tokens at least 1. InputError for a model not trained for questions, and for top_k > 1
+        without beam search of at least top_k beams (greedy decoding and sampling give one answer)."""
+        self.check_task("vqa")
         default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
-        settings = generation_config(generation, changes or {}, default)
+        settings = _at_least_one_token(generation_config(generation, changes or {}, default))
+        if top_k > 1 and settings.method != "beam":
+            raise InputError(f"top_k={top_k} lists the {top_k} likeliest answers, which only beam search finds: "
+                             f"{settings.method} decoding gives one answer (use method='beam', or top_k=1; "
+                             "`rank` scores a list of answers you give)")
         if settings.method == "beam" and settings.num_beams < top_k:
             raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
         return settings
+
+    def caption_settings(self, generation: GenerationConfig | None = None,
+                         changes: dict | None = None) -> GenerationConfig:
+        """The decoding `caption` uses: `generation` (default: greedy) with the GenerationConfig fields in
+        `changes`, and min_new_tokens at least 1. InputError for a model not trained to caption."""
+        self.check_task("caption")
+        return _at_least_one_token(generation_config(generation, changes or {}, GenerationConfig.for_task("caption")))
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
                      generation: GenerationConfig | None = None, return_attention: bool = False,
@@ -272,7 +285,7 @@ class Predictor:
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings,
-                           vocab=self.answer_vocab, compile=self.compile)
+                           vocab=self.answer_vocab, banned=self.tokenizer.never_generated, compile=self.compile)
             results = []
             for b, question in enumerate(questions):
                 hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
@@ -288,7 +301,7 @@ class Predictor:
                                       truncated=truncated[b], tokens=self._pieces(best),
                                       prompt_ids=list(prompts[b]), ids=list(best)))
             if return_attention:
-                maps = self._maps(memory, index, prompts, [r.ids for r in results])
+                maps = patch_maps(self.model, memory, index, prompts, [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):
                     res.attention = m
         return results
@@ -301,6 +314,7 @@ class Predictor:
         bad = [c for c in candidates if not isinstance(c, str) or not c.strip()]
         if bad:
             raise InputError(f"candidate answers must be non-empty text, got {bad[0]!r}")
+        self.check_task("vqa")
         prompt, _ = self._question_prompt(question)
         cand_ids = [self.tokenizer.encode(c) for c in candidates]
         with self._lock:
@@ -324,12 +338,12 @@ class Predictor:
         images = list(images)
         if not images:
             return []
-        settings = generation_config(generation, changes, GenerationConfig.for_task("caption"))
+        settings = self.caption_settings(generation, changes)
         prompt = self.tokenizer.caption_prompt()
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings,
-                           compile=self.compile)
+                           banned=self.tokenizer.never_generated, compile=self.compile)
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
@@ -337,7 +351,7 @@ class Predictor:
                 results.append(Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]),
                                        beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq)))
             if return_attention:
-                maps = self._maps(memory, index, [prompt] * len(results), [r.ids for r in results])
+                maps = patch_maps(self.model, memory, index, [prompt] * len(results), [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):
                     res.attention = m
         return results
@@ -371,6 +385,10 @@ class Predictor:
                            vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
                            question=getattr(result, "question", None), image=pil, resize=self.cfg.vit_resize,
                            **arrays)
+
+
+def _at_least_one_token(settings: GenerationConfig) -> GenerationConfig:  # an answer or caption is never empty
+    return settings if settings.min_new_tokens >= 1 else settings.replace(min_new_tokens=1)
 
 
 def _is_single_image(x: Any) -> bool:

@@ -74,7 +74,7 @@ def main() -> None:
             run.scaler.update()
             t.optimizer.zero_grad(set_to_none=True)
             t4 = now()
-            losses.append(float(loss) / max(1.0, sum(run.weights[k] * n for k, n in b.packed.task_targets.items())
+            losses.append(float(loss.detach()) / max(1.0, sum(run.weights[k] * n for k, n in b.packed.task_targets.items())
                                             if b.packed is not None else 1.0))
             for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 parts[k].append(v * 1000)

@@ -25,12 +25,17 @@ def _room(model, prompt: list[int], max_new: int) -> int:
     return min(max_new, model.cfg.dec_max_len - len(prompt))
 
 
-def ref_greedy(model, image, prompt, max_new):
-    """Greedy decoding without a cache: re-run the whole model on prompt + generated at every step."""
+def ref_greedy(model, image, prompt, max_new, banned=(), min_new=0):
+    """Greedy decoding without a cache: re-run the whole model on prompt + generated at every step; the
+    likeliest token but the `banned` ones (and <eos> before `min_new`), scored by its own log-probability."""
     eos, seq, score = model.cfg.eos_id, [], 0.0
-    for _ in range(_room(model, prompt, max_new)):
+    for t in range(_room(model, prompt, max_new)):
         logp = _next_logp(model, image, prompt + seq)
-        tok = int(logp.argmax())
+        choice = logp.clone()
+        choice[list(banned)] = float("-inf")
+        if t < min_new:
+            choice[eos] = float("-inf")
+        tok = int(choice.argmax())
         score += float(logp[tok])
         if tok == eos:
             break

@@ -164,7 +164,7 @@ distributed.cleanup()
 
 @pytest.mark.slow
 def test_killed_run_on_shards_resumes_exactly(shards, tmp_path):
-    from test_train import losses, run_halted, train_args, weights
+    from test_train import assert_same_run, run_halted, train_args
 
     data = shards / "webdataset"
     full, cut = tmp_path / "full", tmp_path / "cut"
@@ -172,12 +172,7 @@ def test_killed_run_on_shards_resumes_exactly(shards, tmp_path):
     assert main(train_args(data, full, *extra)) == 0
     run_halted(train_args(data, cut, *extra), 3)
     assert main(train_args(data, cut, *extra, "--resume")) == 0
-    a, b = losses(full), losses(cut)
-    assert sorted(a) == sorted(b) == list(range(1, 9))
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
-    wa, wb = weights(full), weights(cut)
-    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    assert_same_run(full, cut, 8)
 
 
 # ---------------------------------------------------------------------------------------------- bad input

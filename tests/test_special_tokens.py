@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from generate_fixtures import ref_greedy
 from helpers import lively_model, random_images, tiny_config, tiny_model
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -72,28 +73,6 @@ def test_a_fresh_model_repeats_the_task_marker_unless_it_is_banned():
         seqs = [s for s, _ in out.beams[0]] if out.beams else out.sequences
         assert all(not set(s) & SPECIAL for s in seqs), (method, seqs)
         assert out.sequences[0], method  # something else was said
-
-
-def _next_logp(model, image, ids):
-    with torch.no_grad():
-        return model(image, torch.as_tensor([ids])).logits[0, -1].float().log_softmax(-1)
-
-
-def ref_greedy(model, image, prompt, max_new, banned, min_new=0):
-    """Greedy without a cache: the likeliest allowed token, scored by the model's own log-probability."""
-    seq, score, eos = [], 0.0, model.cfg.eos_id
-    for t in range(min(max_new, model.cfg.dec_max_len - len(prompt))):
-        logp = _next_logp(model, image, prompt + seq)
-        choice = logp.clone()
-        choice[list(banned)] = float("-inf")
-        if t < min_new:
-            choice[eos] = float("-inf")
-        tok = int(choice.argmax())
-        score += float(logp[tok])
-        if tok == eos:
-            break
-        seq.append(tok)
-    return seq, score
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,16 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
+def assert_same_run(full: Path, cut: Path, steps: int) -> None:
+    """Two runs logged the same losses at steps 1..steps and ended with the same weights (an exact resume)."""
+    a, b = losses(full), losses(cut)
+    assert sorted(a) == sorted(b) == list(range(1, steps + 1))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
+    wa, wb = weights(full), weights(cut)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
 def _torchrun(args: list[str], nproc: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from test_train import losses, run_halted, train_args, weights
+from test_train import assert_same_run, losses, run_halted, train_args
 
 from vqa.cli import main
 from vqa.model import checkpoint
@@ -27,12 +27,7 @@ def test_killed_run_resumes_exactly(shapes_dir, tmp_path):
     with open(cut / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 4, "loss": 123.0}) + "\n")
     assert main(train_args(shapes_dir, cut, "--max-steps", "8", "--resume", *drop)) == 0
-    a, b = losses(full), losses(cut)
-    assert sorted(a) == sorted(b) == list(range(1, 9))
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
-    wa, wb = weights(full), weights(cut)
-    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    assert_same_run(full, cut, 8)
 
 
 def test_a_save_killed_between_its_renames_is_recovered(shapes_dir, tmp_path):

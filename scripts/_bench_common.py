@@ -319,7 +319,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
     the measured GEMM rate and at least its bytes read at the measured bandwidth, whichever is longer. FLOPs
     are counted by torch.utils.flop_counter on the model itself; the bytes of a step are the decoder weights
     it reads (all but the cross-attention key/value projections, which run once per image) and, per row, the
-    image's keys/values and the self-attention cache. At batch 1 this is what issue 16 asks for: the ViT's
+    image's keys/values and the self-attention cache. At batch 1 this comes down to the ViT's
     FLOPs at the GEMM rate plus, per new token, the decoder's weights at the memory bandwidth."""
     from torch.utils.flop_counter import FlopCounterMode
 

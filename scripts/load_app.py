@@ -11,7 +11,7 @@ users' threads here do not share an interpreter with the server. Steps, in one r
 
 1. warm-up: two questions;
 2. alone: `--alone` questions one after another by one user: the latency of one request alone (median);
-3. at once: `--users` users, each with its own session (a `gradio_client.Client`), all asking their
+3. at once: `--users` users, each its own `gradio_client.Client`, all asking their
    `--questions` questions at the same moment, each user's next question when its previous one returns.
    Pictures and questions are mixed (data/samples and, when built, Shapes val scenes).
 
@@ -130,7 +130,7 @@ _TLS = {}
 
 
 def _client(url: str):
-    """A gradio_client session. All share one TLS context: gradio_client otherwise builds a fresh one (reading
+    """A gradio_client Client. All share one TLS context: gradio_client otherwise builds a fresh one (reading
     every CA certificate) for each request, which on a 2-core machine costs more CPU than the server spends
     answering (the context is unused for http:// and verifies as usual for https://)."""
     import ssl
@@ -157,7 +157,7 @@ def run_alone(url: str, n: int, top_k: int) -> list[float]:
 
 
 def run_at_once(url: str, users: int, questions: int, top_k: int, server_pid: int | None = None) -> dict:
-    """`users` sessions asking `questions` questions each, all starting together. With `server_pid`, also the
+    """`users` clients asking `questions` questions each, all starting together. With `server_pid`, also the
     CPU seconds the server and these clients used meanwhile (they share the machine)."""
     clients = [None] * users
 

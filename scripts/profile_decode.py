@@ -18,7 +18,7 @@ without the profiler (median), then profiles --steps steps and splits the profil
                the step's wall time minus all of the above
 
 Built like scripts/bench.py's models (like for like with the peer: no conv stem, no QK-norm), 12-token prompts.
-The figures are for this machine; docs/performance.md has the analysis.
+The figures are for the machine it runs on.
 """
 
 from __future__ import annotations

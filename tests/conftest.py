@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny Shapes data set built once per session, the flags that make a very small model, and
+"""Shared fixtures: a tiny Shapes data set built once per test run, the flags that make a very small model, and
 the fixtures that several test files share (the generation tests' model and images, the dataset and collate
 tests' data, a random GPT-2 folder)."""
 
@@ -19,7 +19,7 @@ def tiny_set_flags() -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_home(tmp_path_factory):
-    """VQA_CACHE (the image cache's home) in a temp folder for the whole session, so that no test (nor a
+    """VQA_CACHE (the image cache's home) in a temp folder for the whole test run, so that no test (nor a
     `vqa train` it runs in a subprocess) writes into the real user cache. A test that looks at the folder points
     VQA_CACHE at its own tmp_path."""
     with pytest.MonkeyPatch.context() as mp:

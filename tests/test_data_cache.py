@@ -1,7 +1,7 @@
 """The image cache's folder (`vqa.data.cache_folder`): its home ($VQA_CACHE, else the user cache folder), a
 total budget with least-recently-used eviction of whole files that no process holds, files rebuilt under the
 same name never read by a process that opened the old one, and `vqa data cache` to list and clear it.
-conftest.py points VQA_CACHE at a temp folder for the session; these tests point it at their own tmp_path."""
+conftest.py points VQA_CACHE at a temp folder for the test run; these tests point it at their own tmp_path."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def test_concurrent_large_uploads_stay_within_the_decode_budget(pred, tmp_path):
     assert budget.peak <= budget.max_bytes and budget.held == 0
     grew = max(peak) - base
     # without the budget the 32 decodes grow the process by 1.1-1.3 GiB (32 x 2 copies of 22 MiB); with it by 0.3-0.6
-    # GiB, depending on what the process's allocator already holds (more inside a long test session)
+    # GiB, depending on what the process's allocator already holds (more inside a long test run)
     assert grew < 0.6 * 32 * each, f"RSS grew by {grew / 2**20:.0f} MiB"
 
 

@@ -18,13 +18,12 @@ from ..jsonfile import read_object
 
 # Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
 # or --config file that still holds one at that value loads as if the field were absent; at any other value it
-# is refused in one line naming the option: the code that served it is gone (REMOVED_IN has it).
+# is refused in one line naming the option: the code that served it is gone from the package.
 REMOVED_FIELDS: dict[str, dict[str, Any]] = {
     "ModelConfig": dict(dec_rope=False, dec_cross_rope=False, dec_cross_rope_follow=False, dec_cross_coords=False,
                         vit_keep_prefix=True),
     "TrainConfig": dict(question_weights={}, transpose=0.0),
 }
-REMOVED_IN = "cb9f6a9"  # the last commit with their code
 
 
 def check_fields(cls, d: dict, what: str) -> dict:
@@ -33,8 +32,8 @@ def check_fields(cls, d: dict, what: str) -> dict:
     removed = REMOVED_FIELDS.get(cls.__name__, {})
     for key in sorted(set(d) & set(removed)):
         if d[key] != removed[key]:
-            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md; its code "
-                              f"is in commit {REMOVED_IN})")
+            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md says "
+                              "what it measured)")
     d = {k: v for k, v in d.items() if k not in removed}
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(known))

@@ -26,7 +26,7 @@ GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_emb
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
-        about="trains on 2 CPU cores in minutes (docs/shapes-10min.md): a narrow 3-layer ViT on 64 px images "
+        about="trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images "
               "with a conv stem down to 8 px patches, a 3-layer decoder, QK-norm everywhere, fixed 2-D "
               "positions on the memory",
         model=dict(
@@ -35,9 +35,8 @@ PRESETS: dict[str, Preset] = {
             dec_width=96, dec_depth=3, dec_heads=3, dec_max_len=48, dec_qk_norm=True,
         ),
         # a from-scratch encoder that moves more slowly than the decoder lets the cross-attention settle
-        # sooner; Muon learns the from-scratch model in far fewer steps (docs/shapes-10min.md, sections 4-5);
-        # two captions of each image a step: at 1,400 steps +2.7 points on Shapes and +3.1 on Scenes (means
-        # of seeds 0-2; section 11), for ~20% more decoder tokens
+        # sooner; Muon learns the from-scratch model in far fewer steps; a second caption of each image a step
+        # shows the listing captions that teach position twice as often, for ~20% more decoder tokens
         lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2),
     ),
     "small": Preset(

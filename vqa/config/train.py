@@ -83,8 +83,7 @@ class TrainConfig(_Config):
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
     captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
     caption_weight: float = field(default=0.5, metadata=_opt(
-        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
-        "see docs/shapes-10min.md for the values tried)"))
+        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens)"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's; 0: every weight stays as it starts)"))
@@ -136,11 +135,10 @@ class TrainConfig(_Config):
         "auto: bf16 autocast on CUDA, fp32 elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
     compile: bool | None = field(default=None, metadata=_opt(
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
-        "on CUDA, where it pays: +31-43% images/s for small and base on an H100; off on CPUs, where it did not "
-        "pay for tiny; docs/performance.md). The first step waits 1-2 minutes for the compiler"))
+        "on CUDA; off on CPUs, where tiny's compiled step is no faster). The first step waits for the compiler"))
     packing: str = field(default="across", metadata=_opt(
         "how a batch's questions and captions share decoder rows: across (rows hold text of several images, "
-        "each token attending to its own image; ~97% real tokens) or image (a row holds one image's text)",
+        "each token attending to its own image; the least padding) or image (a row holds one image's text)",
         choices=("across", "image")))
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))

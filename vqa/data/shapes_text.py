@@ -135,7 +135,7 @@ CAPTION_REL = {"left of": "to the left of", "right of": "to the right of", "abov
 def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
     """Four captions naming the objects and their layout, from varied templates. Two list every object in
     order: the first left to right, the second top to bottom, so that both axes are taught by a loss on every
-    caption token (a yes/no spatial question gives one bit; docs/shapes-10min.md, section 7)."""
+    caption token (a yes/no spatial question gives one bit)."""
     objs = sorted(scene["objects"], key=lambda o: o["x"])
     bg, n = scene["background"], len(objs)
     full = _full_names(objs)

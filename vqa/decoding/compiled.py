@@ -9,7 +9,7 @@ rows, so a few static shapes serve all); where the compiler itself cannot run (n
 CPU code, say), a warning says so and decoding runs eagerly.
 
 The image encoder is compiled with the step (`compile=True`): it paid everywhere it was measured, CUDA, int8 on a
-CPU and float32 on a CPU too (docs/performance.md). Inside the compiled step a decode's one query per row
+CPU and float32 on a CPU too. Inside the compiled step a decode's one query per row
 attends through written-out products and sums that inductor fuses (`_one_query_attention`), and after a batch
 shape's first call only the guards that tell its graphs apart are evaluated (`SKIP_GUARDS`).
 """
@@ -36,7 +36,7 @@ def _compile_errors() -> tuple[type[Exception], ...]:
 
 # inductor's settings while compiling (read when a graph is compiled, which can be any call). On a CPU,
 # max_autotune with inductor's C++ GEMM template: for the decode step's small matmuls a generated kernel beats a
-# call into MKL (docs/performance.md); it costs seconds more compiling, once per batch shape.
+# call into MKL; it costs seconds more compiling, once per batch shape.
 INDUCTOR = {"freezing": True}
 INDUCTOR_CPU = {**INDUCTOR, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                 "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # no tables on stderr
@@ -66,7 +66,7 @@ class CompiledStep:
         self.cuda = next(decoder.parameters()).device.type == "cuda"
         options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
         # dynamic=False: one graph per batch shape (generate pads batches to a few sizes); a graph for a dynamic
-        # batch size runs slower (docs/performance.md)
+        # batch size runs slower than static graphs of batches padded to a power of two
         self.fn = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
         self.lock = threading.Lock()
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
@@ -178,7 +178,7 @@ _encoders: weakref.WeakKeyDictionary[nn.Module, CompiledEncoder] = weakref.WeakK
 def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> torch.Tensor:
     """model.encode(images) [M, N, D], through the compiled encoder when `compile`. It pays everywhere it was
     measured: CUDA, int8 on a CPU, and float32 on a CPU too (tiny 1.2x at batch 1 and 1.7x at batch 32, small
-    1.2x / 1.05x; docs/performance.md)."""
+    1.2x / 1.05x)."""
     if not compile:
         return model.encode(images)
     with _compiled_lock:

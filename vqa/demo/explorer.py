@@ -1,7 +1,7 @@
 """The demo's attention explorer tab: its text, its components (`build_tab`), its handlers (`Explorer`, callable
 without a server) and their wiring (`wire`).
 
-It explains the session's last answer or caption with the model's own attention weights, read on a separate
+It explains the user's last answer or caption with the model's own attention weights, read on a separate
 pass (`Predictor.explain`): the masked self-attention matrix, the chosen token's cross-attention in every
 layer and head, its query against every image key, and self-attention inside the ViT from one patch; Export
 writes them as PNG and every array as `.npz`. The pictures are drawn only when the tab is opened.
@@ -35,7 +35,7 @@ patch looks inside the image encoder (by default the patch the word looks at mos
 into the ViT and out to the word. Export writes the pictures as PNG and every array as `.npz`.
 """
 EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains the answer.*"
-# export folders kept on disk, from all sessions: gradio serves its own copy of each file (in its cache, which
+# export folders kept on disk, from all users: gradio serves its own copy of each file (in its cache, which
 # delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
 EXPORTS_KEPT = 8
 
@@ -76,7 +76,7 @@ def _check(e):
 
 
 class Explorer:
-    """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explanation`."""
+    """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the user's `Explanation`."""
 
     def __init__(self, pred, keep: int = EXPORTS_KEPT):
         self.pred, self.keep = pred, max(1, int(keep))
@@ -85,7 +85,7 @@ class Explorer:
         weakref.finalize(self, _remove, self._exports)  # the rest go with the explorer, or at exit
 
     def explain(self, state):
-        """Explain the session's last answer or caption: the Explanation, the controls set for it, the views."""
+        """Explain the user's last answer or caption: the Explanation, the controls set for it, the views."""
         from ..inference.figures import top_patch
 
         pred, cfg = self.pred, self.pred.cfg

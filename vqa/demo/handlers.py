@@ -9,7 +9,7 @@
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
 
 Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting or top-k
-outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the page shows. `state` is the session's last answer or caption (its
+outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the page shows. `state` is the user's last answer or caption (its
 words and attention maps, the upload, the result), which the heatmap and the attention explorer read.
 """
 
@@ -66,7 +66,7 @@ def word_choices(words: list[str]) -> list[tuple[str, int]]:
 
 
 def display_image(pred, state: dict, budget: DecodeBudget = DECODING) -> Image.Image:
-    """The session's display copy of its picture, made on first use (the answer does not wait for it); the
+    """The user's display copy of its picture, made on first use (the answer does not wait for it); the
     decoded picture is held within `budget`."""
     if state.get("image") is None:
         with budget.hold(decoded_bytes(state["source"])):
@@ -76,7 +76,7 @@ def display_image(pred, state: dict, budget: DecodeBudget = DECODING) -> Image.I
 
 def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any,
                  budget: DecodeBudget = DECODING) -> Image.Image | None:
-    """Where the model looked while writing word `word` of the session's last result (None: nothing yet)."""
+    """Where the model looked while writing word `word` of the user's last result (None: nothing yet)."""
     from ..inference.heatmaps import attention_heatmap
 
     if not state or not state.get("words"):
@@ -89,7 +89,7 @@ def draw_heatmap(pred, state: dict | None, word: Any, layer: Any, head: Any,
 
 
 def state_from(source: Any, result) -> dict:
-    """What a session keeps of its last answer or caption: the words and their maps, and what the heatmap and
+    """What a user's page keeps of its last answer or caption: the words and their maps, and what the heatmap and
     the explorer need (the upload's path, the result; the display copy is made when first drawn)."""
     words = result.words()
     maps = np.stack([m.numpy() for _, m in words]) if words else np.zeros((0,))

@@ -130,8 +130,7 @@ def parser(prog: str = "app.py") -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: CUDA, else MPS, else CPU)")
     p.add_argument("--int8", action="store_true",
-                   help="dynamic int8 linear layers on a CPU (4x smaller weights; compiled, faster): "
-                        "docs/performance.md has the speed and the accuracy change")
+                   help="dynamic int8 linear layers on a CPU (4x smaller weights; compiled by default)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="decode through the torch.compile'd step (default: on CUDA, and with --int8); every batch "
                         "shape is compiled at start-up: on CUDA before the demo takes requests, on a CPU in the "

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--int8", action="store_true",
                    help="dynamic int8 linear layers (CPU; where int8 cannot run: a notice and float32). One answer "
-                        "runs them eagerly, about as fast as float32; docs/performance.md has the figures")
+                        "runs them eagerly, a collection compiled")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                    help="the weights' dtype (default auto: bf16 on GPUs with bf16 tensor cores, fp32 elsewhere)")
     p.add_argument("--attention-out", metavar="DIR", default=None,

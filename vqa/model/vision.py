@@ -116,6 +116,6 @@ class VisionEncoder(nn.Module):
         self.check_images(images)
         tokens = self.vit.forward_features(images)  # [B, prefix + grid^2, Dv], final norm applied
         memory = self.proj(tokens)  # [B, N, D]
-        # a ViT's output tokens need not say where they are: a linear probe reads an object's x from a trained
-        # tiny model's ViT input at R^2 0.97, from its output not at all (docs/shapes-10min.md, section 5)
+        # a ViT's output tokens need not say where they are (a linear probe reads an object's x from a trained
+        # tiny model's ViT input, not from its output), and spatial questions need the decoder to read it
         return memory + self.memory_pos if self.cfg.vit_memory_pos else memory

@@ -17,7 +17,8 @@ from ..errors import ConfigError
 OPTIMIZERS = ("adamw", "muon")
 # Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a
 # Muon step moves a matrix ~this x as far as AdamW would at --lr, and the decoupled weight decay (lr x wd) of
-# those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; values tried: docs/shapes-10min.md
+# those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; at 1x Muon learns tiny no faster
+# than AdamW, at 10x far faster
 MUON_LR_SCALE = 10.0
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
 _CROSS = re.compile(r"decoder\.blocks\.\d+\.(cross_attn|ln2)\.")

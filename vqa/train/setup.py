@@ -112,7 +112,7 @@ def default_workers(device: torch.device) -> int:
 
 
 # training memory per image, in bytes per (token x width x layer) of the ViT and the decoder: 42-43 measured
-# for small and base (bf16 autocast, AdamW, packed rows; docs/performance.md), with a margin
+# for small and base on a GPU (bf16 autocast, AdamW, packed rows), with a margin
 BYTES_PER_TOKEN_WIDTH_LAYER = 48
 TEXT_TOKENS = 80  # an image's packed questions and caption
 

@@ -55,8 +55,11 @@ class Job:
     """One process's part of a collection job: `run()` writes its records and returns a Summary."""
 
     def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
-                 top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True):
+                 top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True,
+                 stamp: str | None = None):
+        """`stamp`: the job's settings digest every record carries (`vqa.inference.job_settings`)."""
         self.pred, self.collection, self.output, self.kind = pred, collection, output, kind
+        self.stamp = stamp
         self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)
         self.dist = dist or Dist()
         self.progress = progress
@@ -123,6 +126,8 @@ class Job:
                     rec = _record(self.kind, it, fut.result(), self.top_k)
                 except VQAError as e:
                     rec = {**it.ident(), "error": str(e)}
+            if self.stamp is not None:
+                rec["settings"] = self.stamp
             self.output.write(rec, it.pos)
         bar.update(len(chunk.items) + chunk.skipped)
 

@@ -72,3 +72,23 @@ def test_a_rerun_with_other_settings_or_another_model_is_refused(ckpt, tmp_path,
     assert "other settings" in capsys.readouterr().err and out.read_text() == before
     shutil.copytree(ckpt, tmp_path / "copy")  # a copy of the same checkpoint is the same model
     assert main([*argv, "--checkpoint", str(tmp_path / "copy")]) == 0 and out.read_text() == before
+
+
+# --------------------------------------------------------------------------------------- globs as folders
+
+
+def test_a_glob_takes_what_the_folder_form_takes(tmp_path):
+    root = tmp_path / "photos"
+    files = photo_folder(root, 3)
+    (root / "notes.txt").write_text("000.png\nnot/a/picture.png\n")  # a note, not a list of inputs
+    write_tar(root / "00000.tar", {"k0": png("red_circle", (30, 30))})
+    (root / "00000.parquet").write_bytes(b"img2dataset's metadata of the tar, not a shard of images")
+    (root / "00000_stats.json").write_text(json.dumps({"successes": 1}))
+    folder = expand([str(root)])
+    globbed = expand([str(root / "*")])
+    assert [getattr(u, "key", None) or u.url for u in globbed.units] == \
+        [getattr(u, "key", None) or u.url for u in folder.units]
+    assert len(globbed) == len(folder) == len(files) + 1
+    assert sorted(u.key for u in globbed.units if hasattr(u, "key")) == sorted(str(p) for p in files)
+    with pytest.raises(Exception, match="matches no images"):
+        expand([str(root / "*.txt")])

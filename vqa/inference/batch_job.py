@@ -3,9 +3,10 @@
 The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.batch_loader`);
 each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
 `Predictor.caption_batch` / `answer_batch` (the compiled decode step when the Predictor compiles) while this
-thread takes the next chunk from the loader and writes the finished one. Records are written in position
-order, one line each, flushed (`vqa.inference.job_output`): a killed run loses at most the chunks in flight,
-and a rerun skips the keys already written. An image that cannot be decoded, or a question the model
+thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
+position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
+are written in position order, one line each, flushed (`vqa.inference.job_output`): a killed run loses the
+chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
 refuses, gets a record with `error`; the run goes on.
 """
 
@@ -79,7 +80,9 @@ class Job:
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
                                  self.output.done_keys, self.output.failed_keys)
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
+            self._next, self._ready = lo, {}
             skipped, prior_errors = self._pipeline(chunks, hi - lo)
+            self._flush(final=True)
         finally:
             self.output.close()
         seconds = time.perf_counter() - t0
@@ -118,6 +121,7 @@ class Job:
         return skipped, skipped_errors
 
     def _finish(self, chunk, futures, bar) -> None:
+        recs = []
         for it, fut in zip(chunk.items, futures, strict=True):
             if fut is None:
                 rec = {**it.ident(), "error": it.error}
@@ -128,8 +132,18 @@ class Job:
                     rec = {**it.ident(), "error": str(e)}
             if self.stamp is not None:
                 rec["settings"] = self.stamp
-            self.output.write(rec, it.pos)
+            recs.append((rec, it.pos))
+        self._ready[chunk.start] = (chunk.stop, recs)
+        self._flush()
         bar.update(len(chunk.items) + chunk.skipped)
+
+    def _flush(self, final: bool = False) -> None:
+        """Write the waiting chunks that come next in position order (`final`: all of them)."""
+        while self._next in self._ready or (final and self._ready):
+            at = self._next if self._next in self._ready else min(self._ready)
+            self._next, recs = self._ready.pop(at)
+            for rec, pos in recs:
+                self.output.write(rec, pos)
 
 
 def open_output(output: Output, d: Dist) -> None:

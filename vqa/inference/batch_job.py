@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..config import GenerationConfig
-from ..distributed import Dist
+from ..distributed import Dist, agree, on_main
 from ..errors import ConfigError, VQAError
 from .batch_loader import ChunkSource, Loaded, chunk_loader, rank_range
 from .collection import Collection
@@ -73,7 +73,20 @@ class Job:
         return self.pred.answer_batch(images, [q for _, q in items], top_k=self.top_k, generation=self.settings)
 
     def run(self) -> Summary:
-        """Write this process's records; the output must be `open_output`'d."""
+        """Write this process's records and, with several processes, merge them; the output must be
+        `open_output`'d. Every rank learns whether any failed before the merge (`distributed.agree`)."""
+        failure, local = None, None
+        try:
+            local = self.decode()
+        except Exception as e:  # noqa: BLE001 -- told to the other ranks, then raised again
+            failure = e
+        if self.output.parted and self.dist.rank != 0:
+            self.output.release()  # the part's lock, before rank 0 merges the part; rank 0 keeps the output's
+        agree(self.dist, failure)
+        return self.finish(local)
+
+    def decode(self) -> tuple[int, int, float]:
+        """This process's records, written: (positions skipped, of them errors, seconds). No collective."""
         t0 = time.perf_counter()
         try:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
@@ -85,16 +98,16 @@ class Job:
             self._flush(final=True)
         finally:
             self.output.close()
-        seconds = time.perf_counter() - t0
+        return skipped, prior_errors, time.perf_counter() - t0
+
+    def finish(self, local: tuple[int, int, float]) -> Summary:
+        """Every rank, after `agree`: the merge (rank 0) and the counts of every rank's inputs."""
+        skipped, prior_errors, seconds = local
         written = self.output.written
         # this run's inputs only (the output may hold records of other inputs, from earlier runs)
         total, errors = skipped + written, prior_errors + self.output.errors
         if self.output.parted:
-            if self.dist.rank != 0:
-                self.output.release()  # the part's lock; rank 0 keeps the output's for the merge
-            self.dist.barrier()
-            if self.dist.main:
-                merge(self.output.out)
+            on_main(self.dist, lambda: merge(self.output.out))  # the others wait; a failed merge fails every rank
             total, errors = _sum(self.dist, (total, errors))  # every rank's inputs
         self.output.release()
         return Summary(written, skipped, errors, total, seconds)

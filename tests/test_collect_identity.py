@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from collect_fixtures import NAMES, photo_folder, png, records, write_tar
+from collect_fixtures import photo_folder, png, records, write_tar
 from predict_fixtures import shared_checkpoint
 
 from vqa.cli import main

@@ -175,17 +175,21 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
     def add_file(p: Path) -> None:
         units.append(FileItem(str(p), str(p), question))
 
+    def add_found(raw: str, found: tuple[list[Path], list[str]], what: str) -> None:
+        """A folder's or a glob's images and shards (the folder rules), or InputError when there are none."""
+        images, shards = found
+        if not images and not shards:
+            raise InputError(f"{raw}: {what} no images (by extension: {', '.join(sorted(IMAGE_EXTS)[:6])}, ...) "
+                             "and no .tar / .parquet shards")
+        for f in images:
+            add_file(f)
+        if shards:
+            units.extend(_shards(raw, shards, question))
+
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            images, shards = _folder(p)
-            if not images and not shards:
-                raise InputError(f"{raw}: the folder holds no images (by extension: "
-                                 f"{', '.join(sorted(IMAGE_EXTS)[:6])}, ...) and no .tar / .parquet shards")
-            for f in images:
-                add_file(f)
-            if shards:
-                units += _shards(raw, shards, question)
+            add_found(raw, _folder(p), "the folder holds")
         elif p.is_file():
             ext = p.suffix.lower()
             if ext in SHARD_EXTS:
@@ -201,14 +205,7 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
         elif _is_glob(raw):
             if not glob.glob(raw, recursive=True):
                 raise InputError(f"{raw}: the pattern matches no files")
-            images, shards = _glob(raw)
-            if not images and not shards:
-                raise InputError(f"{raw}: the pattern matches no images (by extension: "
-                                 f"{', '.join(sorted(IMAGE_EXTS)[:6])}, ...) and no .tar / .parquet shards")
-            for f in images:
-                add_file(f)
-            if shards:
-                units += _shards(raw, shards, question)
+            add_found(raw, _glob(raw), "the pattern matches")
         else:
             raise InputError(f"{raw}: no such file, folder or shard")
     return _distinct(units)

@@ -150,3 +150,29 @@ def test_compile_and_int8_reach_the_predictor(ckpt, tmp_path, monkeypatch, flags
     got.clear()
     assert main(["caption", "--checkpoint", str(ckpt), str(next(Path(tmp_path / "p").glob("*.png")))]) == 0
     assert got["compile"] is False
+
+
+def test_a_parquet_shard_is_cut_at_row_groups_each_read_by_one_worker(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    import vqa.data.shards as shards
+
+    rows = [dict(key=f"r{i:02d}", image=png(NAMES[i % 2], (8, 8)), caption="x") for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "00000.parquet", row_group_size=10)
+    read = []
+    parquet = shards._read_parquet
+
+    def counting(shard, start, images=True):
+        for s in parquet(shard, start, images):
+            read.append(s.offset)
+            yield s
+
+    monkeypatch.setattr(shards, "_read_parquet", counting)
+    c = expand([str(tmp_path / "00000.parquet")])
+    source = ChunkSource(c, 0, 40, 8, PidTransform())
+    assert source.pieces == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    per_worker = emulate(source, 2, monkeypatch)
+    assert all(len(chunks) == 4 for chunks in per_worker)  # two workers decode the one shard
+    assert sorted(it.pos for chunks in per_worker for ch in chunks for it in ch.items) == list(range(40))
+    assert sorted(read) == list(range(40))  # every row read once

@@ -143,6 +143,7 @@ class Shard:
     url: str  # a local path or a URL webdataset opens
     kind: str  # "tar" or "parquet"
     n: int  # samples
+    groups: tuple[int, ...] = ()  # a parquet shard's row groups' sizes: where a reader can start without reading
 
 
 def _stats_count(url: str) -> int | None:
@@ -176,10 +177,11 @@ def _count(url: str) -> Shard:
         import pyarrow.parquet as pq
 
         try:
-            n = pq.ParquetFile(url).metadata.num_rows
+            meta = pq.ParquetFile(url).metadata
         except Exception as e:
             raise DataError(f"{url}: not a readable parquet file ({e})") from None
-        return Shard(url, "parquet", int(n))
+        groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+        return Shard(url, "parquet", int(meta.num_rows), groups)
     n = _stats_count(url)
     return Shard(url, "tar", n if n is not None else _count_tar(url))
 

@@ -2,8 +2,9 @@
 
 A process (a rank) owns a contiguous range [lo, hi) of the collection's positions, as the training stream
 deals an epoch's sequence to ranks (`vqa.data.stream`): rank r of W gets [r N / W, (r + 1) N / W). The range
-is cut into pieces: each shard's positions are one piece (a tar is read from its start, so one reader reads
-it once), and image files make pieces of `batch` positions. The pieces are dealt to the DataLoader workers,
+is cut into pieces: a tar shard's positions are one piece (a tar is read from its start, so one reader reads
+it once), a parquet shard's are cut at row groups (where a reader starts without reading what is before),
+and image files make pieces of `batch` positions. The pieces are dealt to the DataLoader workers,
 each to the least loaded so far (every worker computes the same deal); a worker reads its pieces in order and
 yields them as `Chunk`s of at most `batch` consecutive positions, each saying which positions it covers. The
 loader hands the workers' chunks over in turn, so they reach the main process out of position order: the job
@@ -120,10 +121,21 @@ class ChunkSource(IterableDataset):
             if files is not None:
                 out.append((files, a))
                 files = None
-            out.append((a, b))
+            out += self._runs(unit, start, a, b)
         if files is not None:
             out.append((files, self.hi))
         return out
+
+    def _runs(self, unit: ShardItems, start: int, a: int, b: int) -> list[tuple[int, int]]:
+        """A shard's pieces: a tar whole (it is read from its start); a parquet shard cut at row groups (each read
+        by one worker alone) into runs of at least `batch` positions, so several workers decode one shard."""
+        out, at, edge = [], a, start
+        for size in unit.split.shards[unit.index].groups:
+            edge += size
+            if a < edge < b and edge - at >= self.batch:
+                out.append((at, edge))
+                at = edge
+        return [*out, (at, b)]
 
     def _skip(self, item: Loaded) -> str | None:
         """None when `item` is still to do, else what it yields instead (_DONE or _DONE_FAILED)."""
@@ -180,6 +192,8 @@ class ChunkSource(IterableDataset):
                     yield pos, item
                 else:
                     yield pos, self._decode(item, s.image, f"{s.where} ({s.ext})")
+                if at >= stop:  # the piece's last sample: the next one is another reader's
+                    return
         except VQAError as e:  # a truncated shard: its remaining positions get the error
             for o in range(at, stop):
                 item = Loaded(start + o, f"#{o}", unit.url, unit.question, error=str(e))

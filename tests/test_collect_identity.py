@@ -92,3 +92,14 @@ def test_a_glob_takes_what_the_folder_form_takes(tmp_path):
     assert sorted(u.key for u in globbed.units if hasattr(u, "key")) == sorted(str(p) for p in files)
     with pytest.raises(Exception, match="matches no images"):
         expand([str(root / "*.txt")])
+
+
+def test_merge_refuses_parts_made_with_other_settings(tmp_path, capsys):
+    out = tmp_path / "o.jsonl"
+    for rank, stamp in ((0, "aaaa"), (1, "bbbb")):
+        (tmp_path / f"o.jsonl.part-{rank:05d}").write_text(
+            json.dumps(dict(image=f"x{rank}", caption="c", settings=stamp, index=rank)) + "\n")
+    assert main(["caption", "--merge", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "o.jsonl.part-00001: its records were made with other settings (bbbb)" in err and "nothing merged" in err
+    assert not out.exists() and len(list(tmp_path.glob("o.jsonl.part-*"))) == 2

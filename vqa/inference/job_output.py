@@ -166,12 +166,18 @@ def merge(out: str | Path) -> tuple[int, int]:
     parts = part_files(out)
     first = read_records(out)
     seen = {record_key(r) for r in first}
+    made_with = {r.get("settings"): out for r in first[:1]}  # a settings digest -> a file whose records carry it
     rest = []
     for p in parts:
         for r in read_records(p):
             if "index" not in r:
                 raise DataError(f"{p}: a record without its 'index': not a part file of vqa caption / ask")
+            made_with.setdefault(r.get("settings"), p)
             rest.append(r)
+    if len(made_with) > 1:  # records of two models or two decoding settings are never mixed in one output
+        (a, fa), (b, fb) = list(made_with.items())[:2]
+        raise DataError(f"{fb}: its records were made with other settings ({b}) than those of {fa} ({a}); "
+                        "nothing merged")
     rest.sort(key=lambda r: r["index"])
     records = list(first)
     for r in rest:

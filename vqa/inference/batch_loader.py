@@ -104,7 +104,8 @@ class ChunkSource(IterableDataset):
         self.pieces = self._pieces()
 
     def _pieces(self) -> list[tuple[int, int]]:
-        """[a, b) ranges of positions: one per shard, `batch` image files each, within [lo, hi)."""
+        """[a, b) ranges of positions within [lo, hi): a tar shard whole, a parquet shard in runs of row groups,
+        image files `batch` at a time."""
         out: list[tuple[int, int]] = []
         files: int | None = None  # where the open run of image files starts
         for unit, start in zip(self.units, self.starts, strict=True):

@@ -25,9 +25,9 @@ import torch
 from .. import distributed
 from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
+from ..data.ids import check_ids
 from ..data.loader import TrainBatches
 from ..data.packing import pack_across
-from ..data.shard_ids import check_ids
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform

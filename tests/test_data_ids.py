@@ -13,7 +13,7 @@ from predict_fixtures import COLOR_Q, shared_checkpoint
 
 import vqa.evaluation.evaluate as evaluate_module
 from vqa.cli import main
-from vqa.data.shard_ids import check_ids
+from vqa.data.ids import check_ids
 from vqa.data.sources import open_split
 from vqa.errors import DataError
 
@@ -77,3 +77,23 @@ def test_train_stops_at_start_not_at_its_first_evaluation(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "question_id 0 of" in err or "image_id 0 of" in err
     assert "step 1" not in err and not (run / "last").exists()
+
+
+def test_a_folder_split_with_one_image_id_on_two_pictures_stops_eval_at_start(tmp_path, capsys, monkeypatch):
+    d = tmp_path / "d"
+    d.mkdir()
+    for name, n in (("a.png", 0), ("b.png", 1)):
+        (d / name).write_bytes(png(NAMES[n], (30, 30)))
+    lines = [dict(image="a.png", caption="a red circle", image_id=1), dict(image="a.png", caption="red", image_id=1),
+             dict(image="b.png", caption="a blue square", image_id=1)]
+    (d / "val.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    def never(*a, **k):
+        raise AssertionError("decoded before the ids were checked")
+
+    monkeypatch.setattr(evaluate_module, "generate", never)
+    assert main(["eval", "--checkpoint", str(shared_checkpoint()), "--data", str(d), "--split", "val",
+                 "--tasks", "caption", "--out", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "image_id 1 is on two image files" in err
+    assert str(d / "a.png") in err and str(d / "b.png") in err

@@ -74,7 +74,7 @@ def test_a_folder_is_captioned_as_one_by_one_calls_with_bad_files_recorded(ckpt,
     assert len(by_image) == len(recs) == 15
     for name, (_, why) in bad.items():
         r = by_image[str(tmp_path / "photos" / name)]
-        assert set(r) == {"image", "error"} and why in r["error"] and name in r["error"]
+        assert set(r) == {"image", "error", "settings"} and why in r["error"] and name in r["error"]
     for p in files:
         want = pred.caption(p)
         r = by_image[str(p)]

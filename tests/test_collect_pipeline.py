@@ -1,5 +1,5 @@
-"""The collection job's pipeline: positions dealt to ranks and DataLoader workers in chunks that come back in
-order, images decoded in the worker processes, model calls batched through the Batcher, the progress bar,
+"""The collection job's pipeline: positions dealt to ranks and DataLoader workers (each shard to one worker, read
+once), records written in input order, images decoded in the worker processes, model calls batched through the Batcher, the progress bar,
 and --compile / --int8 reaching the Predictor."""
 
 from __future__ import annotations
@@ -41,36 +41,67 @@ def mixed(tmp_path):
 
 
 def emulate(source: ChunkSource, workers: int, monkeypatch) -> list[list]:
-    """Each emulated worker's chunks (positions), read in this process as worker w of `workers` would."""
+    """Each emulated worker's chunks, read in this process as worker w of `workers` would."""
     out = []
     for w in range(workers):
         monkeypatch.setattr(batch_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
-        out.append([[it.pos for it in c.items] for c in source])
+        out.append(list(source))
     return out
 
 
-@pytest.mark.parametrize("world, workers, batch", [(1, 1, 3), (1, 3, 2), (2, 2, 3), (3, 1, 5)])
-def test_every_position_is_read_once_by_its_rank_and_worker_in_chunks_in_order(mixed, monkeypatch, world, workers,
-                                                                                batch):
+@pytest.mark.parametrize("world, workers, batch", [(1, 1, 3), (1, 3, 2), (2, 2, 3), (3, 1, 5), (1, 8, 2)])
+def test_every_position_is_read_once_by_its_rank_and_worker_and_every_shard_by_one_worker(
+        mixed, monkeypatch, world, workers, batch):
     n = len(mixed)
     assert n == 14
+    shard_of = {7 + k: 0 for k in range(4)} | {11 + k: 1 for k in range(3)}
     seen = []
     for rank in range(world):
         lo, hi = rank_range(n, rank, world)
         per_worker = emulate(ChunkSource(mixed, lo, hi, batch, PidTransform()), workers, monkeypatch)
-        # the loader takes the workers' chunks in turn: worker w holds chunks w, w + workers, ...
-        turns = [c for k in range(max(map(len, per_worker))) for wk in per_worker if k < len(wk) for c in [wk[k]]]
-        want = [list(range(a, min(a + batch, hi))) for a in range(lo, hi, batch)]
-        assert turns == want
-        seen += [p for c in turns for p in c]
+        readers: dict[int, set] = {}
+        for w, chunks in enumerate(per_worker):
+            for c in chunks:  # a chunk: at most `batch` consecutive positions, all of them its items
+                assert [it.pos for it in c.items] == list(range(c.start, c.stop)) and 0 < c.stop - c.start <= batch
+                for p in range(c.start, c.stop):
+                    if p in shard_of:
+                        readers.setdefault(shard_of[p], set()).add(w)
+        assert all(len(ws) == 1 for ws in readers.values()), readers  # a shard is one worker's
+        mine = sorted(p for chunks in per_worker for c in chunks for p in range(c.start, c.stop))
+        assert mine == list(range(lo, hi))
+        seen += mine
     assert seen == list(range(n))  # contiguous ranges, rank after rank: the input order
+
+
+def test_eight_workers_read_a_shard_once(tmp_path, monkeypatch):
+    import vqa.data.shards as shards
+
+    opened, read = [], []
+    groups = shards._tar_groups
+
+    def counting(url):
+        opened.append(url)
+        for g in groups(url):
+            read.append(url)
+            yield g
+
+    monkeypatch.setattr(shards, "_tar_groups", counting)
+    write_tar(tmp_path / "00000.tar", {f"k{k:03d}": png(NAMES[k % 2], (8, 8)) for k in range(256)})
+    write_tar(tmp_path / "00001.tar", {f"j{k:03d}": png(NAMES[k % 2], (8, 8)) for k in range(40)})
+    c = expand([str(tmp_path / "{00000..00001}.tar")])
+    opened.clear()
+    read.clear()
+    per_worker = emulate(ChunkSource(c, 0, len(c), 16, PidTransform()), 8, monkeypatch)
+    assert sorted(it.pos for chunks in per_worker for ch in chunks for it in ch.items) == list(range(296))
+    assert sorted(opened) == [str(tmp_path / "00000.tar"), str(tmp_path / "00001.tar")]
+    assert len(read) == 296  # every sample read once
 
 
 def test_images_are_decoded_in_the_loader_processes_and_done_keys_are_skipped(mixed):
     keys = [(None, u.key, None) for u in mixed.units[:2]]
     source = ChunkSource(mixed, 0, len(mixed), 4, PidTransform(), done=set(keys))
     chunks = list(chunk_loader(source, workers=2))
-    items = [it for c in chunks for it in c.items]
+    items = sorted((it for c in chunks for it in c.items), key=lambda it: it.pos)
     assert [it.pos for it in items] == list(range(2, 14)) and sum(c.skipped for c in chunks) == 2
     pids = {int(it.pixels) for it in items}
     assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not this one
@@ -119,3 +150,29 @@ def test_compile_and_int8_reach_the_predictor(ckpt, tmp_path, monkeypatch, flags
     got.clear()
     assert main(["caption", "--checkpoint", str(ckpt), str(next(Path(tmp_path / "p").glob("*.png")))]) == 0
     assert got["compile"] is False
+
+
+def test_a_parquet_shard_is_cut_at_row_groups_each_read_by_one_worker(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    import vqa.data.shards as shards
+
+    rows = [dict(key=f"r{i:02d}", image=png(NAMES[i % 2], (8, 8)), caption="x") for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "00000.parquet", row_group_size=10)
+    read = []
+    parquet = shards._read_parquet
+
+    def counting(shard, start, images=True):
+        for s in parquet(shard, start, images):
+            read.append(s.offset)
+            yield s
+
+    monkeypatch.setattr(shards, "_read_parquet", counting)
+    c = expand([str(tmp_path / "00000.parquet")])
+    source = ChunkSource(c, 0, 40, 8, PidTransform())
+    assert source.pieces == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    per_worker = emulate(source, 2, monkeypatch)
+    assert all(len(chunks) == 4 for chunks in per_worker)  # two workers decode the one shard
+    assert sorted(it.pos for chunks in per_worker for ch in chunks for it in ch.items) == list(range(40))
+    assert sorted(read) == list(range(40))  # every row read once

@@ -53,3 +53,53 @@ def test_merge_puts_the_output_first_then_the_parts_by_index(tmp_path, capsys):
     assert "merged 5 records" in capsys.readouterr().err
     assert main(["caption", "--merge", str(out)]) == 2  # nothing left to merge
     assert "no part files" in capsys.readouterr().err
+
+
+FAILS_ON_RANK_1 = """
+import os, sys
+from vqa.inference.predict import Predictor
+run, load = Predictor.caption_batch, Predictor.from_pretrained.__func__
+def caption_batch(self, *a, **k):
+    if os.environ["RANK"] == "1" and os.environ["FAIL_AT"] == "decode":
+        raise RuntimeError("rank 1 broke")
+    return run(self, *a, **k)
+def from_pretrained(cls, *a, **k):
+    if os.environ["RANK"] == "1" and os.environ["FAIL_AT"] == "load":
+        raise OSError("rank 1 cannot read its disk")
+    return load(cls, *a, **k)
+Predictor.caption_batch, Predictor.from_pretrained = caption_batch, classmethod(from_pretrained)
+from vqa.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_at, error", [("decode", "RuntimeError: rank 1 broke"),
+                                            ("load", "OSError: rank 1 cannot read its disk")])
+def test_an_error_on_one_rank_ends_every_rank_saying_which(tmp_path, fail_at, error):
+    """Two processes of a process group started without torchrun (whose agent would end the others itself):
+    the rank that fails tells the others at their next collective, so none waits for the timeout."""
+    import socket
+
+    ckpt = shared_checkpoint().parent
+    photo_folder(tmp_path / "p", 6)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), FAIL_AT=fail_at)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", FAILS_ON_RANK_1, "caption", "--checkpoint", str(ckpt), str(tmp_path / "p"),
+             "--out", str(tmp_path / "o.jsonl"), "--batch-size", "2", "--workers", "0", "--device", "cpu"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    try:
+        errs = [p.communicate(timeout=120)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == 2 and procs[1].returncode != 0
+    assert error in errs[1]
+    assert errs[0].strip().splitlines()[-1] == f"vqa caption: error: rank 1 of 2 failed: {error}", errs[0][-2000:]
+    assert "Traceback" not in errs[0]

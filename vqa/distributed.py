@@ -59,6 +59,23 @@ def on_main(d: Dist, fn: Callable[[], T]) -> T | None:
     return result
 
 
+def agree(d: Dist, failure: BaseException | None) -> None:
+    """Every rank learns whether any rank failed: one all_gather, reached by a rank that failed too (it caught
+    its error), so no rank waits at a later collective for one that has left. A rank that failed raises its own
+    error; the others an error of the same vqa.errors class (any other: VQAError) naming the failed rank."""
+    if d.world > 1:
+        every: list = [None] * d.world
+        dist.all_gather_object(every, None if failure is None else (type(failure).__name__, str(failure)))
+        failed = [(r, f) for r, f in enumerate(every) if f]
+        if failure is None and failed:
+            r, (name, message) = failed[0]
+            kind = getattr(errors, name, None)
+            kind = kind if isinstance(kind, type) and issubclass(kind, errors.VQAError) else errors.VQAError
+            raise kind(f"rank {r} of {d.world} failed: {name}: {message}")
+    if failure is not None:
+        raise failure
+
+
 def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:
     """This process's rank and device; joins the process group under torchrun. `timeout_minutes`: how long a
     collective may wait for the slowest rank (NCCL's default is 10 minutes, shorter than a long evaluation

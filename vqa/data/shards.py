@@ -143,6 +143,7 @@ class Shard:
     url: str  # a local path or a URL webdataset opens
     kind: str  # "tar" or "parquet"
     n: int  # samples
+    groups: tuple[int, ...] = ()  # a parquet shard's row groups' sizes: where a reader can start without reading
 
 
 def _stats_count(url: str) -> int | None:
@@ -176,10 +177,11 @@ def _count(url: str) -> Shard:
         import pyarrow.parquet as pq
 
         try:
-            n = pq.ParquetFile(url).metadata.num_rows
+            meta = pq.ParquetFile(url).metadata
         except Exception as e:
             raise DataError(f"{url}: not a readable parquet file ({e})") from None
-        return Shard(url, "parquet", int(n))
+        groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+        return Shard(url, "parquet", int(meta.num_rows), groups)
     n = _stats_count(url)
     return Shard(url, "tar", n if n is not None else _count_tar(url))
 
@@ -228,10 +230,11 @@ class ShardSplit:
         span = first if len(self.shards) == 1 else f"{first} ... {last}"
         return f"{self.name}: {len(self)} samples in {len(self.shards)} {self.kind} shards ({span})"
 
-    def samples(self, shard: int, start: int = 0) -> Iterator[Sample]:
-        """Samples of shard number `shard` from position `start` on (earlier ones read and dropped unparsed)."""
+    def samples(self, shard: int, start: int = 0, images: bool = True) -> Iterator[Sample]:
+        """Samples of shard number `shard` from position `start` on (earlier ones read and dropped unparsed).
+        `images=False`: a parquet shard's image column is not read (the samples' `image` is None)."""
         s = self.shards[shard]
-        it = _read_parquet(s, start) if s.kind == "parquet" else _read_tar(s, start)
+        it = _read_parquet(s, start, images) if s.kind == "parquet" else _read_tar(s, start)
         n = start
         for sample in it:
             n += 1
@@ -294,11 +297,12 @@ def _image_column(schema) -> str | None:
     return next((c for c in ("image", "img", "jpg", "png") if c in schema.names), None)
 
 
-def _read_parquet(shard: Shard, start: int) -> Iterator[Sample]:
+def _read_parquet(shard: Shard, start: int, images: bool = True) -> Iterator[Sample]:
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(shard.url)
     col = _image_column(f.schema_arrow)
+    columns = None if images else [c for c in f.schema_arrow.names if c != col]
     # the first row group that holds `start`: earlier ones are never read
     row, groups = 0, []
     for g in range(f.metadata.num_row_groups):
@@ -310,12 +314,12 @@ def _read_parquet(shard: Shard, start: int) -> Iterator[Sample]:
     if not groups:
         return
     k = row
-    for batch in f.iter_batches(batch_size=64, row_groups=groups):
+    for batch in f.iter_batches(batch_size=64, row_groups=groups, columns=columns):
         for r in batch.to_pylist():
             if k < start:
                 k += 1
                 continue
-            key = str(r.get("key") or r.get("__key__") or f"{k:09d}")
+            key = str(r.get("key") or r.get("__key__") or f"{Path(shard.url).stem}/{k:09d}")  # with the shard: rows of two shards differ
             s = Sample(shard.url, key, k)
             img = r.get(col) if col else None
             if isinstance(img, dict):
@@ -326,7 +330,7 @@ def _read_parquet(shard: Shard, start: int) -> Iterator[Sample]:
                     data = p.read_bytes() if p.is_file() else None
                 img = data
             parse_fields(s, r)
-            if not isinstance(img, (bytes, bytearray)) and not s.bad:
+            if not isinstance(img, (bytes, bytearray)) and not s.bad and images:
                 s.bad = f"no image bytes in column {col or 'image'!r}"
             s.image = bytes(img) if isinstance(img, (bytes, bytearray)) else None
             k += 1

@@ -44,6 +44,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..data.formats import pick_split
+    from ..data.ids import check_ids
     from ..data.sources import is_pattern, list_splits, open_split
     from ..device import pick_device
     from ..model import checkpoint
@@ -83,6 +84,7 @@ def run(args) -> int:
         print(f"vqa eval: WARNING: split '{name}' of {data} is the one this model was trained on; "
               "these scores say nothing about unseen data", file=sys.stderr)
     split = open_split(args.data, name)
+    check_ids(split, tasks, args.max_images)  # a repeated id stops here, before any decoding
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
                    batch_images=args.batch_size, generation=generation,
                    compile=precision == "int8" if args.compile is None else args.compile)

@@ -87,20 +87,29 @@ def _merge(args) -> int:
 
 
 def _run(args, load, collection, output, d, top_k: int):
+    from ..distributed import agree
     from .batch_job import Job
+    from .job_settings import JobSettings
 
-    pred = load(args, compile=args.compile, device=d.device)
-    # the settings, checked before any work (a model not trained for the task stops here)
-    if args.command == "ask":
-        settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
-    else:
-        settings = pred.caption_settings(changes=given(args, GenerationConfig))
+    failure = None
+    try:  # every rank learns whether any failed here, so none waits for a rank that has left
+        pred = load(args, compile=args.compile, device=d.device)
+        # the settings, checked before any work (a model not trained for the task stops here)
+        if args.command == "ask":
+            settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
+        else:
+            settings = pred.caption_settings(changes=given(args, GenerationConfig))
+        stamp = JobSettings.of(pred, args.command, settings, top_k)
+        stamp.check(output.out, output.settings_found)  # another model or other options: refused before decoding
+    except Exception as e:  # noqa: BLE001 -- told to the other ranks, then raised again
+        failure = e
+    agree(d, failure)
     if d.main:
         print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
               f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
               file=sys.stderr)
     job = Job(pred, collection, output, args.command, settings, top_k=top_k,
-              batch=args.batch_size, workers=args.workers, dist=d)
+              batch=args.batch_size, workers=args.workers, dist=d, stamp=stamp.digest)
     return job.run()
 
 

@@ -3,9 +3,10 @@
 The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.batch_loader`);
 each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
 `Predictor.caption_batch` / `answer_batch` (the compiled decode step when the Predictor compiles) while this
-thread takes the next chunk from the loader and writes the finished one. Records are written in position
-order, one line each, flushed (`vqa.inference.job_output`): a killed run loses at most the chunks in flight,
-and a rerun skips the keys already written. An image that cannot be decoded, or a question the model
+thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
+position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
+are written in position order, one line each, flushed (`vqa.inference.job_output`): a killed run loses the
+chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
 refuses, gets a record with `error`; the run goes on.
 """
 
@@ -17,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..config import GenerationConfig
-from ..distributed import Dist
+from ..distributed import Dist, agree, on_main
 from ..errors import ConfigError, VQAError
 from .batch_loader import ChunkSource, Loaded, chunk_loader, rank_range
 from .collection import Collection
@@ -55,8 +56,11 @@ class Job:
     """One process's part of a collection job: `run()` writes its records and returns a Summary."""
 
     def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
-                 top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True):
+                 top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True,
+                 stamp: str | None = None):
+        """`stamp`: the job's settings digest every record carries (`vqa.inference.job_settings`)."""
         self.pred, self.collection, self.output, self.kind = pred, collection, output, kind
+        self.stamp = stamp
         self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)
         self.dist = dist or Dist()
         self.progress = progress
@@ -69,26 +73,41 @@ class Job:
         return self.pred.answer_batch(images, [q for _, q in items], top_k=self.top_k, generation=self.settings)
 
     def run(self) -> Summary:
-        """Write this process's records; the output must be `open_output`'d."""
+        """Write this process's records and, with several processes, merge them; the output must be
+        `open_output`'d. Every rank learns whether any failed before the merge (`distributed.agree`)."""
+        failure, local = None, None
+        try:
+            local = self.decode()
+        except Exception as e:  # noqa: BLE001 -- told to the other ranks, then raised again
+            failure = e
+        if self.output.parted and self.dist.rank != 0:
+            self.output.release()  # the part's lock, before rank 0 merges the part; rank 0 keeps the output's
+        agree(self.dist, failure)
+        return self.finish(local)
+
+    def decode(self) -> tuple[int, int, float]:
+        """This process's records, written: (positions skipped, of them errors, seconds). No collective."""
         t0 = time.perf_counter()
         try:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
                                  self.output.done_keys, self.output.failed_keys)
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
+            self._next, self._ready = lo, {}
             skipped, prior_errors = self._pipeline(chunks, hi - lo)
+            self._flush(final=True)
         finally:
             self.output.close()
-        seconds = time.perf_counter() - t0
+        return skipped, prior_errors, time.perf_counter() - t0
+
+    def finish(self, local: tuple[int, int, float]) -> Summary:
+        """Every rank, after `agree`: the merge (rank 0) and the counts of every rank's inputs."""
+        skipped, prior_errors, seconds = local
         written = self.output.written
         # this run's inputs only (the output may hold records of other inputs, from earlier runs)
         total, errors = skipped + written, prior_errors + self.output.errors
         if self.output.parted:
-            if self.dist.rank != 0:
-                self.output.release()  # the part's lock; rank 0 keeps the output's for the merge
-            self.dist.barrier()
-            if self.dist.main:
-                merge(self.output.out)
+            on_main(self.dist, lambda: merge(self.output.out))  # the others wait; a failed merge fails every rank
             total, errors = _sum(self.dist, (total, errors))  # every rank's inputs
         self.output.release()
         return Summary(written, skipped, errors, total, seconds)
@@ -115,6 +134,7 @@ class Job:
         return skipped, skipped_errors
 
     def _finish(self, chunk, futures, bar) -> None:
+        recs = []
         for it, fut in zip(chunk.items, futures, strict=True):
             if fut is None:
                 rec = {**it.ident(), "error": it.error}
@@ -123,8 +143,20 @@ class Job:
                     rec = _record(self.kind, it, fut.result(), self.top_k)
                 except VQAError as e:
                     rec = {**it.ident(), "error": str(e)}
-            self.output.write(rec, it.pos)
+            if self.stamp is not None:
+                rec["settings"] = self.stamp
+            recs.append((rec, it.pos))
+        self._ready[chunk.start] = (chunk.stop, recs)
+        self._flush()
         bar.update(len(chunk.items) + chunk.skipped)
+
+    def _flush(self, final: bool = False) -> None:
+        """Write the waiting chunks that come next in position order (`final`: all of them)."""
+        while self._next in self._ready or (final and self._ready):
+            at = self._next if self._next in self._ready else min(self._ready)
+            self._next, recs = self._ready.pop(at)
+            for rec, pos in recs:
+                self.output.write(rec, pos)
 
 
 def open_output(output: Output, d: Dist) -> None:

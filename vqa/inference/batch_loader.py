@@ -2,10 +2,13 @@
 
 A process (a rank) owns a contiguous range [lo, hi) of the collection's positions, as the training stream
 deals an epoch's sequence to ranks (`vqa.data.stream`): rank r of W gets [r N / W, (r + 1) N / W). The range
-is cut into chunks of `batch` positions; DataLoader worker w reads chunks w, w + workers, w + 2 workers, ...
-and yields one `Chunk` for each (empty when all of it was done before), so the loader, which takes the
-workers' outputs in turn, hands the chunks over in position order. A shard is read in file order from the
-first position a worker needs; samples of other workers' chunks are passed over without being decoded.
+is cut into pieces: a tar shard's positions are one piece (a tar is read from its start, so one reader reads
+it once), a parquet shard's are cut at row groups (where a reader starts without reading what is before),
+and image files make pieces of `batch` positions. The pieces are dealt to the DataLoader workers,
+each to the least loaded so far (every worker computes the same deal); a worker reads its pieces in order and
+yields them as `Chunk`s of at most `batch` consecutive positions, each saying which positions it covers. The
+loader hands the workers' chunks over in turn, so they reach the main process out of position order: the job
+writes their records in position order (`vqa.inference.batch_job`).
 
 A worker decodes an image as the Predictor would (`load_image` with its pixel limit, then the letterboxed
 uint8 [3, S, S] model input), so a batch reaches the model ready to normalise; an image that cannot be
@@ -64,6 +67,8 @@ def record_key(rec: dict) -> tuple:
 
 @dataclass
 class Chunk:
+    start: int = 0  # the positions [start, stop) it covers: its items and the ones skipped
+    stop: int = 0
     items: list[Loaded] = field(default_factory=list)
     skipped: int = 0  # positions already written
     skipped_errors: int = 0  # of those, the ones whose record is an error
@@ -77,8 +82,18 @@ def rank_range(n: int, rank: int, world: int) -> tuple[int, int]:
     return rank * n // world, (rank + 1) * n // world
 
 
+def _deal(sizes: list[int], workers: int) -> list[int]:
+    """The worker of each piece: the least loaded so far (the lowest number on a tie)."""
+    load, owner = [0] * workers, []
+    for n in sizes:
+        w = min(range(workers), key=load.__getitem__)
+        owner.append(w)
+        load[w] += n
+    return owner
+
+
 class ChunkSource(IterableDataset):
-    """The chunks of positions [lo, hi) of `collection`, each worker its share (the module docstring)."""
+    """The chunks of positions [lo, hi) of `collection`, each worker its pieces (the module docstring)."""
 
     def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform, max_pixels=None,
                  done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
@@ -86,6 +101,42 @@ class ChunkSource(IterableDataset):
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
         self.transform, self.max_pixels, self.done, self.failed = transform, max_pixels, done, failed
+        self.pieces = self._pieces()
+
+    def _pieces(self) -> list[tuple[int, int]]:
+        """[a, b) ranges of positions within [lo, hi): a tar shard whole, a parquet shard in runs of row groups,
+        image files `batch` at a time."""
+        out: list[tuple[int, int]] = []
+        files: int | None = None  # where the open run of image files starts
+        for unit, start in zip(self.units, self.starts, strict=True):
+            a, b = max(self.lo, start), min(self.hi, start + unit.n)
+            if a >= b:
+                continue
+            if isinstance(unit, FileItem):
+                if files is None:
+                    files = a
+                if b - files >= self.batch:
+                    out.append((files, b))
+                    files = None
+                continue
+            if files is not None:
+                out.append((files, a))
+                files = None
+            out += self._runs(unit, start, a, b)
+        if files is not None:
+            out.append((files, self.hi))
+        return out
+
+    def _runs(self, unit: ShardItems, start: int, a: int, b: int) -> list[tuple[int, int]]:
+        """A shard's pieces: a tar whole (it is read from its start); a parquet shard cut at row groups (each read
+        by one worker alone) into runs of at least `batch` positions, so several workers decode one shard."""
+        out, at, edge = [], a, start
+        for size in unit.split.shards[unit.index].groups:
+            edge += size
+            if a < edge < b and edge - at >= self.batch:
+                out.append((at, edge))
+                at = edge
+        return [*out, (at, b)]
 
     def _skip(self, item: Loaded) -> str | None:
         """None when `item` is still to do, else what it yields instead (_DONE or _DONE_FAILED)."""
@@ -94,8 +145,8 @@ class ChunkSource(IterableDataset):
             return None
         return _DONE_FAILED if key in self.failed else _DONE
 
-    def __len__(self) -> int:  # chunks
-        return -(-(self.hi - self.lo) // self.batch)
+    def __len__(self) -> int:  # pieces: more workers than pieces would have nothing to read
+        return len(self.pieces)
 
     def _decode(self, item: Loaded, src, name: str) -> Loaded:
         try:
@@ -106,36 +157,33 @@ class ChunkSource(IterableDataset):
             item.error = f"{name}: unreadable image ({type(e).__name__}: {e})"
         return item
 
-    def _positions(self, mine) -> Iterator[tuple[int, Loaded | str]]:
-        """(position, the item read, or _DONE / _DONE_FAILED when it was done before) for the positions in
-        [lo, hi) for which `mine(position)` holds, in order."""
-        u = max(0, bisect.bisect_right(self.starts, self.lo) - 1)
+    def _positions(self, a: int, b: int) -> Iterator[tuple[int, Loaded | str]]:
+        """(position, the item read, or _DONE / _DONE_FAILED when it was done before) for every position in
+        [a, b), in order."""
+        u = max(0, bisect.bisect_right(self.starts, a) - 1)
         for k in range(u, len(self.units)):
             unit, start = self.units[k], self.starts[k]
-            if start >= self.hi:
+            if start >= b:
                 return
             if isinstance(unit, FileItem):
-                if start >= self.lo and mine(start):
+                if start >= a:
                     item = Loaded(start, unit.key, None, unit.question, unit.question_id)
                     yield start, (self._skip(item) or self._decode(item, unit.path, unit.path))
                 continue
-            yield from self._shard(unit, start, mine)
+            yield from self._shard(unit, start, a, b)
 
-    def _shard(self, unit: ShardItems, start: int, mine) -> Iterator[tuple[int, Loaded | str]]:
-        first = max(self.lo, start) - start
-        stop = min(self.hi, start + unit.n) - start
-        wanted = [o for o in range(first, stop) if mine(start + o)]
-        if not wanted:
+    def _shard(self, unit: ShardItems, start: int, a: int, b: int) -> Iterator[tuple[int, Loaded | str]]:
+        first = max(a, start) - start
+        stop = min(b, start + unit.n) - start
+        if first >= stop:
             return
-        at = wanted[0]
+        at = first
         try:
-            for s in unit.split.samples(unit.index, wanted[0]):
+            for s in unit.split.samples(unit.index, first):
                 at = s.offset + 1
                 if s.offset >= stop:
                     return
                 pos = start + s.offset
-                if not mine(pos):
-                    continue
                 item = Loaded(pos, s.key, unit.url, unit.question)
                 skip = self._skip(item)
                 if skip:
@@ -145,35 +193,30 @@ class ChunkSource(IterableDataset):
                     yield pos, item
                 else:
                     yield pos, self._decode(item, s.image, f"{s.where} ({s.ext})")
+                if at >= stop:  # the piece's last sample: the next one is another reader's
+                    return
         except VQAError as e:  # a truncated shard: its remaining positions get the error
             for o in range(at, stop):
-                if mine(start + o):
-                    item = Loaded(start + o, f"#{o}", unit.url, unit.question, error=str(e))
-                    yield start + o, (self._skip(item) or item)
+                item = Loaded(start + o, f"#{o}", unit.url, unit.question, error=str(e))
+                yield start + o, (self._skip(item) or item)
 
     def __iter__(self) -> Iterator[Chunk]:
         info = get_worker_info()
         w, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-
-        def chunk_of(pos: int) -> int:
-            return (pos - self.lo) // self.batch
-
-        def mine(pos: int) -> bool:
-            return chunk_of(pos) % workers == w
-
-        current, chunk = None, Chunk()
-        for pos, item in self._positions(mine):
-            c = chunk_of(pos)
-            if current is not None and c != current:
-                yield chunk
-                chunk = Chunk()
-            current = c
-            if item in (_DONE, _DONE_FAILED):
-                chunk.skipped += 1
-                chunk.skipped_errors += item == _DONE_FAILED
-            else:
-                chunk.items.append(item)
-        if current is not None:
+        owner = _deal([b - a for a, b in self.pieces], workers)
+        for (a, b), who in zip(self.pieces, owner, strict=True):
+            if who != w:
+                continue
+            chunk = Chunk(a, min(b, a + self.batch))
+            for pos, item in self._positions(a, b):
+                if pos >= chunk.stop:
+                    yield chunk
+                    chunk = Chunk(chunk.stop, min(b, chunk.stop + self.batch))
+                if item in (_DONE, _DONE_FAILED):
+                    chunk.skipped += 1
+                    chunk.skipped_errors += item == _DONE_FAILED
+                else:
+                    chunk.items.append(item)
             yield chunk
 
 
@@ -190,7 +233,7 @@ def _close(fds: tuple[int, ...], worker_id: int) -> None:
 
 
 def chunk_loader(source: ChunkSource, workers: int, close_fds: tuple[int, ...] = ()) -> DataLoader:
-    """The chunks in position order, decoded by `workers` processes (0: in this one). `close_fds`: descriptors a
+    """The chunks, decoded by `workers` processes (0: in this one; at most one a piece). `close_fds`: descriptors a
     worker closes as it starts (the output's locks: a forked worker must not hold them after the job dies)."""
     workers = max(0, min(int(workers), len(source)))
     return DataLoader(source, batch_size=None, num_workers=workers, collate_fn=_as_is,

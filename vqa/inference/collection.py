@@ -2,7 +2,8 @@
 (and, for `vqa ask`, one question), before any work starts.
 
 An INPUT is an image file; a folder (walked recursively: its image files by extension, its .tar shards and
-the .parquet shards that are not img2dataset's metadata twin of a .tar); a glob (`photos/**/*.jpg`); a text
+the .parquet shards that are not img2dataset's metadata twin of a .tar); a glob (`photos/**/*.jpg`: what it
+matches, by the same rules as a folder's files, a matched folder walked as one); a text
 file of image paths (.txt / .lst / .list: one a line, relative to the file's folder, `#` comments); or shards
 read by the training reader (`vqa.data.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
 (`shards/{00000..00099}.tar`) or a URL. A shard counts its samples up front (img2dataset's NNNNN_stats.json,
@@ -108,20 +109,39 @@ def _is_glob(s: str) -> bool:
     return any(c in s for c in "*?[")
 
 
+def _pick(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """(image files, shard files) among `files`, in their order, by the folder rules: images by extension,
+    .tar shards, and the .parquet shards that are not img2dataset's metadata twin of a .tar beside them."""
+    images, shards = [], []
+    for p in files:
+        ext = p.suffix.lower()
+        if ext in IMAGE_EXTS:
+            images.append(p)
+        elif ext == ".tar" or (ext == ".parquet" and not p.with_suffix(".tar").is_file()):
+            shards.append(str(p))
+    return images, shards
+
+
 def _folder(root: Path) -> tuple[list[Path], list[str]]:
     """(image files, shard files) under `root`, recursively, sorted; hidden files and folders skipped."""
     images, shards = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        names = sorted(f for f in filenames if not f.startswith("."))
-        tars = {Path(f).stem for f in names if f.endswith(".tar")}
-        for f in names:
-            p = Path(dirpath) / f
-            ext = p.suffix.lower()
-            if ext in IMAGE_EXTS:
-                images.append(p)
-            elif ext == ".tar" or (ext == ".parquet" and p.stem not in tars):  # img2dataset: NNNNN.parquet is metadata
-                shards.append(str(p))
+        found = _pick([Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")])
+        images += found[0]
+        shards += found[1]
+    return images, shards
+
+
+def _glob(pattern: str) -> tuple[list[Path], list[str]]:
+    """(image files, shard files) a glob matches, in sorted order, by the folder rules: a matched folder is
+    walked, a matched file counts only as a folder's file would (a notes.txt, a metadata .parquet: not inputs)."""
+    images, shards = [], []
+    for m in sorted(glob.glob(pattern, recursive=True)):
+        p = Path(m)
+        found = _folder(p) if p.is_dir() else _pick([p])
+        images += found[0]
+        shards += found[1]
     return images, shards
 
 
@@ -155,17 +175,21 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
     def add_file(p: Path) -> None:
         units.append(FileItem(str(p), str(p), question))
 
+    def add_found(raw: str, found: tuple[list[Path], list[str]], what: str) -> None:
+        """A folder's or a glob's images and shards (the folder rules), or InputError when there are none."""
+        images, shards = found
+        if not images and not shards:
+            raise InputError(f"{raw}: {what} no images (by extension: {', '.join(sorted(IMAGE_EXTS)[:6])}, ...) "
+                             "and no .tar / .parquet shards")
+        for f in images:
+            add_file(f)
+        if shards:
+            units.extend(_shards(raw, shards, question))
+
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            images, shards = _folder(p)
-            if not images and not shards:
-                raise InputError(f"{raw}: the folder holds no images (by extension: "
-                                 f"{', '.join(sorted(IMAGE_EXTS)[:6])}, ...) and no .tar / .parquet shards")
-            for f in images:
-                add_file(f)
-            if shards:
-                units += _shards(raw, shards, question)
+            add_found(raw, _folder(p), "the folder holds")
         elif p.is_file():
             ext = p.suffix.lower()
             if ext in SHARD_EXTS:
@@ -179,10 +203,9 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
             split = ShardSplit.from_pattern(raw, raw)
             units += [ShardItems(split, j, question) for j in range(len(split.shards))]
         elif _is_glob(raw):
-            found = sorted(glob.glob(raw, recursive=True))
-            if not found:
+            if not glob.glob(raw, recursive=True):
                 raise InputError(f"{raw}: the pattern matches no files")
-            units += expand(found, question).units
+            add_found(raw, _glob(raw), "the pattern matches")
         else:
             raise InputError(f"{raw}: no such file, folder or shard")
     return _distinct(units)

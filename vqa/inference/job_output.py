@@ -1,8 +1,12 @@
 """The JSON Lines a `vqa caption` / `vqa ask` job writes: one record a line, flushed as it is written, what a
 rerun finds already done, the part files of many processes and their merge.
 
+What this tool writes: every line a JSON object whose first field is "image" (`RECORD_START`), ending with a
+newline. A file that is not that (another program's JSON, whatever its last byte) is refused, never changed.
+
 Resuming. A rerun reads the output it is about to append to: every complete line is a record whose key
-(`vqa.inference.batch_loader.record_key`) is skipped. A last line cut short by a kill is removed (and said
+(`vqa.inference.batch_loader.record_key`) is skipped, once its `settings` match the run's
+(`vqa.inference.job_settings`). A last line cut short by a kill (the start of a record) is removed (and said
 so); a malformed line elsewhere stops the job before any work, naming the line. One process writes an
 output at a time: `.NAME.lock` beside it, as `vqa.train.runlock` locks a run folder.
 
@@ -36,9 +40,13 @@ def part_files(out: Path) -> list[Path]:
     return sorted(p for p in out.parent.iterdir() if p.name.startswith(prefix) and p.name[len(prefix):].isdigit())
 
 
+RECORD_START = b'{"image": '  # how every line this tool writes begins
+
+
 def read_records(path: Path, repair: bool = False) -> list[dict]:
-    """The records of a JSON Lines output. A last line without its newline is a write cut short: with
-    `repair`, removed from the file (or completed, when it parses). Any other malformed line: DataError."""
+    """The records of a JSON Lines output. A last line without its newline that starts as a record is a write
+    cut short: with `repair`, removed from the file (or completed, when it parses). Any other line that is not
+    a record: DataError, the file unchanged."""
     if not path.is_file():
         return []
     raw = path.read_bytes()
@@ -52,6 +60,8 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
         try:
             rec = _parse(path, len(lines) + 1, tail)
         except DataError:
+            if not tail.startswith(RECORD_START):
+                raise
             rec = None
         if repair:
             with open(path, "r+b") as f:
@@ -72,9 +82,11 @@ def _parse(path: Path, lineno: int, line: bytes) -> dict:
     try:
         rec = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{where}: malformed JSON in the output file ({e}); is it another program's file?") from None
-    if not isinstance(rec, dict) or "image" not in rec:
-        raise DataError(f"{where}: not a record of vqa caption / ask (a JSON object with an 'image' field)")
+        raise DataError(f"{where}: malformed JSON in the output file ({e}); is it another program's file? It is "
+                        "never changed: choose another --out") from None
+    if not isinstance(rec, dict) or not line.startswith(RECORD_START):
+        raise DataError(f"{where}: not a record of vqa caption / ask (a JSON object whose first field is 'image'); "
+                        "a file of another program is never changed: choose another --out")
     return rec
 
 
@@ -91,6 +103,7 @@ class Output:
         self.written = self.errors = 0
         self.done_keys: set = set()  # what `done()` found, once the output is open (`batch_job.open_output`)
         self.failed_keys: set = set()
+        self.settings_found: set = set()  # the `settings` digests of the records found
 
     def lock(self) -> None:
         """Refuse a second writer: rank 0 locks the output, every rank its part (ConfigError when taken)."""
@@ -118,6 +131,7 @@ class Output:
         recs = read_records(self.out, repair=self.path == self.out)
         for p in part_files(self.out):
             recs += read_records(p, repair=p == self.path)
+        self.settings_found = {r.get("settings") for r in recs}
         return {record_key(r) for r in recs}, {record_key(r) for r in recs if "error" in r}
 
     def write(self, rec: dict, index: int) -> None:
@@ -152,12 +166,18 @@ def merge(out: str | Path) -> tuple[int, int]:
     parts = part_files(out)
     first = read_records(out)
     seen = {record_key(r) for r in first}
+    made_with = {r.get("settings"): out for r in first[:1]}  # a settings digest -> a file whose records carry it
     rest = []
     for p in parts:
         for r in read_records(p):
             if "index" not in r:
                 raise DataError(f"{p}: a record without its 'index': not a part file of vqa caption / ask")
+            made_with.setdefault(r.get("settings"), p)
             rest.append(r)
+    if len(made_with) > 1:  # records of two models or two decoding settings are never mixed in one output
+        (a, fa), (b, fb) = list(made_with.items())[:2]
+        raise DataError(f"{fb}: its records were made with other settings ({b}) than those of {fa} ({a}); "
+                        "nothing merged")
     rest.sort(key=lambda r: r["index"])
     records = list(first)
     for r in rest:

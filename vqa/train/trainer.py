@@ -25,6 +25,7 @@ import torch
 from .. import distributed
 from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
+from ..data.ids import check_ids
 from ..data.loader import TrainBatches
 from ..data.packing import pack_across
 from ..data.sources import open_split, resolve_splits
@@ -73,6 +74,7 @@ class Trainer:
             self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)
             self.train_data = open_split(cfg.data, self.train_split)
             self.val_data = open_split(cfg.data, self.val_split) if self.val_split else None
+            check_ids(self.val_data, cfg.tasks, cfg.eval_images)  # a repeated id stops here, not at the first eval
             if self.val_data is None and self.d.main:
                 print(f"vqa train: no validation split in {cfg.data}; training without evaluation", file=sys.stderr)
             state = self._build_model()

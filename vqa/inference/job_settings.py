@@ -1,0 +1,66 @@
+"""What makes a collection job's records what they are, beyond their inputs: the model's weights, its precision,
+the task and the decoding settings. Each record carries their digest as `settings`, so a record's identity is
+its input key (`batch_loader.record_key`) with its settings; a rerun into an output whose records carry another
+digest is refused before any decoding (resuming would otherwise skip every input and mix two models' records).
+Batch size, loader workers, the device and compiling change no output beyond float rounding: not part of it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+
+SAMPLE_BYTES = 1 << 20  # of the weights file's start and end: any trained step changes both
+
+
+def weights_digest(folder: Path) -> str:
+    """A digest of a checkpoint's weights, read from the start and the end of model.safetensors (its size in
+    it): the same for a copy of the checkpoint, different after any training step, without reading gigabytes."""
+    f = Path(folder) / "model.safetensors"
+    h = hashlib.sha256()
+    size = f.stat().st_size
+    h.update(str(size).encode())
+    with open(f, "rb") as fh:
+        h.update(fh.read(SAMPLE_BYTES))
+        fh.seek(max(0, size - SAMPLE_BYTES))
+        h.update(fh.read(SAMPLE_BYTES))
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The settings of one job; `digest` is what its records carry."""
+
+    fields: dict  # {"task", "weights", "precision", "answers" (top-k), and the GenerationConfig's fields}
+
+    @classmethod
+    def of(cls, pred, task: str, generation, top_k: int = 1) -> JobSettings:
+        from ..model.checkpoint import resolve
+
+        weights = weights_digest(resolve(pred.path)) if pred.path is not None else "in-memory"
+        return cls(dict(task=task, weights=weights, precision=pred.precision, answers=int(top_k),
+                        **generation.to_dict()))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def describe(self) -> str:
+        g = {k: v for k, v in self.fields.items() if k not in ("task", "weights", "precision", "answers")}
+        shown = ", ".join(f"{k}={v}" for k, v in g.items() if v is not None)
+        return f"weights {self.fields['weights']}, {self.fields['precision']}, {shown}"
+
+    def check(self, out: Path | None, found: set) -> None:
+        """ConfigError when the records already in `out` carry another digest than this job's."""
+        other = sorted(str(d or "none") for d in found if d != self.digest)
+        if out is None or not other:
+            return
+        raise ConfigError(f"--out {out}: its records were made with other settings (settings {other[0]}; this "
+                          f"run's are {self.digest}: {self.describe()}); another model or other decoding options "
+                          "need another --out")
+
+
+__all__ = ["JobSettings", "weights_digest"]

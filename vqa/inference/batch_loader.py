@@ -7,8 +7,9 @@ and yields one `Chunk` for each (empty when all of it was done before), so the l
 workers' outputs in turn, hands the chunks over in position order. A shard is read in file order from the
 first position a worker needs; samples of other workers' chunks are passed over without being decoded.
 
-A worker decodes an image as the Predictor would (`load_image` with its pixel limit, then the letterboxed
-uint8 [3, S, S] model input), so a batch reaches the model ready to normalise; an image that cannot be
+A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
+`prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
+uint8 [3, S, S], so a batch reaches the model ready to normalise; an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
 resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
 """
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ..data.images import load_image
 from ..errors import VQAError
 from .collection import Collection, FileItem, ShardItems
 
@@ -80,12 +80,13 @@ def rank_range(n: int, rank: int, world: int) -> tuple[int, int]:
 class ChunkSource(IterableDataset):
     """The chunks of positions [lo, hi) of `collection`, each worker its share (the module docstring)."""
 
-    def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform, max_pixels=None,
+    def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform,
                  done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
-        """`done`: the keys already written (skipped); `failed`: those of them whose record is an error."""
+        """`transform`: the Predictor's (`prepare(src, name=)`); `done`: the keys already written (skipped);
+        `failed`: those of them whose record is an error."""
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
-        self.transform, self.max_pixels, self.done, self.failed = transform, max_pixels, done, failed
+        self.transform, self.done, self.failed = transform, done, failed
 
     def _skip(self, item: Loaded) -> str | None:
         """None when `item` is still to do, else what it yields instead (_DONE or _DONE_FAILED)."""
@@ -99,7 +100,7 @@ class ChunkSource(IterableDataset):
 
     def _decode(self, item: Loaded, src, name: str) -> Loaded:
         try:
-            item.pixels = self.transform.prepare(load_image(src, max_pixels=self.max_pixels, name=name))
+            item.pixels = self.transform.prepare(src, name=name)
         except VQAError as e:
             item.error = str(e)
         except Exception as e:  # noqa: BLE001 -- a bad input must never stop the run

@@ -7,7 +7,9 @@ where the model looked (the decoder's cross-attention over the image patches).
     p.caption(img, method="beam", num_beams=3).caption
     p.rank(img, "is there a dog?", ["yes", "no"])       # [("no", 0.93), ("yes", 0.07)]
 
-Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array.
+Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array. They become the
+model's input through `vqa.data.preprocess.model_input`, the function training uses, so a picture gives the
+model the pixels it was trained on.
 
 Decoding. Every method takes a `GenerationConfig` (`generation=`) and/or its fields as keywords
 (`method="sample", top_p=0.9, seed=3`), validated in one place. Captions decode greedily by default. No
@@ -31,7 +33,7 @@ end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Char
 not know (emoji, scripts absent from training) become <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
-the SHA-1 of the letterboxed uint8 model input, so a second question about the same picture (from a path, a
+the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input, so a second question about the same picture (from a path, a
 PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
@@ -63,6 +65,7 @@ from PIL import Image
 
 from ..config import GenerationConfig
 from ..data.images import load_image
+from ..data.preprocess import Preprocess
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, generation_config, score_candidates
@@ -111,10 +114,9 @@ class Predictor:
         self.card = dict(card or {})
         self.tasks = tuple(self.card.get("tasks") or ("vqa", "caption"))  # what the model was trained for
         self.cfg = model.cfg
-        self.transform = build_transform(self.cfg, train=False)
+        self.transform = build_transform(self.cfg, train=False, max_pixels=max_pixels)
         self.grid = self.cfg.grid
         self.cache_size = int(cache_size)
-        self.max_pixels = max_pixels  # None: load_image's own limit
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._lock = threading.RLock()
         self.path: Path | None = None
@@ -155,19 +157,43 @@ class Predictor:
                 f"{self.model.num_parameters():,} parameters)")
 
     # ---- images and their encodings ----
+    @property
+    def preprocess(self) -> Preprocess:
+        """How a picture becomes this model's input: the settings of training's, with this Predictor's pixel
+        limit."""
+        return self.transform.pre
+
+    @property
+    def max_pixels(self) -> int | None:
+        """The pixel limit (None: `vqa.data.images.MAX_PIXELS`)."""
+        return self.transform.pre.max_pixels
+
+    @max_pixels.setter
+    def max_pixels(self, value: int | None) -> None:
+        self.transform.pre = self.transform.pre.with_limit(value)
+
     def load(self, image: Any) -> Image.Image:
-        """The RGB PIL image of any accepted input (raises InputError for bad or over-large images)."""
+        """The RGB PIL image of any accepted input, at full size, for display (raises InputError for bad or
+        over-large images)."""
         if image is None:
             raise InputError("no image given")
         return load_image(image, max_pixels=self.max_pixels)
 
-    def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
+    def model_input(self, image: Any) -> torch.Tensor:
+        """The model's uint8 input [3, S, S] of any accepted input (`vqa.data.preprocess.model_input`); one
+        already made is passed through."""
+        if image is None:
+            raise InputError("no image given")
         s = self.cfg.vit_image_size
         if torch.is_tensor(image) and image.dtype == torch.uint8 and tuple(image.shape) == (3, s, s):
-            x = image  # already the model input (a collection job's loader workers decode it): what the line below gives
-        else:
-            x = self.transform.prepare(self.load(image))  # uint8 [3, S, S]
-        return hashlib.sha1(x.numpy().tobytes()).hexdigest(), x
+            return image  # already the model input (a collection job's loader workers, the demo)
+        return self.transform.prepare(image)
+
+    def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
+        x = self.model_input(image)
+        h = hashlib.sha1(self.preprocess.key().encode())
+        h.update(x.numpy().tobytes())
+        return h.hexdigest(), x
 
     def _encode(self, images: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """Memory [M, N, D] of the distinct images among `images`, and each image's row in it."""
@@ -217,7 +243,7 @@ class Predictor:
                 memory, index = self._encode(images)
             tokens = memory[torch.as_tensor(index, device=memory.device)]
         else:
-            x = torch.stack([self.transform(self.load(i)) for i in images]).to(self.device, self.dtype)
+            x = torch.stack([self.transform.finish(self.model_input(i)) for i in images]).to(self.device, self.dtype)
             with self._lock, torch.inference_mode():
                 tokens = self.model.encode(x)
         return torch.nn.functional.normalize(tokens.float().mean(1), dim=-1).cpu().numpy()
@@ -374,7 +400,7 @@ class Predictor:
         if not result.prompt_ids:
             raise InputError("this result does not say which prompt it was generated after")
         pil = self.load(image)
-        x = self.transform(pil)[None].to(self.device, self.dtype)  # [1, 3, S, S]
+        x = self.transform.finish(self.model_input(image))[None].to(self.device, self.dtype)  # [1, 3, S, S]
         with self._lock:
             arrays = explain_tokens(self.model, x, result.prompt_ids, result.ids)
         n = arrays["cross_weights"].shape[-1]

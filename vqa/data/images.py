@@ -81,7 +81,10 @@ def _decode_file(fp: Any, name: str, limit: int, draft: Draft | None) -> Image.I
             img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
     except InputError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        size = _header_size(fp)  # PIL's message names its own threshold: the user's limit is the one to say
+        if size is not None:
+            _check_pixels(size, limit, name)
         raise InputError(f"{name}: over the limit of {limit:,} pixels (refused as a possible decompression "
                          "bomb; raise vqa.data.images.MAX_PIXELS if you trust it)") from None
     except UnidentifiedImageError:
@@ -107,6 +110,23 @@ def _open(path: Any, limit: int) -> Image.Image:
                 return Image.open(path)
         finally:
             Image.MAX_IMAGE_PIXELS = saved
+
+
+def _header_size(fp: Any) -> tuple[int, int] | None:
+    """(width, height) from a picture's header, with PIL's guard off (nothing is decoded); None if unreadable."""
+    try:
+        if hasattr(fp, "seek"):
+            fp.seek(0)
+        with _OPEN_LOCK:
+            saved = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None
+            try:
+                with Image.open(fp) as im:
+                    return im.size
+            finally:
+                Image.MAX_IMAGE_PIXELS = saved
+    except Exception:  # noqa: BLE001 -- only a better message is lost
+        return None
 
 
 def _is_array(src: Any) -> bool:

@@ -33,8 +33,8 @@ end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Char
 not know (emoji, scripts absent from training) become <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
-the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input, so a second question about the same picture (from a path, a
-PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
+the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input, so a second question about the
+same picture (from a path, a PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
@@ -51,7 +51,6 @@ gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import warnings
 from collections import OrderedDict
@@ -64,8 +63,6 @@ import torch
 from PIL import Image
 
 from ..config import GenerationConfig
-from ..data.images import load_image
-from ..data.preprocess import Preprocess
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, generation_config, score_candidates
@@ -73,12 +70,13 @@ from ..device import inference_dtype, pick_device, use_tensor_cores
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
 from .heatmaps import patch_maps
+from .picture_inputs import PictureInputs
 from .results import Answer, Caption
 
 # ----------------------------------------------------------------------------------------------- predictor
 
 
-class Predictor:
+class Predictor(PictureInputs):
     """A loaded model with its tokenizer, card and image transform; thread-safe (calls are serialized)."""
 
     def __init__(self, model, tokenizer, card: dict | None = None, device=None, cache_size: int = 8,
@@ -156,45 +154,7 @@ class Predictor:
         return (f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.precision}, "
                 f"{self.model.num_parameters():,} parameters)")
 
-    # ---- images and their encodings ----
-    @property
-    def preprocess(self) -> Preprocess:
-        """How a picture becomes this model's input: the settings of training's, with this Predictor's pixel
-        limit."""
-        return self.transform.pre
-
-    @property
-    def max_pixels(self) -> int | None:
-        """The pixel limit (None: `vqa.data.images.MAX_PIXELS`)."""
-        return self.transform.pre.max_pixels
-
-    @max_pixels.setter
-    def max_pixels(self, value: int | None) -> None:
-        self.transform.pre = self.transform.pre.with_limit(value)
-
-    def load(self, image: Any) -> Image.Image:
-        """The RGB PIL image of any accepted input, at full size, for display (raises InputError for bad or
-        over-large images)."""
-        if image is None:
-            raise InputError("no image given")
-        return load_image(image, max_pixels=self.max_pixels)
-
-    def model_input(self, image: Any) -> torch.Tensor:
-        """The model's uint8 input [3, S, S] of any accepted input (`vqa.data.preprocess.model_input`); one
-        already made is passed through."""
-        if image is None:
-            raise InputError("no image given")
-        s = self.cfg.vit_image_size
-        if torch.is_tensor(image) and image.dtype == torch.uint8 and tuple(image.shape) == (3, s, s):
-            return image  # already the model input (a collection job's loader workers, the demo)
-        return self.transform.prepare(image)
-
-    def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
-        x = self.model_input(image)
-        h = hashlib.sha1(self.preprocess.key().encode())
-        h.update(x.numpy().tobytes())
-        return h.hexdigest(), x
-
+    # ---- images and their encodings (the pictures themselves: `PictureInputs`) ----
     def _encode(self, images: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """Memory [M, N, D] of the distinct images among `images`, and each image's row in it."""
         keys, index, prepared = [], [], {}

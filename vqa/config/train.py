@@ -152,9 +152,9 @@ class TrainConfig(_Config):
         "total size of auto's cache folder, least recently used files not in use removed to fit: a share of "
         "RAM (25%) or a size (8G)", metavar='SIZE'))
     max_unreadable: float = field(default=0.01, metadata=_opt(
-        "share of the training pictures (of a data folder) that may be unreadable or over the pixel limit: each is "
+        "share of a data folder's training pictures that may be unreadable or over the pixel limit: each is "
         "skipped with one warning line; past the share the run stops, saying so (`vqa data info --check-images` "
-        "lists them)", metavar='SHARE'))
+        "lists them; shards skip every bad sample)", metavar='SHARE'))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions, answers or captions say left or "
         "right)"))

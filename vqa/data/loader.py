@@ -53,7 +53,8 @@ class TrainBatches:
     """Per-rank micro-batches of an epoch from a saved position (epoch, images of its global order done), for
     either kind of source. One DataLoader for the whole run: its workers persist across epochs. For a folder
     split, `image_cache` / `image_cache_budget` are `--image-cache` / `--image-cache-budget`, and
-    `max_unreadable` is the share of its pictures that may be unreadable (`vqa.data.unreadable`)."""
+    `max_unreadable` is the share of its pictures that may be unreadable (`vqa.data.unreadable`; a shard
+    stream skips every bad sample with a line of its own)."""
 
     def __init__(self, source: Source, tokenizer, transform, max_len: int, tasks, questions_per_image: int,
                  captions_per_image: int, seed: int, layout: Layout, collate, pin: bool = False,

@@ -5,6 +5,7 @@ workers)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -98,6 +99,24 @@ def test_loader_workers_share_one_count(tmp_path, capfd):
     with pytest.raises(DataError, match="2 of the 8 training pictures are unreadable"):
         list(tight.epoch(0, 0))
     tight.close()
+
+
+def test_evaluation_during_training_skips_unreadable_pictures(tmp_path, capsys):
+    """A val split with one bad picture of 4: the run's evaluations skip it (one line each) and score the
+    rest; the run ends with its checkpoints and scores."""
+    data = picture_folder(tmp_path / "data", good=6)
+    (data / "pics" / "p5.png").write_text("not a picture")  # of train: 3 bad of 8 below the share
+    val = [{"image": f"pics/p{i}.png", "question": "what colour?", "answers": ["blue"]} for i in range(3)]
+    write_jsonl(data / "val.jsonl", [*val, {"image": "pics/cut.jpg", "question": "what colour?",
+                                            "answers": ["blue"]}])
+    out = tmp_path / "run"
+    args = train_args(data, out, "--max-steps", "2", "--workers", "0", "--max-unreadable", "0.4",
+                      "--image-cache", "off")
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"skipped a picture in evaluation: .*cut\.jpg: .* \(1 unreadable of 4 so far\)", err), err
+    scores = json.loads((out / "best" / "card.json").read_text())["val_scores"]
+    assert scores["questions"] == 3
 
 
 def test_check_images_lists_unreadable_and_over_large_pictures(tmp_path, capsys, monkeypatch):

@@ -115,16 +115,19 @@ class TrainBatches:
 
 
 def eval_dataset(source: Source, maker: ItemMaker, tasks, max_images: int | None = None, rank: int = 0,
-                 world: int = 1) -> Dataset:
+                 world: int = 1, max_unreadable: float | None = None) -> Dataset:
     """Every image of the split once (the first `max_images`), each with all its questions and captions;
     with several ranks, this rank's share of a folder split (image i to rank i % world). A shard split is
-    streamed whole by rank 0 (the others get nothing)."""
+    streamed whole by rank 0 (the others get nothing). `max_unreadable`: skip a folder split's unreadable
+    pictures up to that share of them (evaluation during training); None: stop at the first."""
     if isinstance(source, ShardSplit):
         if rank != 0:
             return Subset(ImageTextDataset.__new__(ImageTextDataset), [])  # an empty dataset
         return ShardStream(source, maker, train=False, max_images=max_images, tasks=tuple(tasks))
     ds = ImageTextDataset(source, maker.tok, maker.transform, maker.max_len, tasks=tasks, train=False)
     n = len(ds) if max_images is None else min(max_images, len(ds))
+    if max_unreadable is not None:
+        ds.unreadable = UnreadablePictures(n, max_unreadable, what="evaluation")
     if world > 1 or n < len(ds):
         return Subset(ds, range(rank, n, world))
     return ds

@@ -4,7 +4,8 @@ A data set of real pictures often holds a few bad ones; one of them must not sto
 many of them (a wrong folder, a broken copy) must not train silently on what is left. So training skips a bad
 picture with one warning line (the file, the reason and the count so far), once per picture however many
 epochs read it, and stops with a DataError saying so once more than `max_share` of the data set's pictures
-failed (`vqa train --max-unreadable`). `vqa data info --check-images` lists them all before training.
+failed (`vqa train --max-unreadable`). Evaluation during training does the same over the pictures it
+evaluates (`vqa eval` alone stops at the first). `vqa data info --check-images` lists them all before training.
 
 The tally is shared by the loader's workers: flags and a count in shared memory, inherited when the workers
 start, so the count is this process's whole, whichever worker read the picture.
@@ -21,8 +22,8 @@ from ..errors import DataError
 class UnreadablePictures:
     """Flags for `total` pictures (by index) and the count of those that failed; `add` warns or stops."""
 
-    def __init__(self, total: int, max_share: float, flag: str = "--max-unreadable"):
-        self.total, self.max_share, self.flag = int(total), float(max_share), flag
+    def __init__(self, total: int, max_share: float, flag: str = "--max-unreadable", what: str = "training"):
+        self.total, self.max_share, self.flag, self.what = int(total), float(max_share), flag, what
         self._flags = mp.Array("B", max(1, self.total), lock=False)  # picture i failed
         self._count = mp.Value("q", 0)  # its lock guards the flags too
 
@@ -43,10 +44,11 @@ class UnreadablePictures:
             self._flags[i] = 1
             self._count.value += 1
             n = self._count.value
-        print(f"vqa train: skipped a picture: {reason} ({n:,} unreadable of {self.total:,} so far)",
+        during = "" if self.what == "training" else f" in {self.what}"
+        print(f"vqa train: skipped a picture{during}: {reason} ({n:,} unreadable of {self.total:,} so far)",
               file=sys.stderr, flush=True)
         if n > self.allowed():
-            raise DataError(f"{n:,} of the {self.total:,} training pictures are unreadable, more than "
+            raise DataError(f"{n:,} of the {self.total:,} {self.what} pictures are unreadable, more than "
                             f"{self.flag} {self.max_share:g} allows ({self.allowed():,}); `vqa data info "
                             "--check-images` lists them")
 

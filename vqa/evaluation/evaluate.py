@@ -40,7 +40,8 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 @torch.no_grad()
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
-             compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0) -> dict:
+             compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
+             max_unreadable: float | None = None) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
@@ -51,11 +52,12 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     through DDP), so decoding holds no collective. `compile`: decode (and, where it pays, encode) through
     torch.compile (`vqa.decoding.compiled`; the weights are frozen in, so not for a model still in training).
     `amp_dtype`: run the model under autocast in that dtype (training's, when it evaluates); `workers`: loader
-    worker processes that decode the images (a shard split is read by one)."""
+    worker processes that decode the images (a shard split is read by one); `max_unreadable`: skip unreadable
+    pictures up to that share (`vqa.data.unreadable`; training's), else stop at the first."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
-    ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world)
+    ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world, max_unreadable=max_unreadable)
     normalize = ImageNormalizer(cfg.vit_mean, cfg.vit_std)
     # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     workers = min(int(workers), 1) if isinstance(ds, IterableDataset) else max(0, int(workers))

@@ -357,7 +357,8 @@ class Trainer:
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
                               max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
-                              amp_dtype=self.amp_dtype, workers=self.workers)["summary"]
+                              amp_dtype=self.amp_dtype, workers=self.workers,
+                              max_unreadable=self.cfg.max_unreadable)["summary"]
             self.model.train()
         if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})

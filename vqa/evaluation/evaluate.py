@@ -59,8 +59,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
     ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world, max_unreadable=max_unreadable)
     normalize = ImageNormalizer(cfg.vit_mean, cfg.vit_std)
-    # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     workers = min(int(workers), 1) if isinstance(ds, IterableDataset) else max(0, int(workers))
+    # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
                         generator=torch.Generator().manual_seed(0), num_workers=workers,
                         pin_memory=torch.device(device).type == "cuda")

@@ -17,6 +17,7 @@ from vqa.data.dataset import ImageTextDataset
 from vqa.data.formats import load_split
 from vqa.data.images import fit, load_image
 from vqa.data.loader import TrainBatches
+from vqa.data.preprocess import Preprocess, model_picture
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.inference import predict
@@ -69,7 +70,8 @@ def encoder_input(pred: Predictor, image, monkeypatch) -> torch.Tensor:
 @pytest.mark.parametrize("resize,resample", [("letterbox", "bicubic"), ("squash", "bilinear")])
 def test_training_input_equals_the_predictors(pictures, resize, resample, tmp_path, monkeypatch):
     """For every picture, the data set's tensor (training and `vqa eval`, also when read back from the image
-    cache) normalised is exactly what the Predictor's encoder gets from the same file."""
+    cache) normalised is exactly what the Predictor's encoder gets from the same file, and the uint8 input is
+    the demo's, the collections' and the ONNX runtime's."""
     monkeypatch.setenv("VQA_CACHE", str(tmp_path / "cache"))
     root, tok = pictures
     model = tiny_model(**tok.model_ids(), vit_resize=resize, vit_resample=resample)
@@ -86,6 +88,9 @@ def test_training_input_equals_the_predictors(pictures, resize, resample, tmp_pa
         assert torch.equal(decoded, cached)
         served = encoder_input(pred, path, monkeypatch)
         assert torch.equal(tf.finish(decoded), served), path
+        assert torch.equal(pred.model_input(path), decoded)  # what the demo and collections hand the model
+        onnx = np.asarray(model_picture(path, Preprocess.from_config(model.cfg))).transpose(2, 0, 1)
+        assert np.array_equal(onnx, decoded.numpy())  # what the ONNX runtime normalises
     batches.close()
 
 

@@ -244,8 +244,9 @@ def child(kind: str, args: list[str], env: dict | None = None) -> dict:
 
 
 def bench_loader(data: Path, sizes=(64, 224), n: int = 400) -> list[dict]:
-    """Images/s of one process (= one loader worker): the transform alone (decode at reduced size, letterbox,
-    uint8 augmentation) and a whole dataset item (also the question / caption rows), 640x480 JPEGs."""
+    """Images/s of one process (= one loader worker): the transform alone (`model_input`: decode at reduced
+    size, letterbox; uint8 augmentation), the same from a full-size decode, and a whole dataset item (also the
+    question / caption rows), 640x480 JPEGs."""
     import torch
 
     from vqa.config import ModelConfig
@@ -265,10 +266,10 @@ def bench_loader(data: Path, sizes=(64, 224), n: int = 400) -> list[dict]:
         tf = build_transform(cfg, train=True)
         g = torch.Generator().manual_seed(0)
         for p in paths[:20]:  # warm the page cache and the code paths
-            tf.augment(tf.prepare(load_image(p, draft=size)), generator=g)
+            tf.augment(tf.prepare(p), generator=g)
         t0 = time.perf_counter()
         for p in paths:
-            tf.augment(tf.prepare(load_image(p, draft=size)), generator=g)
+            tf.augment(tf.prepare(p), generator=g)
         transform_ips = len(paths) / (time.perf_counter() - t0)
         t0 = time.perf_counter()
         for p in paths:

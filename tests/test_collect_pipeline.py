@@ -27,7 +27,7 @@ def ckpt():
 class PidTransform:
     """A stand-in for the model's transform: the "pixels" say which process decoded them."""
 
-    def prepare(self, img):
+    def prepare(self, img, name=None):
         return torch.tensor([os.getpid()])
 
 

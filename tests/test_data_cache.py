@@ -16,9 +16,10 @@ from PIL import Image
 from vqa.cli import main
 from vqa.data.cache import ImageCache, open_image_cache
 from vqa.data.cache_folder import cache_home, image_cache_dir, network_filesystem
+from vqa.data.preprocess import Preprocess
 
 SIDE = 16
-FILL = [0, 0, 0]
+PRE = Preprocess(SIDE)
 
 
 def image_lists(root: Path, lists: int, per_list: int = 8) -> list[list[str]]:
@@ -41,7 +42,7 @@ def folder_bytes(folder: Path) -> int:
 
 def one_run(images: list[str], budget: str, quiet: bool = True) -> ImageCache | None:
     """What a training run does with the cache: open it, fill it, let it go at the end."""
-    c = open_image_cache("auto", budget, images, SIDE, FILL, quiet=quiet)
+    c = open_image_cache("auto", budget, images, PRE, quiet=quiet)
     if c is not None:
         for i in range(len(images)):
             c.put(i, torch.full((3, SIDE, SIDE), i, dtype=torch.uint8))
@@ -78,19 +79,19 @@ def test_ten_runs_on_different_images_keep_the_folder_within_its_budget(home, tm
         assert sizes[-1] <= budget
     kept = sorted(p.name for p in (home / "images").glob("*.u8"))
     assert len(kept) == 2 and sizes[-1] == 2 * 14336  # the two files (locks are empty)
-    last = [open_image_cache("auto", "40K", images, SIDE, FILL, quiet=True) for images in lists[-2:]]
+    last = [open_image_cache("auto", "40K", images, PRE, quiet=True) for images in lists[-2:]]
     assert all(c.filled() == 8 for c in last)  # the two most recent lists: still there, filled
     for c in last:
         c.close()
     one_run(lists[-2], "40K")  # used again: now the most recent, so the next new list evicts lists[-1]'s
     one_run(lists[0], "40K")
-    assert open_image_cache("auto", "40K", lists[-2], SIDE, FILL, quiet=True).filled() == 8
-    assert open_image_cache("auto", "1M", lists[-1], SIDE, FILL, quiet=True).filled() == 0  # made again
+    assert open_image_cache("auto", "40K", lists[-2], PRE, quiet=True).filled() == 8
+    assert open_image_cache("auto", "1M", lists[-1], PRE, quiet=True).filled() == 0  # made again
 
 
 def test_a_file_in_use_is_never_evicted(home, tmp_path, capsys):
     a, b, c = image_lists(tmp_path / "pics", 3)
-    held = open_image_cache("auto", "40K", a, SIDE, FILL)  # a live run: holds its file's lock until close
+    held = open_image_cache("auto", "40K", a, PRE)  # a live run: holds its file's lock until close
     held.put(0, torch.ones(3, SIDE, SIDE, dtype=torch.uint8))
     assert one_run(b, "20K", quiet=False) is None  # only a's file would have to go: it is in use, so this run goes without
     assert "in use by running processes" in capsys.readouterr().err
@@ -102,11 +103,11 @@ def test_a_file_in_use_is_never_evicted(home, tmp_path, capsys):
 def test_a_file_rebuilt_by_another_run_is_never_read_by_one_that_opened_the_old_one(tmp_path, capsys):
     images = image_lists(tmp_path / "pics", 1)[0]
     path = tmp_path / "c.u8"
-    old = ImageCache.open(path, images, SIDE, FILL)
+    old = ImageCache.open(path, images, PRE)
     mine = torch.full((3, SIDE, SIDE), 7, dtype=torch.uint8)
     old.put(0, mine)
     worker = pickle.loads(pickle.dumps(old))  # a loader worker: maps the file again, by path, later
-    other = ImageCache.open(path, images, SIDE, [9, 9, 9])  # another run, other settings, the same name
+    other = ImageCache.open(path, images, Preprocess(SIDE, fill=(9, 9, 9)))  # another run, other settings, the same name
     theirs = torch.full((3, SIDE, SIDE), 200, dtype=torch.uint8)
     other.put(0, theirs)
     other.put(1, theirs)
@@ -116,14 +117,14 @@ def test_a_file_rebuilt_by_another_run_is_never_read_by_one_that_opened_the_old_
     assert "no longer this run's" in capsys.readouterr().err
     assert torch.equal(old.get(0), mine)  # the process that mapped the old file keeps it
     worker2 = pickle.loads(pickle.dumps(old))
-    smaller = ImageCache.open(path, images[:3], SIDE // 2, FILL)  # rebuilt smaller: mapping the old size would fault
+    smaller = ImageCache.open(path, images[:3], Preprocess(SIDE // 2))  # rebuilt smaller: mapping the old size would fault
     assert smaller.filled() == 0 and worker2.get(0) is None and worker2.filled() == 0
 
 
 def test_vqa_data_cache_lists_and_clears_the_folder(home, tmp_path, capsys):
     a, b = image_lists(tmp_path / "pics", 2)
     one_run(a, "1M")
-    held = open_image_cache("auto", "1M", b, SIDE, FILL)
+    held = open_image_cache("auto", "1M", b, PRE)
     (home / "images" / "notes.txt").write_text("not the cache's")
     capsys.readouterr()
     assert main(["data", "cache"]) == 0
@@ -148,7 +149,7 @@ def test_auto_is_off_on_a_network_filesystem(home, tmp_path, monkeypatch, capsys
     import vqa.data.cache
 
     monkeypatch.setattr(vqa.data.cache, "network_filesystem", lambda path: "nfs4")
-    assert open_image_cache("auto", "1M", image_lists(tmp_path / "pics", 1)[0], SIDE, FILL) is None
+    assert open_image_cache("auto", "1M", image_lists(tmp_path / "pics", 1)[0], PRE) is None
     assert "network filesystem (nfs4)" in capsys.readouterr().err and not (home / "images").exists()
 
 

@@ -4,6 +4,7 @@ worker memory that stays flat."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
 from vqa.data.formats import corpus_texts, load_split
 from vqa.data.loader import TrainBatches
+from vqa.data.preprocess import Preprocess
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.tokenizer import Tokenizer
@@ -69,25 +71,26 @@ def test_image_cache_is_built_once_and_rebuilt_for_other_images_or_settings(shap
     path = tmp_path / "cache.u8"
     ds = ImageTextDataset(sd, Tokenizer.train(corpus_texts(sd), vocab_size=200),
                           build_transform(ModelConfig(vit_image_size=32, vit_patch_size=8), False), 48, train=False)
-    fill = ds.transform.fill
-    cache = ImageCache.open(path, ds.images, 32, fill)
+    pre = ds.transform.pre
+    cache = ImageCache.open(path, ds.images, pre)
     ds.image_cache = cache
     first = [ds[i]["image"] for i in range(len(ds))]
     assert cache.filled() == len(ds)
-    again = ImageCache.open(path, ds.images, 32, fill)  # another process, the same images: reused
+    again = ImageCache.open(path, ds.images, pre)  # another process, the same images: reused
     assert again.filled() == len(ds) and torch.equal(again.get(3), first[3])
     assert "rebuilding" not in capsys.readouterr().err
-    for changed in (dict(size=64), dict(fill=[0, 0, 0])):  # other settings: a new file
-        c = ImageCache.open(path, ds.images, changed.get("size", 32), changed.get("fill", fill))
+    for changed in (dict(size=64), dict(fill=(0, 0, 0)), dict(resize="squash"), dict(resample="bilinear"),
+                    dict(std=(0.25, 0.25, 0.25))):  # other settings: a new file
+        c = ImageCache.open(path, ds.images, dataclasses.replace(pre, **changed))
         assert c.filled() == 0
     assert "made for other images or settings: rebuilding" in capsys.readouterr().err
-    cache = ImageCache.open(path, ds.images, 32, fill)
+    cache = ImageCache.open(path, ds.images, pre)
     ds.image_cache = cache
     [ds[i] for i in range(len(ds))]
     img = Path(ds.images[5])
     Image.new("RGB", (64, 64), (255, 0, 0)).save(img)  # an image changes on disk (size and mtime)
     os.utime(img, ns=(1, 1))
-    c = ImageCache.open(path, ds.images, 32, fill)
+    c = ImageCache.open(path, ds.images, pre)
     assert c.filled() == 0
     ds.image_cache = c
     assert (ds[5]["image"][0] > 200).all()  # the new picture, never the cached old one
@@ -96,13 +99,13 @@ def test_image_cache_is_built_once_and_rebuilt_for_other_images_or_settings(shap
 def test_auto_cache_only_within_its_budget(shapes_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("VQA_CACHE", str(tmp_path / "home"))
     images = [str(p) for p in sorted(load_split(shapes_dir, "train").images())]
-    assert open_image_cache("off", "25%", images, 32, [0, 0, 0]) is None
-    assert open_image_cache("auto", "10K", images, 32, [0, 0, 0]) is None  # 24 x 3 KiB + header: over 10 KiB
+    assert open_image_cache("off", "25%", images, Preprocess(32)) is None
+    assert open_image_cache("auto", "10K", images, Preprocess(32)) is None  # 24 x 3 KiB + header: over 10 KiB
     assert "image cache off" in capsys.readouterr().err
-    c = open_image_cache("auto", "1M", images, 32, [0, 0, 0])
+    c = open_image_cache("auto", "1M", images, Preprocess(32))
     assert c is not None and c.path.parent == tmp_path / "home" / "images"  # in $VQA_CACHE/images
     c.close()
-    assert open_image_cache(str(tmp_path / "x.u8"), "1K", images, 32, [0, 0, 0]).path == tmp_path / "x.u8"
+    assert open_image_cache(str(tmp_path / "x.u8"), "1K", images, Preprocess(32)).path == tmp_path / "x.u8"
     assert parse_budget("8G") == 8 * 2**30 and parse_budget("512M") == 512 * 2**20
     assert 0 < parse_budget("25%") < parse_budget("50%")
 

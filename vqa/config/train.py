@@ -53,7 +53,7 @@ RANGES: dict[str, tuple[float, bool]] = {
     "grad_clip": (0, False), "dist_timeout": (0, True), "epochs": (0, True),
     "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
     "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
-    "eval_every": (0, False), "eval_images": (0, False), "workers": (-1, False),
+    "eval_every": (0, False), "eval_images": (0, False), "workers": (-1, False), "max_unreadable": (0, False),
 }
 # the per-image counts a task needs (0 would leave the task untrained)
 TASK_COUNTS = {"vqa": "questions_per_image", "caption": "captions_per_image"}
@@ -149,6 +149,10 @@ class TrainConfig(_Config):
     image_cache_budget: str = field(default="25%", metadata=_opt(
         "total size of auto's cache folder, least recently used files not in use removed to fit: a share of "
         "RAM (25%) or a size (8G)", metavar='SIZE'))
+    max_unreadable: float = field(default=0.01, metadata=_opt(
+        "share of a data folder's training pictures that may be unreadable or over the pixel limit: each is "
+        "skipped with one warning line; past the share the run stops, saying so (`vqa data info --check-images` "
+        "lists them; shards skip every bad sample)", metavar='SHARE'))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions, answers or captions say left or "
         "right)"))

@@ -12,7 +12,7 @@ from .records import CaptionRecord, VQARecord
 from .split import SplitData
 
 _LAZY = {
-    "load_image": "images", "MAX_PIXELS": "images",
+    "load_image": "images", "MAX_PIXELS": "images", "Preprocess": "preprocess", "model_input": "preprocess",
     "build_transform": "transforms", "ImageTransform": "transforms",
     "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "Batch": "collate",
     "TaskGroup": "collate",

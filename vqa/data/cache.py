@@ -9,7 +9,8 @@ a JPEG). `auto` keeps the files in vqa's cache folder (`vqa.data.cache_folder`: 
 ~/.cache/vqa/images) within a total budget for the folder (`--image-cache-budget`, a share of RAM by default),
 removing the least recently used files that no running process holds; a given path is used whatever its
 size. A file is never reused for other images or settings: a header holds a fingerprint of the image list
-(paths, sizes, modification times) and of the preparation (side, fill colour, version), and a file whose
+(paths, sizes, modification times) and of the whole preprocessing (`vqa.data.preprocess.Preprocess`: side,
+resize, resample, fill colour, normalisation, pixel limit, JPEG draft rule), and a file whose
 header differs is rebuilt (into a new file that replaces the name: a process that mapped the old one keeps
 it, and every process checks the header when it maps the file, so none reads another run's slots).
 
@@ -44,8 +45,9 @@ from .cache_folder import (
     network_filesystem,
     touch,
 )
+from .preprocess import Preprocess
 
-VERSION = 1  # of `ImageTransform.prepare`'s output: bump when it changes
+VERSION = 2  # of the cache's layout and of `model_input`'s output: bump when either changes
 
 
 def _align(n: int) -> int:
@@ -64,10 +66,10 @@ def parse_budget(text: str) -> int:
     return int(value * 1024 ** "BKMGT".index(unit[0]))
 
 
-def fingerprint(images: Sequence[str], size: int, fill: Sequence[int]) -> str:
-    """What makes the cache's bytes: every image's path, size and mtime, in order, and the preparation."""
+def fingerprint(images: Sequence[str], pre: Preprocess) -> str:
+    """What makes the cache's bytes: every image's path, size and mtime, in order, and the preprocessing."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps(dict(version=VERSION, size=int(size), fill=list(fill), n=len(images))).encode())
+    h.update(json.dumps(dict(version=VERSION, preprocess=pre.key(), n=len(images))).encode())
     for p in images:
         try:
             st = os.stat(p)
@@ -97,15 +99,15 @@ class ImageCache:
 
     # ---- making or reusing the file (under a lock: ranks of a node race to it) ----
     @classmethod
-    def open(cls, path: str | Path, images: Sequence[str], size: int, fill: Sequence[int],
+    def open(cls, path: str | Path, images: Sequence[str], pre: Preprocess,
              quiet: bool = False, budget: int | None = None) -> ImageCache | None:
         """The cache file at `path`, made (or rebuilt) unless it is whole and made for these images and
         settings, and held (in use) until `close`. With a `budget` (bytes for the whole folder), the least
         recently used files of the folder that no process holds are removed to fit this one; None (said once)
         when the files in use leave no room."""
         path = Path(path)
-        fp = fingerprint(images, size, fill)
-        cache = cls(path, len(images), size, fp)
+        fp = fingerprint(images, pre)
+        cache = cls(path, len(images), pre.size, fp)
         cache.quiet = quiet
         with folder_lock(path.parent):
             valid = cache._read_header() is not None
@@ -218,13 +220,14 @@ class ImageCache:
             _mm=None, _flags=None, _data=None, _hold=None)
 
 
-def default_cache_path(fp_source: Sequence[str], size: int, fill: Sequence[int] = (0, 0, 0)) -> Path:
-    """In vqa's cache folder, named by the image list and the settings, so runs on the same images share it."""
-    h = hashlib.blake2b("\n".join([*fp_source, f"fill {list(fill)}"]).encode(), digest_size=8).hexdigest()
-    return image_cache_dir() / f"{h}-{size}px.u8"
+def default_cache_path(fp_source: Sequence[str], pre: Preprocess) -> Path:
+    """In vqa's cache folder, named by the image list and the whole preprocessing, so runs on the same images
+    with the same preprocessing share it and runs with another never share a file."""
+    h = hashlib.blake2b("\n".join([*fp_source, pre.key()]).encode(), digest_size=8).hexdigest()
+    return image_cache_dir() / f"{h}-{pre.size}px.u8"
 
 
-def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int, fill: Sequence[int],
+def open_image_cache(setting: str, budget: str, images: Sequence[str], pre: Preprocess,
                      quiet: bool = False) -> ImageCache | None:
     """The cache `--image-cache` asks for: None for 'off'; for 'auto' a file in vqa's cache folder, the folder
     kept within the budget (None, said once, when the file alone is over it, when files in use leave no room, or
@@ -232,6 +235,7 @@ def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int
     setting = str(setting or "off")
     if setting == "off" or not images:
         return None
+    size = pre.size
     need = HEADER + _align(len(images)) + len(images) * 3 * size * size
     if setting == "auto":
         limit = parse_budget(budget)
@@ -241,15 +245,15 @@ def open_image_cache(setting: str, budget: str, images: Sequence[str], size: int
                       f"the budget of {limit / 2**30:.2f} GiB (--image-cache-budget {budget}; --image-cache PATH "
                       "uses a file whatever its size)", file=sys.stderr)
             return None
-        path = default_cache_path(images, size, fill)
+        path = default_cache_path(images, pre)
         remote = network_filesystem(path.parent)
         if remote:
             if not quiet:
                 print(f"vqa: image cache off: {path.parent} is on a network filesystem ({remote}), which ranks "
                       "on several nodes could share; set VQA_CACHE to a folder on a local disk", file=sys.stderr)
             return None
-        return ImageCache.open(path, images, size, fill, quiet=quiet, budget=limit)
-    return ImageCache.open(Path(setting), images, size, fill, quiet=quiet)
+        return ImageCache.open(path, images, pre, quiet=quiet, budget=limit)
+    return ImageCache.open(Path(setting), images, pre, quiet=quiet)
 
 
 __all__ = ["ImageCache", "open_image_cache", "parse_budget", "fingerprint", "default_cache_path"]

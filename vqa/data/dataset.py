@@ -26,13 +26,13 @@ import torch
 from torch.utils.data import Dataset
 
 from ..config import TrainConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..tokenizer import Tokenizer
 from .cache import ImageCache
-from .images import load_image
 from .records import CaptionRecord, VQARecord
 from .split import SplitData
 from .transforms import ImageTransform
+from .unreadable import UnreadablePictures
 
 TASKS = ("vqa", "caption")
 
@@ -112,6 +112,12 @@ class ItemMaker:
             out["jitter"] = jitter
         return out
 
+    def skipped(self, g: torch.Generator) -> dict:
+        """The item of a picture that could not be read: the padding colour and no rows (it trains nothing)."""
+        t = self.transform
+        blank = torch.tensor(t.fill, dtype=torch.uint8).view(3, 1, 1).expand(3, t.size, t.size).clone()
+        return self.item(blank, [], [], g)
+
 
 def item_generators(seed: int, epoch: int, key: int | Sequence[int]) -> tuple[np.random.Generator, torch.Generator]:
     """The item's two generators, from (seed, epoch, key) only."""
@@ -134,7 +140,10 @@ class ImageTextDataset(Dataset):
         train: bool = True,
         seed: int = 0,
         image_cache: ImageCache | None = None,
+        unreadable: UnreadablePictures | None = None,
     ):
+        """`unreadable`: skip a picture that cannot be read and tally it there (training); None: raise its
+        InputError."""
         check_tasks(tasks)
         self.maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train)
         self.tok, self.transform, self.train = tokenizer, transform, bool(train)
@@ -156,6 +165,7 @@ class ImageTextDataset(Dataset):
         self.n_questions = int(len(q_img))
         self.n_captions = int(len(c_img))
         self.image_cache = image_cache
+        self.unreadable = unreadable
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -169,14 +179,21 @@ class ImageTextDataset(Dataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
-    def _prepared(self, i: int) -> torch.Tensor:
-        """The decoded, letterboxed uint8 image [3, S, S], from the image cache when there is one."""
+    def _prepared(self, i: int) -> torch.Tensor | None:
+        """The model's uint8 input [3, S, S] (`ImageTransform.prepare`), from the image cache when there is
+        one; None for a picture that cannot be read, when `unreadable` tallies them."""
         cache = self.image_cache
         if cache is not None:
             x = cache.get(i)
             if x is not None:
                 return x
-        x = self.transform.prepare(load_image(self.data.image_files.paths[self.image_ids[i]], draft=self.transform.size))
+        try:
+            x = self.transform.prepare(self.data.image_files.paths[self.image_ids[i]])
+        except InputError as e:
+            if self.unreadable is None:
+                raise
+            self.unreadable.add(i, str(e))
+            return None
         if cache is not None:
             cache.put(i, x)
         return x
@@ -192,11 +209,14 @@ class ImageTextDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         rng, g = item_generators(self.seed, epoch, i)
+        image = self._prepared(i)
+        if image is None:
+            return self.maker.skipped(g)
         qs, cs = self.records(i)
         vqa, caps = self.data.vqa, self.data.captions
         all_caps = None if self.train else [caps.caption[k] for k in cs]
         rows = self.maker.rows(rng, len(qs), lambda k: vqa[qs[k]], len(cs), lambda k: caps[cs[k]], all_caps)
-        return self.maker.item(self._prepared(i), rows, self.texts(qs, cs), g)
+        return self.maker.item(image, rows, self.texts(qs, cs), g)
 
     def texts(self, qs: list[int], cs: list[int]) -> list[str]:
         """Every text of an image, for the flip guard (`mentions_left_right`): each question, each of its

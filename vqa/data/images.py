@@ -8,10 +8,10 @@ decompression bombs, without ever surfacing a deep PIL traceback.
 from __future__ import annotations
 
 import io
-import math
 import struct
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,17 @@ _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _WHITE = (255, 255, 255)
 
 
-def load_image(src: Any, max_pixels: int | None = None, draft: int | None = None, name: str | None = None) -> Image.Image:
+Draft = Callable[[tuple[int, int]], tuple[int, int]]  # a JPEG's (width, height) -> the least size to decode it at
+
+
+def load_image(src: Any, max_pixels: int | None = None, draft: Draft | None = None, name: str | None = None) -> Image.Image:
     """An RGB image from a path, encoded bytes (a shard's KEY.jpg), a PIL image or a uint8 HWC numpy/torch
     array.
 
     EXIF orientation is applied; L/LA/P/RGBA (composited on white)/CMYK/16-bit images become 8-bit RGB.
-    draft=S: a JPEG is decoded at the smallest of 1/2, 1/4 or 1/8 scale whose longer side is still >= S
-    (libjpeg's DCT scaling, PIL's `draft`): what a model with S px input needs, several times faster.
+    `draft(size)`: a JPEG file or bytes is decoded at the smallest of 1/2, 1/4 or 1/8 scale whose sides are
+    still >= the size it returns (libjpeg's DCT scaling, PIL's `draft`); `vqa.data.preprocess` says what a
+    model needs.
     Raises InputError (naming the file, or `name` for bytes) for missing, truncated, unreadable or
     over-large images."""
     limit = MAX_PIXELS if max_pixels is None else max_pixels
@@ -67,27 +71,22 @@ def _check_pixels(size: tuple[int, int], limit: int, what: str) -> None:
         )
 
 
-def _draft_size(size: tuple[int, int], longest: int) -> tuple[int, int]:
-    """The smallest decoded size that still letterboxes to `longest` px without upscaling."""
-    w, h = size
-    m = max(w, h)
-    return max(1, math.ceil(longest * w / m)), max(1, math.ceil(longest * h / m))
-
-
-def _decode_file(fp: Any, name: str, limit: int, draft: int | None) -> Image.Image:
+def _decode_file(fp: Any, name: str, limit: int, draft: Draft | None) -> Image.Image:
     try:
         with _open(fp, limit) as im:
             _check_pixels(im.size, limit, name)
             if draft and im.format == "JPEG":
-                im.draft(None, _draft_size(im.size, draft))
+                im.draft(None, draft(im.size))
             im.load()
             img = ImageOps.exif_transpose(im) if im.getexif() else im.copy()
     except InputError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise InputError(
-            f"{name}: over the limit of {limit:,} pixels, refused as a possible decompression bomb ({e})"
-        ) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        size = _header_size(fp)  # PIL's message names its own threshold: the user's limit is the one to say
+        if size is not None:
+            _check_pixels(size, limit, name)
+        raise InputError(f"{name}: over the limit of {limit:,} pixels (refused as a possible decompression "
+                         "bomb; raise vqa.data.images.MAX_PIXELS if you trust it)") from None
     except UnidentifiedImageError:
         raise InputError(f"{name}: not an image file (or a format PIL cannot read)") from None
     except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
@@ -100,7 +99,8 @@ def _decode_file(fp: Any, name: str, limit: int, draft: int | None) -> Image.Ima
 
 def _open(path: Any, limit: int) -> Image.Image:
     """Image.open with PIL's own decompression-bomb guard set to `limit` for this call only (restored after,
-    under a lock, so other code and threads keep PIL's default)."""
+    under a lock, so other code and threads keep PIL's default); its warning is an error, so a picture over
+    `limit` is refused whichever of PIL's two thresholds it crosses."""
     with _OPEN_LOCK:
         saved = Image.MAX_IMAGE_PIXELS
         Image.MAX_IMAGE_PIXELS = limit
@@ -110,6 +110,23 @@ def _open(path: Any, limit: int) -> Image.Image:
                 return Image.open(path)
         finally:
             Image.MAX_IMAGE_PIXELS = saved
+
+
+def _header_size(fp: Any) -> tuple[int, int] | None:
+    """(width, height) from a picture's header, with PIL's guard off (nothing is decoded); None if unreadable."""
+    try:
+        if hasattr(fp, "seek"):
+            fp.seek(0)
+        with _OPEN_LOCK:
+            saved = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None
+            try:
+                with Image.open(fp) as im:
+                    return im.size
+            finally:
+                Image.MAX_IMAGE_PIXELS = saved
+    except Exception:  # noqa: BLE001 -- only a better message is lost
+        return None
 
 
 def _is_array(src: Any) -> bool:

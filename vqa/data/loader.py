@@ -16,6 +16,7 @@ from .dataset import ImageTextDataset, ItemMaker
 from .shards import ShardSplit
 from .sources import Source
 from .stream import Layout, ShardStream
+from .unreadable import UnreadablePictures
 
 
 class EpochSampler(Sampler):
@@ -51,11 +52,14 @@ def worker_errors(batches: Iterator[Batch]) -> Iterator[Batch]:
 class TrainBatches:
     """Per-rank micro-batches of an epoch from a saved position (epoch, images of its global order done), for
     either kind of source. One DataLoader for the whole run: its workers persist across epochs. For a folder
-    split, `image_cache` / `image_cache_budget` are `--image-cache` / `--image-cache-budget`."""
+    split, `image_cache` / `image_cache_budget` are `--image-cache` / `--image-cache-budget`, and
+    `max_unreadable` is the share of its pictures that may be unreadable (`vqa.data.unreadable`; a shard
+    stream skips every bad sample with a line of its own)."""
 
     def __init__(self, source: Source, tokenizer, transform, max_len: int, tasks, questions_per_image: int,
                  captions_per_image: int, seed: int, layout: Layout, collate, pin: bool = False,
-                 image_cache: str = "off", image_cache_budget: str = "25%", quiet: bool = False, block: int = 1000):
+                 image_cache: str = "off", image_cache_budget: str = "25%", quiet: bool = False, block: int = 1000,
+                 max_unreadable: float = 0.01):
         self.layout, self.seed = layout, int(seed)
         self.images_per_step = layout.batch * layout.accum * layout.world
         gen = torch.Generator().manual_seed(seed * 1_000_003)  # not the global RNG: dropout masks stay exact
@@ -76,10 +80,11 @@ class TrainBatches:
                                             questions_per_image=questions_per_image,
                                             captions_per_image=captions_per_image, train=True, seed=seed)
             self.num_images = len(self.dataset)
+            self.dataset.unreadable = UnreadablePictures(self.num_images, max_unreadable)
             self.steps_per_epoch = steps_in_epoch(self.num_images, self.images_per_step)
             if self.num_images:
-                self.cache = open_image_cache(image_cache, image_cache_budget, self.dataset.images, transform.size,
-                                              transform.fill, quiet=quiet)
+                self.cache = open_image_cache(image_cache, image_cache_budget, self.dataset.images, transform.pre,
+                                              quiet=quiet)
             self.dataset.image_cache = self.cache
             self.sampler = EpochSampler()
             common["sampler"] = self.sampler
@@ -110,16 +115,19 @@ class TrainBatches:
 
 
 def eval_dataset(source: Source, maker: ItemMaker, tasks, max_images: int | None = None, rank: int = 0,
-                 world: int = 1) -> Dataset:
+                 world: int = 1, max_unreadable: float | None = None) -> Dataset:
     """Every image of the split once (the first `max_images`), each with all its questions and captions;
     with several ranks, this rank's share of a folder split (image i to rank i % world). A shard split is
-    streamed whole by rank 0 (the others get nothing)."""
+    streamed whole by rank 0 (the others get nothing). `max_unreadable`: skip a folder split's unreadable
+    pictures up to that share of them (evaluation during training); None: stop at the first."""
     if isinstance(source, ShardSplit):
         if rank != 0:
             return Subset(ImageTextDataset.__new__(ImageTextDataset), [])  # an empty dataset
         return ShardStream(source, maker, train=False, max_images=max_images, tasks=tuple(tasks))
     ds = ImageTextDataset(source, maker.tok, maker.transform, maker.max_len, tasks=tasks, train=False)
     n = len(ds) if max_images is None else min(max_images, len(ds))
+    if max_unreadable is not None:
+        ds.unreadable = UnreadablePictures(n, max_unreadable, what="evaluation")
     if world > 1 or n < len(ds):
         return Subset(ds, range(rank, n, world))
     return ds

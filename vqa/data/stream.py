@@ -149,9 +149,7 @@ class ShardStream(IterableDataset):
         if s.bad is not None:
             self._bad += 1
             print(f"vqa: skipped {s.where}: {s.bad} (bad samples in this reader: {self._bad})", file=sys.stderr)
-            t = self.maker.transform
-            return self.maker.item(torch.tensor(t.fill, dtype=torch.uint8).view(3, 1, 1).expand(3, t.size, t.size)
-                                   .clone(), [], [], g)
+            return self.maker.skipped(g)
         qs, caps = s.records()
         qs, caps = (qs if "vqa" in self.tasks else []), (caps if "caption" in self.tasks else [])
         rows = self.maker.rows(rng, len(qs), qs.__getitem__, len(caps), caps.__getitem__, s.captions)

@@ -1,4 +1,4 @@
-"""Image transforms (torchvision v2): letterbox to the model's square input, light augmentation, normalization.
+"""Image transforms: the model's square input (`vqa.data.preprocess`), light augmentation, normalization.
 
 Aspect ratio: images are *letterboxed*: the longer side is resized to S keeping the aspect ratio, and the
 shorter side is padded (equally on both sides) to S with the encoder's mean colour, which becomes 0 after
@@ -13,8 +13,8 @@ contrast jitter (no hue or saturation change: colour questions), a translation o
 caption) mentions left or right.
 
 The work is split in three so that images cross process boundaries as uint8 and the float work happens on
-the device: `prepare` (decode, at reduced size for JPEGs, + letterbox -> uint8 [3,S,S], deterministic, what
-the image cache holds), `augment` (in the loader worker: the shift and flip on uint8, and the brightness /
+the device: `prepare` (`vqa.data.preprocess.model_input`, the one path from a picture to the model's uint8
+[3,S,S] input that serving uses too; deterministic, what the image cache holds), `augment` (in the loader worker: the shift and flip on uint8, and the brightness /
 contrast factors drawn for the device) and `ImageNormalizer` (on the device, for a whole batch: brightness,
 contrast, normalization). `finish` runs the last two on the CPU for one image (the predictor, tests).
 Randomness comes from the `generator` passed in (or torch's global RNG), so a seeded dataset draws the same
@@ -28,11 +28,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from PIL import Image
-from torchvision.transforms.v2 import functional as F
 
 from ..config import ModelConfig
-from .images import fit, load_image
+from .preprocess import Preprocess, model_input
 
 _LEFT_RIGHT = re.compile(r"\b(left|right|leftmost|rightmost)\b", re.IGNORECASE)
 
@@ -57,13 +55,15 @@ class ImageTransform:
         max_shift: float = 1 / 32,
         resize: str = "letterbox",
         resample: str = "bicubic",
+        max_pixels: int | None = None,
     ):
-        self.size, self.train, self.allow_hflip = int(size), bool(train), bool(allow_hflip)
+        self.pre = Preprocess.of(size, mean, std, resize, resample, max_pixels)  # what `prepare` does
+        self.size, self.train, self.allow_hflip = self.pre.size, bool(train), bool(allow_hflip)
         self.resize, self.resample = resize, resample  # ModelConfig.vit_resize / vit_resample
-        self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self.mean, self.std = self.pre.mean, self.pre.std
         self._mean_t = torch.tensor(self.mean).view(-1, 1, 1)  # [3, 1, 1], built once, not per image
         self._std_t = torch.tensor(self.std).view(-1, 1, 1)
-        self.fill = [round(m * 255) for m in self.mean]
+        self.fill = list(self.pre.fill)
         self.brightness, self.contrast = float(brightness), float(contrast)
         self.max_shift_px = max(1, round(max_shift * self.size)) if max_shift > 0 else 0  # 2 px at 64, 7 at 224
 
@@ -74,11 +74,9 @@ class ImageTransform:
         )
 
     def prepare(self, img: Any, name: str | None = None) -> torch.Tensor:
-        """Letterboxed uint8 tensor [3, S, S] (deterministic; safe to cache). A JPEG (path or bytes) is
-        decoded at the smallest DCT scale that still covers S (`load_image(draft=S)`)."""
-        if not (isinstance(img, Image.Image) and img.mode == "RGB"):
-            img = load_image(img, draft=self.size, name=name)
-        return F.pil_to_tensor(fit(img, self.size, tuple(self.fill), self.resize, self.resample))
+        """The model's uint8 input [3, S, S] (`vqa.data.preprocess.model_input` with `self.pre`;
+        deterministic, safe to cache)."""
+        return model_input(img, self.pre, name)
 
     def augment(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None,
@@ -162,11 +160,12 @@ def _shift(x: torch.Tensor, dx: int, dy: int, fill: Sequence[float]) -> torch.Te
     return padded[:, k - dy : k - dy + h, k - dx : k - dx + w].contiguous()
 
 
-def build_transform(cfg: ModelConfig, train: bool, allow_hflip: bool = False) -> ImageTransform:
-    """The transform for `cfg`'s encoder: letterbox (or squash: vit_resize) to cfg.vit_image_size, normalize
-    with vit_mean/vit_std."""
+def build_transform(cfg: ModelConfig, train: bool, allow_hflip: bool = False,
+                    max_pixels: int | None = None) -> ImageTransform:
+    """The transform for `cfg`'s encoder: `Preprocess.from_config(cfg)` (letterbox or squash to
+    cfg.vit_image_size), then normalize with vit_mean/vit_std."""
     return ImageTransform(cfg.vit_image_size, cfg.vit_mean, cfg.vit_std, train=train, allow_hflip=allow_hflip,
-                          resize=cfg.vit_resize, resample=cfg.vit_resample)
+                          resize=cfg.vit_resize, resample=cfg.vit_resample, max_pixels=max_pixels)
 
 
 def denormalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:

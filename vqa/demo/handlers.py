@@ -132,9 +132,10 @@ def answers_to_list(top_k: Any) -> int:
 
 class Handlers:
     """The Ask tab's `ask`, the Caption tab's `caption` and the heatmap's `heatmap`, around `pred` (a
-    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True). Each upload is decoded
-    in the request's thread and held until its answer is there, within `budget` (the bytes of decoded
-    pictures all requests may hold at once: a request waits for room, then is told the demo is busy)."""
+    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True). Each upload becomes
+    the model's input in the request's thread (`Predictor.model_input`, training's preprocessing) while its
+    decoded picture is held within `budget` (the bytes of decoded pictures all requests may hold at once: a
+    request waits for room, then is told the demo is busy)."""
 
     def __init__(self, pred, server, budget: DecodeBudget = DECODING):
         self.pred, self.server, self.budget = pred, server, budget
@@ -148,7 +149,8 @@ class Handlers:
         top_k = answers_to_list(top_k)
         try:
             with self.budget.hold(decoded_bytes(image)):
-                res, ratio = self.server.answer(pred.load(image), question, top_k)
+                pixels = pred.model_input(image)  # the decoded picture is let go here: the model reads pixels
+            res, ratio = self.server.answer(pixels, question, top_k)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
@@ -177,7 +179,8 @@ class Handlers:
             raise gr.Error(f"Bad decoding setting: {e}", title="Bad setting", print_exception=False) from None
         try:
             with self.budget.hold(decoded_bytes(image)):
-                res, ratio = self.server.caption(self.pred.load(image), settings)
+                pixels = self.pred.model_input(image)
+            res, ratio = self.server.caption(pixels, settings)
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from ..config import GenerationConfig
 from ..data.collate import make_collate
 from ..data.dataset import ItemMaker
-from ..data.loader import eval_dataset
+from ..data.loader import eval_dataset, worker_errors
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
@@ -40,7 +40,8 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 @torch.no_grad()
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
-             compile: bool = False) -> dict:
+             compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
+             max_unreadable: float | None = None) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
@@ -49,15 +50,21 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     split's images (image i goes to rank i % world; a shard split is read by rank 0 alone) and rank 0 gathers
     the results and scores them; the other ranks return an empty summary. The model is called directly (not
     through DDP), so decoding holds no collective. `compile`: decode (and, where it pays, encode) through
-    torch.compile (`vqa.decoding.compiled`; the weights are frozen in, so not for a model still in training)."""
+    torch.compile (`vqa.decoding.compiled`; the weights are frozen in, so not for a model still in training).
+    `amp_dtype`: run the model under autocast in that dtype (training's, when it evaluates); `workers`: loader
+    worker processes that decode the images (a shard split is read by one); `max_unreadable`: skip unreadable
+    pictures up to that share (`vqa.data.unreadable`; training's), else stop at the first."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
-    ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world)
+    ds = eval_dataset(split_data, maker, tasks, max_images, rank=rank, world=world, max_unreadable=max_unreadable)
     normalize = ImageNormalizer(cfg.vit_mean, cfg.vit_std)
+    workers = min(int(workers), 1) if isinstance(ds, IterableDataset) else max(0, int(workers))
     # its own generator: evaluating mid-training must not advance the global RNG (exact resume, dropout)
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
-                        generator=torch.Generator().manual_seed(0))
+                        generator=torch.Generator().manual_seed(0), num_workers=workers,
+                        pin_memory=torch.device(device).type == "cuda")
+    autocast = torch.autocast(torch.device(device).type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
     vqa_pred, vqa_recs, cap_pred, cap_refs = {}, [], {}, {}
     it = loader
     if progress:
@@ -68,13 +75,15 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     model.eval()
     t0 = time.time()
     n_images = 0
-    for batch in it:
+    for batch in worker_errors(iter(it)):
         n_images += batch.num_images
         images = normalize(batch.images, None, device)
-        memory = encode_images(model, images, compile)  # each image once, for all its questions
+        with autocast:
+            memory = encode_images(model, images, compile)  # each image once, for all its questions
         for group in batch.groups:
-            out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
-                           config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
+            with autocast:
+                out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
+                               config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
             for meta, seq in zip(group.meta, out.sequences, strict=True):
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":

@@ -11,8 +11,8 @@ Greedy decoding, batched with left padding exactly as `vqa.decoding.generate` do
 tokens, padding keys are masked, each prompt has its own length budget), never producing a special token but
 <eos> (the tokenizer's `never_generated`: their logits are -inf) and, for answers and captions, at least one
 token before <eos>, so the answers equal the Predictor's greedy ones. Images are prepared as the model saw
-them in training: EXIF-rotated, converted to RGB, letterboxed with the mean colour, normalized
-(`vqa.data.images`, which imports no torch).
+them in training: `vqa.data.preprocess.model_picture` with the model's preprocessing (it imports no torch),
+then normalized.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ANSWER_TOKENS
-from ..data.images import fit, load_image
+from ..data.preprocess import Preprocess, model_picture
 from ..errors import CheckpointError, InputError
 from ..tokenizer import Tokenizer
 
@@ -56,7 +56,8 @@ class OnnxPredictor:
         self.size = int(self.cfg["vit_image_size"])
         self.mean = np.asarray(self.cfg["vit_mean"], dtype=np.float32)[:, None, None]
         self.std = np.asarray(self.cfg["vit_std"], dtype=np.float32)[:, None, None]
-        self.fill = tuple(round(m * 255) for m in self.cfg["vit_mean"])
+        self.pre = Preprocess.of(self.size, self.cfg["vit_mean"], self.cfg["vit_std"],
+                                 self.cfg.get("vit_resize", "letterbox"), self.cfg.get("vit_resample", "bicubic"))
         self.eos = int(spec["special_ids"]["eos"])
         self.pad = int(spec["special_ids"]["pad"])
         self.max_len = int(self.cfg["dec_max_len"])
@@ -67,9 +68,7 @@ class OnnxPredictor:
     # ---- inputs ----
     def prepare(self, image: Any) -> np.ndarray:
         """[3, S, S] float32, normalized as in training."""
-        img = fit(load_image(image), self.size, self.fill, self.cfg.get("vit_resize", "letterbox"),
-                  self.cfg.get("vit_resample", "bicubic"))
-        x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0  # [3, S, S]
+        x = np.asarray(model_picture(image, self.pre), dtype=np.float32).transpose(2, 0, 1) / 255.0  # [3, S, S]
         return (x - self.mean) / self.std
 
     def encode(self, images: list[Any]) -> tuple[np.ndarray, np.ndarray]:

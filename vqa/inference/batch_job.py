@@ -90,8 +90,8 @@ class Job:
         t0 = time.perf_counter()
         try:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
-            source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.pred.max_pixels,
-                                 self.output.done_keys, self.output.failed_keys)
+            source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.output.done_keys,
+                                 self.output.failed_keys)
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
             self._next, self._ready = lo, {}
             skipped, prior_errors = self._pipeline(chunks, hi - lo)

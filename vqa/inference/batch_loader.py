@@ -10,8 +10,9 @@ yields them as `Chunk`s of at most `batch` consecutive positions, each saying wh
 loader hands the workers' chunks over in turn, so they reach the main process out of position order: the job
 writes their records in position order (`vqa.inference.batch_job`).
 
-A worker decodes an image as the Predictor would (`load_image` with its pixel limit, then the letterboxed
-uint8 [3, S, S] model input), so a batch reaches the model ready to normalise; an image that cannot be
+A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
+`prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
+uint8 [3, S, S], so a batch reaches the model ready to normalise; an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
 resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
 """
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ..data.images import load_image
 from ..errors import VQAError
 from .collection import Collection, FileItem, ShardItems
 
@@ -95,12 +95,13 @@ def _deal(sizes: list[int], workers: int) -> list[int]:
 class ChunkSource(IterableDataset):
     """The chunks of positions [lo, hi) of `collection`, each worker its pieces (the module docstring)."""
 
-    def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform, max_pixels=None,
+    def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform,
                  done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
-        """`done`: the keys already written (skipped); `failed`: those of them whose record is an error."""
+        """`transform`: the Predictor's (`prepare(src, name=)`); `done`: the keys already written (skipped);
+        `failed`: those of them whose record is an error."""
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
-        self.transform, self.max_pixels, self.done, self.failed = transform, max_pixels, done, failed
+        self.transform, self.done, self.failed = transform, done, failed
         self.pieces = self._pieces()
 
     def _pieces(self) -> list[tuple[int, int]]:
@@ -150,7 +151,7 @@ class ChunkSource(IterableDataset):
 
     def _decode(self, item: Loaded, src, name: str) -> Loaded:
         try:
-            item.pixels = self.transform.prepare(load_image(src, max_pixels=self.max_pixels, name=name))
+            item.pixels = self.transform.prepare(src, name=name)
         except VQAError as e:
             item.error = str(e)
         except Exception as e:  # noqa: BLE001 -- a bad input must never stop the run

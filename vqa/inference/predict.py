@@ -7,7 +7,9 @@ where the model looked (the decoder's cross-attention over the image patches).
     p.caption(img, method="beam", num_beams=3).caption
     p.rank(img, "is there a dog?", ["yes", "no"])       # [("no", 0.93), ("yes", 0.07)]
 
-Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array.
+Images are anything `vqa.data.images.load_image` takes: a path, a PIL image or a uint8 array. They become the
+model's input through `vqa.data.preprocess.model_input`, the function training uses, so a picture gives the
+model the pixels it was trained on.
 
 Decoding. Every method takes a `GenerationConfig` (`generation=`) and/or its fields as keywords
 (`method="sample", top_p=0.9, seed=3`), validated in one place. Captions decode greedily by default. No
@@ -31,8 +33,8 @@ end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Char
 not know (emoji, scripts absent from training) become <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
-the SHA-1 of the letterboxed uint8 model input, so a second question about the same picture (from a path, a
-PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
+the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input, so a second question about the
+same picture (from a path, a PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
@@ -49,7 +51,6 @@ gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import warnings
 from collections import OrderedDict
@@ -62,7 +63,6 @@ import torch
 from PIL import Image
 
 from ..config import GenerationConfig
-from ..data.images import load_image
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, generation_config, score_candidates
@@ -70,12 +70,13 @@ from ..device import inference_dtype, pick_device, use_tensor_cores
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
 from .heatmaps import patch_maps
+from .picture_inputs import PictureInputs
 from .results import Answer, Caption
 
 # ----------------------------------------------------------------------------------------------- predictor
 
 
-class Predictor:
+class Predictor(PictureInputs):
     """A loaded model with its tokenizer, card and image transform; thread-safe (calls are serialized)."""
 
     def __init__(self, model, tokenizer, card: dict | None = None, device=None, cache_size: int = 8,
@@ -111,10 +112,9 @@ class Predictor:
         self.card = dict(card or {})
         self.tasks = tuple(self.card.get("tasks") or ("vqa", "caption"))  # what the model was trained for
         self.cfg = model.cfg
-        self.transform = build_transform(self.cfg, train=False)
+        self.transform = build_transform(self.cfg, train=False, max_pixels=max_pixels)
         self.grid = self.cfg.grid
         self.cache_size = int(cache_size)
-        self.max_pixels = max_pixels  # None: load_image's own limit
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._lock = threading.RLock()
         self.path: Path | None = None
@@ -154,21 +154,7 @@ class Predictor:
         return (f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.precision}, "
                 f"{self.model.num_parameters():,} parameters)")
 
-    # ---- images and their encodings ----
-    def load(self, image: Any) -> Image.Image:
-        """The RGB PIL image of any accepted input (raises InputError for bad or over-large images)."""
-        if image is None:
-            raise InputError("no image given")
-        return load_image(image, max_pixels=self.max_pixels)
-
-    def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
-        s = self.cfg.vit_image_size
-        if torch.is_tensor(image) and image.dtype == torch.uint8 and tuple(image.shape) == (3, s, s):
-            x = image  # already the model input (a collection job's loader workers decode it): what the line below gives
-        else:
-            x = self.transform.prepare(self.load(image))  # uint8 [3, S, S]
-        return hashlib.sha1(x.numpy().tobytes()).hexdigest(), x
-
+    # ---- images and their encodings (the pictures themselves: `PictureInputs`) ----
     def _encode(self, images: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """Memory [M, N, D] of the distinct images among `images`, and each image's row in it."""
         keys, index, prepared = [], [], {}
@@ -217,7 +203,7 @@ class Predictor:
                 memory, index = self._encode(images)
             tokens = memory[torch.as_tensor(index, device=memory.device)]
         else:
-            x = torch.stack([self.transform(self.load(i)) for i in images]).to(self.device, self.dtype)
+            x = torch.stack([self.transform.finish(self.model_input(i)) for i in images]).to(self.device, self.dtype)
             with self._lock, torch.inference_mode():
                 tokens = self.model.encode(x)
         return torch.nn.functional.normalize(tokens.float().mean(1), dim=-1).cpu().numpy()
@@ -374,7 +360,7 @@ class Predictor:
         if not result.prompt_ids:
             raise InputError("this result does not say which prompt it was generated after")
         pil = self.load(image)
-        x = self.transform(pil)[None].to(self.device, self.dtype)  # [1, 3, S, S]
+        x = self.transform.finish(self.model_input(image))[None].to(self.device, self.dtype)  # [1, 3, S, S]
         with self._lock:
             arrays = explain_tokens(self.model, x, result.prompt_ids, result.ids)
         n = arrays["cross_weights"].shape[-1]

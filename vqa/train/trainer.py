@@ -145,7 +145,7 @@ class Trainer:
             captions_per_image=c.captions_per_image, seed=c.seed,
             layout=Layout(d.rank, d.world, self.workers, self.batch_size, c.accum), collate=self.collate,
             pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
-            quiet=not d.main,
+            quiet=not d.main, max_unreadable=c.max_unreadable,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:
@@ -358,7 +358,9 @@ class Trainer:
         if self.val_data is not None and self.cfg.eval_images > 0:  # every rank decodes its share; rank 0 scores
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
-                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world)["summary"]
+                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
+                              amp_dtype=self.amp_dtype, workers=self.workers,
+                              max_unreadable=self.cfg.max_unreadable)["summary"]
             self.model.train()
         if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})

@@ -18,13 +18,15 @@ from ..jsonfile import read_object
 
 # Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
 # or --config file that still holds one at that value loads as if the field were absent; at any other value it
-# is refused in one line naming the option: the code that served it is gone (REMOVED_IN has it).
+# is refused in one line naming the option: the code that served it is gone (REMOVED_IN names it).
 REMOVED_FIELDS: dict[str, dict[str, Any]] = {
     "ModelConfig": dict(dec_rope=False, dec_cross_rope=False, dec_cross_rope_follow=False, dec_cross_coords=False,
                         vit_keep_prefix=True),
-    "TrainConfig": dict(question_weights={}, transpose=0.0),
+    "TrainConfig": dict(question_weights={}, transpose=0.0, packing="across"),
 }
-REMOVED_IN = "cb9f6a9"  # the last commit with their code
+REMOVED_IN = dict.fromkeys(("dec_rope", "dec_cross_rope", "dec_cross_rope_follow", "dec_cross_coords",
+                            "vit_keep_prefix", "question_weights", "transpose"), "cb9f6a9") | {
+    "packing": "eab4555"}  # the last commit with each one's code
 
 
 def check_fields(cls, d: dict, what: str) -> dict:
@@ -34,7 +36,7 @@ def check_fields(cls, d: dict, what: str) -> dict:
     for key in sorted(set(d) & set(removed)):
         if d[key] != removed[key]:
             raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md; its code "
-                              f"is in commit {REMOVED_IN})")
+                              f"is in commit {REMOVED_IN[key]})")
     d = {k: v for k, v in d.items() if k not in removed}
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(known))

@@ -138,10 +138,6 @@ class TrainConfig(_Config):
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
         "on CUDA, where it pays: +31-43% images/s for small and base on an H100; off on CPUs, where it did not "
         "pay for tiny; docs/performance.md). The first step waits 1-2 minutes for the compiler"))
-    packing: str = field(default="across", metadata=_opt(
-        "how a batch's questions and captions share decoder rows: across (rows hold text of several images, "
-        "each token attending to its own image; ~97% real tokens) or image (a row holds one image's text)",
-        choices=("across", "image")))
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     image_cache: str = field(default="auto", metadata=_opt(

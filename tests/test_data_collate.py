@@ -109,17 +109,17 @@ def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypat
     assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
 
 
-def test_packed_batches_keep_the_images_and_jitter(data):
-    """collate(pack_rows=True) stacks the images and the jitter as the task groups' collate does, with rows
-    packed or (no item has a row) none; it has no task groups."""
+def test_training_batches_keep_the_images_and_jitter(data):
+    """collate(task_weights=...) stacks the images and the jitter as evaluation's collate does, with rows
+    packed (one padding row when no item has a row); it has no task groups."""
     _, _, tok = data
     items = [make(data)[i] for i in range(3)]
     for keep_rows in (True, False):
         its = items if keep_rows else [{**it, "rows": []} for it in items]
-        b = collate(its, tok.pad_id, pad_multiple=4, pack_rows=True)
+        b = collate(its, tok.pad_id, pad_multiple=4, task_weights={"vqa": 1.0, "caption": 0.5})
         assert torch.equal(b.images, torch.stack([it["image"] for it in items]))
         assert torch.equal(b.jitter, torch.stack([it["jitter"] for it in items])) and b.jitter.shape == (3, 2)
-        assert b.groups == [] and (b.packed is not None) == keep_rows
+        assert b.groups == [] and (b.packed.real_tokens > 0) == keep_rows
 
 
 def test_make_collate_passes_its_settings(data):

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from vqa.data.collate import collate, make_collate
 from vqa.data.packing import IGNORE, pack, plan
 from vqa.model.attention import ImageRoute
-from vqa.model.masks import segment_mask
+from vqa.model.encoder_decoder import segment_mask
 
 WEIGHTS = {"vqa": 1.0, "caption": 0.3}
 

@@ -3,7 +3,7 @@
 Each text row of the batch goes, longest first, into the fullest packed row it fits (best-fit decreasing), for
 the row length T that pads least, so little but the last row is padding whatever the questions per image.
 A text row is a segment: never split, with its own positions from 0 and a causal mask within itself
-(`vqa.model.masks.segment_mask`), so it computes what it computes alone.
+(`vqa.model.encoder_decoder.segment_mask`), so it computes what it computes alone.
 
 Cross-attention then needs each token's own image. The decoder keeps its projections in the packed layout and
 runs only the attention core image-major (`vqa.model.attention.ImageRoute`): `image_tokens` [M, L] gathers

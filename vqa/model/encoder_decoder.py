@@ -15,7 +15,6 @@ from ..errors import CheckpointError, InputError
 from . import config_file
 from .attention import ImageRoute, gather_rows
 from .decoder import TextDecoder
-from .masks import segment_mask
 from .vision import VisionEncoder
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -32,6 +31,15 @@ def target_positions(loss_mask: torch.Tensor) -> torch.Tensor:
     """Flat indices into [B * (T-1)] of the positions whose *next* token is a target: the logits at
     position t predict token t+1. [K] (a host sync; the training data path computes these in collate)."""
     return loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)
+
+
+def segment_mask(segments: torch.Tensor) -> torch.Tensor:
+    """bool [B, 1, T, T], True = may attend, for packed rows (`segments` [B, T]: 1, 2, ... the segment of each
+    token, 0 on padding): each position sees the earlier positions of its own segment and itself, so a segment
+    computes what it computes alone. Padding sees padding only, and always its own key."""
+    t = segments.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=segments.device).tril()  # [T, T]
+    return ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
 
 
 class VQAModel(nn.Module):

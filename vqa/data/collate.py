@@ -4,9 +4,8 @@ evaluation grouped by task.
 Evaluation's `TaskGroup` holds one task's rows right-padded to the group's own longest row, with `image_index`
 mapping each row to its image (the prompts are what evaluation decodes from).
 
-With `pad_multiple` > 1 lengths and counts are padded up to a multiple of it (padding rows attend to image 0,
-padding targets have label IGNORE and count for nothing), so `torch.compile` sees a handful of shapes in an
-epoch instead of a new one every batch.
+In training, `pad_multiple` > 1 pads the packed rows' lengths and counts up to a multiple of it, so
+`torch.compile` sees a handful of shapes in an epoch instead of a new one every batch.
 """
 
 from __future__ import annotations
@@ -17,38 +16,30 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .packing import IGNORE, PackedRows, pack, round_up, targets
+from .packing import PackedRows, pack
 
 
 @dataclass
 class TaskGroup:
-    """The rows of one task in a batch. Tensors are [B, T] / [B] / [K]; B and T as padded."""
+    """Evaluation's rows of one task in a batch, right-padded to the group's longest row: the prompts to decode
+    from and what to score the answers against. Tensors are [B, T] / [B]."""
 
     task: str
     input_ids: torch.Tensor  # [B, T] long: prompt + target, right-padded
-    loss_mask: torch.Tensor  # [B, T] bool: True on target tokens
-    attention_mask: torch.Tensor  # [B, T] bool: True on real tokens
     image_index: torch.Tensor  # [B] long: row -> image of the batch
     prompt_len: torch.Tensor  # [B] long
-    target_pos: torch.Tensor  # [K] long: flat positions in [B * (T-1)] whose next token is a target
-    target_ids: torch.Tensor  # [K] long: those targets (IGNORE for padding)
-    n_targets: int  # real targets among the K
-    meta: list[dict] = field(default_factory=list)  # per real row: ids and references for evaluation
-    rows: int = 0  # real rows among the B
+    meta: list[dict] = field(default_factory=list)  # per row: ids and references for evaluation
 
-    def to(self, device, non_blocking: bool = False) -> TaskGroup:
-        moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        for k, v in moved.items():
-            if torch.is_tensor(v):
-                moved[k] = v.to(device, non_blocking=non_blocking)
-        return TaskGroup(**moved)
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
 
     def pin_memory(self) -> TaskGroup:
         return TaskGroup(**{f.name: (v.pin_memory() if torch.is_tensor(v) else v)
                             for f in fields(self) for v in [getattr(self, f.name)]})
 
     def prompts(self) -> list[list[int]]:
-        """The prompt token ids of each real row."""
+        """The prompt token ids of each row."""
         return [self.input_ids[i, : int(self.prompt_len[i])].tolist() for i in range(self.rows)]
 
 
@@ -72,36 +63,18 @@ class Batch:
                      None if self.packed is None else self.packed.pin_memory())
 
 
-def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int, multiple: int) -> TaskGroup:
-    n = len(rows)
-    t = round_up(max(len(r["input_ids"]) for r in rows), multiple)
-    b = round_up(n, multiple)
-    # padded in Python, then one tensor each: a tensor per row costs more than the padding at ~200 rows a batch
-    ids, attn, loss = [], [], []
-    for r in rows:
-        pad = t - len(r["input_ids"])
-        ids.append([*r["input_ids"], *[pad_id] * pad])
-        attn.append([True] * len(r["input_ids"]) + [False] * pad)
-        loss.append([*r["loss_mask"], *[False] * pad])
-    for _ in range(b - n):
-        ids.append([pad_id] * t)
-        attn.append([False] * t)
-        loss.append([False] * t)
-    input_ids = torch.tensor(ids, dtype=torch.long).view(b, t)
-    loss_mask = torch.tensor(loss, dtype=torch.bool).view(b, t)
-    target_pos, target_ids, k = targets(input_ids, loss_mask, multiple)
-    return TaskGroup(
-        task=task, input_ids=input_ids, loss_mask=loss_mask,
-        attention_mask=torch.tensor(attn, dtype=torch.bool).view(b, t),
-        image_index=torch.tensor(image_index + [0] * (b - n), dtype=torch.long),
-        prompt_len=torch.tensor([r["prompt_len"] for r in rows] + [0] * (b - n), dtype=torch.long),
-        target_pos=target_pos, target_ids=target_ids, n_targets=k,
-        meta=[r["meta"] for r in rows], rows=n,
-    )
+def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int) -> TaskGroup:
+    t = max(len(r["input_ids"]) for r in rows)
+    # padded in Python, then one tensor: a tensor per row costs more than the padding at ~200 rows a batch
+    ids = [[*r["input_ids"], *[pad_id] * (t - len(r["input_ids"]))] for r in rows]
+    return TaskGroup(task=task, input_ids=torch.tensor(ids, dtype=torch.long).view(len(rows), t),
+                     image_index=torch.tensor(image_index, dtype=torch.long),
+                     prompt_len=torch.tensor([r["prompt_len"] for r in rows], dtype=torch.long),
+                     meta=[r["meta"] for r in rows])
 
 
 def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
-            task_weights: Mapping[str, float] | None = None) -> Batch:
+            task_weights: Mapping[str, float] | None = None) -> Batch:  # pad_multiple: training's rows only
     """Items (dict(image=uint8 [3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)], and in
     training jitter=[2])) -> a Batch: the images stacked once; with `task_weights` (training) the rows packed
     across images, each target weighted by its task's weight (`vqa.data.packing.pack`), else (evaluation) the
@@ -117,7 +90,7 @@ def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
             rows, index = by_task.setdefault(row["task"], ([], []))
             rows.append(row)
             index.append(k)
-    groups = [_group(task, rows, index, pad_id, pad_multiple) for task, (rows, index) in by_task.items()]
+    groups = [_group(task, rows, index, pad_id) for task, (rows, index) in by_task.items()]
     return Batch(images=images, groups=groups, jitter=jitter)
 
 
@@ -128,4 +101,4 @@ def make_collate(pad_id: int, pad_multiple: int = 1,
                              task_weights=None if task_weights is None else dict(task_weights))
 
 
-__all__ = ["TaskGroup", "PackedRows", "Batch", "collate", "make_collate", "IGNORE"]
+__all__ = ["TaskGroup", "PackedRows", "Batch", "collate", "make_collate"]

@@ -57,14 +57,14 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple if multiple > 1 else n
 
 
-def targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, multiple: int,
-            at_least: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(target_pos [K'], target_ids [K'], k): the flat positions in [B * (T-1)] whose next token is a target and
-    those tokens, K' = k padded up to `multiple` (and to `at_least`) with ignored targets at position 0."""
+def targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, multiple: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(target_pos [K'], target_ids [K'], k): the flat positions in [R * (T-1)] whose next token is a target and
+    those tokens, K' = k (at least 1: a batch without text still has a target) padded up to `multiple` with
+    ignored targets at position 0."""
     target_pos = loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)  # [K]
     target_ids = input_ids[:, 1:].reshape(-1)[target_pos]
     k = int(target_pos.numel())
-    kp = round_up(max(k, at_least), multiple)
+    kp = round_up(max(k, 1), multiple)
     if kp > k:  # padding targets: any position, ignored by the loss
         target_pos = torch.cat([target_pos, target_pos.new_zeros(kp - k)])
         target_ids = torch.cat([target_ids, target_ids.new_full((kp - k,), IGNORE)])
@@ -152,7 +152,7 @@ def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_mul
         token_weight.append([task_weights[r["task"]] for r in rs for _ in r["input_ids"]] + [0.0] * (t - n))
     input_ids = torch.tensor(ids, dtype=torch.long).view(len(rows), t)
     target_pos, target_ids, k = targets(input_ids, torch.tensor(loss, dtype=torch.bool).view(len(rows), t),
-                                        pad_multiple, at_least=1)
+                                        pad_multiple)
     # the target at flat position j of [R, T-1] is token j+1 of its row (row j // (T-1), column j % (T-1) + 1)
     weights = [token_weight[j // (t - 1)][j % (t - 1) + 1] for j in target_pos[:k].tolist()]
     target_weight = torch.tensor(weights + [0.0] * (target_pos.numel() - k), dtype=torch.float32)

@@ -358,14 +358,9 @@ def test_packed_rows_move_every_tensor_and_keep_the_rest(monkeypatch):
         else:
             assert v == getattr(p, name), name
     _same_packed(p.to("cpu"), p)
-    calls = []
-    real_to = torch.Tensor.to
-
-    def spy(t, *args, **kwargs):
-        calls.append((args, kwargs.get("non_blocking")))
-        return real_to(t, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", spy)
+    calls, real_to = [], torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: calls.append((args, kw.get("non_blocking")))
+                        or real_to(t, *args, **kw))
     for asked in (True, False):
         calls.clear()
         p.to("cpu", non_blocking=asked)

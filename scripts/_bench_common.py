@@ -114,26 +114,35 @@ def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1, lengths: s
 
 def step_runner(model, preset_name: str, device, compile: bool = False):
     """`vqa train`'s own step (vqa.train.step.StepRunner) around `model`: the preset's optimizer (Muon + AdamW
-    for tiny), the training objective over task groups, bf16 autocast on GPUs with bf16 tensor cores, the
-    sync-free gradient scaling, clip 1.0. Returns (runner, objective, optimizer)."""
+    for tiny), the training loss (`VQAModel.packed_loss`), bf16 autocast on GPUs with bf16 tensor cores, the
+    sync-free gradient scaling, clip 1.0. Returns (runner, loss module, optimizer); batches come from
+    `train_collate(model)`."""
     from vqa.config import TrainConfig
     from vqa.device import autocast_dtype
-    from vqa.train.objective import Objective
     from vqa.train.optim import make_optimizer as make
-    from vqa.train.step import StepRunner
+    from vqa.train.step import StepRunner, TrainingLoss
 
     cfg = TrainConfig(data="-", out="-", preset=preset_name).with_preset_defaults()
     model.train()
     opt = make(model, cfg.lr, cfg.encoder_lr, cfg.weight_decay, fused=device.type == "cuda", kind=cfg.optimizer,
                muon_scale=cfg.muon_lr_scale)
-    objective = Objective(model)
-    fwd = torch.compile(objective) if compile else objective
+    loss = TrainingLoss(model)
+    fwd = torch.compile(loss) if compile else loss
     amp = autocast_dtype("auto", device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
     params = [p for g in opt.param_groups for p in g["params"]]
-    runner = StepRunner(fwd, opt, scaler, params, device, {"vqa": 1.0, "caption": cfg.caption_weight},
-                        cfg.grad_clip, amp)
-    return runner, objective, opt
+    runner = StepRunner(fwd, opt, scaler, params, device, cfg.grad_clip, amp)
+    return runner, loss, opt
+
+
+def train_batch(items: list[dict], preset_name: str, compile: bool = False):
+    """`vqa train`'s batch of these items: rows packed across images, each caption token weighted by the
+    preset's --caption-weight, lengths padded to 8s when compiled."""
+    from vqa.config import TrainConfig
+    from vqa.data.collate import collate
+
+    weight = TrainConfig(data="-", out="-", preset=preset_name).with_preset_defaults().caption_weight
+    return collate(items, PAD, pad_multiple=8 if compile else 1, task_weights={"vqa": 1.0, "caption": weight})
 
 
 def prompts(batch: int, seed: int = 1, length: int = PROMPT, vocab: int = VOCAB) -> list[list[int]]:
@@ -148,26 +157,25 @@ def amp_dtype(device) -> torch.dtype | None:
 
 def ours_trainer(model: VQAModel, device, compile: bool = False):
     """A closure running one training step as `vqa train` does: the batch's rows packed across images
-    (vqa.data.packing.pack_across, done once per batch, as the loader's workers do it), the training objective
-    (one image encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip
-    1.0, AdamW."""
-    from vqa.data.packing import pack_across
-    from vqa.train.objective import Objective
+    (vqa.data.packing.pack, done once per batch, as the loader's workers do it), the training loss (one image
+    encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip 1.0, AdamW."""
+    from vqa.data.packing import pack
+    from vqa.train.step import TrainingLoss
 
     model.train()
     opt = make_optimizer(model, 1e-4, 1e-4, 0.05, fused=device.type == "cuda")
-    objective = Objective(model)
-    fwd = torch.compile(objective) if compile else objective
+    loss_module = TrainingLoss(model)
+    fwd = torch.compile(loss_module) if compile else loss_module
     dt = amp_dtype(device)
     packed: dict[int, tuple] = {}
 
     def step(b):
         if id(b) not in packed:
-            rows = pack_across(_items(b), PAD)
-            packed[id(b)] = (rows.to(device), sum(rows.task_targets.values()))
+            rows = pack(_items(b), PAD, {"vqa": 1.0})
+            packed[id(b)] = (rows.to(device), rows.weighted_targets)
         rows, n = packed[id(b)]
         with torch.autocast(device.type, dtype=dt or torch.float32, enabled=dt is not None):
-            loss = fwd(b["images"], rows, [1.0]) / n
+            loss = fwd(b["images"], rows) / n
         return update(model, opt, loss)
 
     return step

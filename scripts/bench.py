@@ -9,7 +9,7 @@ Measures (medians over --repeats after warm-up):
   train images/s    vqa train's own step (vqa.train.step.StepRunner) with the preset's optimizer (tiny: Muon +
                     AdamW) on a synthetic batch shaped like VQA + captions: images x (4 questions of 10-14
                     prompt tokens + a 2-3 token answer + <eos>, and 1 caption of 8-14 tokens), vocabulary
-                    1000, packed one row per image as vqa train's collate function does; bf16 autocast on CUDA. Data loading
+                    1000, rows packed across images as vqa train's collate function does; bf16 autocast on CUDA. Data loading
                     is not included (scripts/bench_data.py measures it)
   step GFLOP        forward + backward FLOPs of that step (torch.utils.flop_counter), the MFU numerator
   host syncs        operations in one step that would make the host wait for a CUDA device (counted on any
@@ -52,17 +52,15 @@ def peak_flops(device) -> float | None:
     return C.peak_bf16(device)[0] if device.type == "cuda" else None
 
 
-def step_flops(objective, batch) -> float:
+def step_flops(loss, batch) -> float:
     """FLOPs of one training step's forward and backward, counted by torch.utils.flop_counter (matmuls,
     convolutions including tiny's conv stem, attention); the optimizer's own arithmetic is left out, as MFU
     conventionally does."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    rows = batch.packed if batch.packed is not None else batch.groups
-    weights = [1.0] * len(batch.packed.tasks if batch.packed is not None else batch.groups)
     with FlopCounterMode(display=False) as fc:
-        objective(batch.images, rows, weights).backward()
-    objective.zero_grad(set_to_none=True)
+        loss(batch.images, batch.packed).backward()
+    loss.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
 
@@ -72,20 +70,16 @@ def train_images(name: str, device) -> int:
 
 
 def bench_train(name, device, n_img, repeats, compile):
-    """vqa train's step (StepRunner: the preset's optimizer, task groups, sync-free scaling) on synthetic
+    """vqa train's step (StepRunner: the preset's optimizer, rows packed across images, sync-free scaling) on synthetic
     batches of n_img images x 4 questions + 1 caption; also its host syncs and, compiled, its graph count over
     8 differently shaped batches."""
     from torch._dynamo.utils import counters
 
-    from vqa.data.collate import collate
-    from vqa.data.packing import pack_across  # training's layout
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
-    runner, objective, opt = C.step_runner(model, name, device, compile=compile)
-    batches = [collate(C.train_items(model.cfg, n_img, seed=k), C.PAD, pad_multiple=8 if compile else 1,
-                       pack_rows=pack_across)
-               for k in range(8)]
+    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
+    batches = [C.train_batch(C.train_items(model.cfg, n_img, seed=k), name, compile) for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:  # warm-up (and, compiled, every shape once)
         runner([b])
@@ -96,7 +90,7 @@ def bench_train(name, device, n_img, repeats, compile):
         runner([batch])
     mem = C.tensor_peak(lambda: runner([batch]), device)
     t = C.median(times)
-    fl = step_flops(objective, batch)
+    fl = step_flops(loss, batch)
     row = dict(train_images_per_s=n_img / t, train_step_ms=t * 1e3,
                train_batch=f"{n_img} img x {C.QUESTIONS} q + 1 cap", train_peak_mib=mem / 2**20,
                params_m=model.num_parameters() / 1e6, train_gflop=fl / 1e9, train_syncs=syncs.count,
@@ -190,12 +184,9 @@ def mem_table(name, device, sizes):
 
 
 def _train_peak(name, device, n) -> int:
-    from vqa.data.collate import collate
-    from vqa.data.packing import pack_across  # training's layout
-
     model = C.build_ours(name, device)
     runner, _, _ = C.step_runner(model, name, device)
-    batch = collate(C.train_items(model.cfg, n), C.PAD, pack_rows=pack_across)
+    batch = C.train_batch(C.train_items(model.cfg, n), name)
     runner([batch])  # the optimizer state exists after the first step
     if device.type != "cuda":
         return C.tensor_peak(lambda: runner([batch]), device)  # above the start of the step: activations + grads
@@ -210,22 +201,18 @@ def readiness(name, device, compile) -> dict:
     backward FLOPs per image, host syncs per step, and with `compile` the graphs built over 8 batch shapes."""
     from torch._dynamo.utils import counters
 
-    from vqa.data.collate import collate
-    from vqa.data.packing import pack_across  # training's layout
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
-    runner, objective, opt = C.step_runner(model, name, device, compile=compile)
-    batches = [collate(C.train_items(model.cfg, 4, seed=k), C.PAD, pad_multiple=8 if compile else 1,
-                       pack_rows=pack_across)
-               for k in range(8)]
+    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
+    batches = [C.train_batch(C.train_items(model.cfg, 4, seed=k), name, compile) for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:
         runner([b])
     with count_syncs(ignore=host_tensors(opt)) as syncs:
         runner([batches[0]])
     return dict(preset=name, optimizer=type(opt).__name__, params_m=model.num_parameters() / 1e6,
-                gflop_per_image=step_flops(objective, batches[0]) / 4 / 1e9, syncs=syncs.count,
+                gflop_per_image=step_flops(loss, batches[0]) / 4 / 1e9, syncs=syncs.count,
                 graphs=counters["stats"]["unique_graphs"] if compile else None,
                 graph_breaks=sum(counters["graph_break"].values()) if compile else None)
 

@@ -4,13 +4,12 @@
     python scripts/bench_gpu.py --presets base --batch 64,256 --compile off,on
     torchrun --nproc-per-node 8 scripts/bench_gpu.py --presets base --no-generate      # N GPUs (DDP)
     python scripts/bench_gpu.py --device cpu --presets tiny --batch 32 --compile off --repeats 3
-    python scripts/bench_gpu.py --device cpu --threads 1 --layout packed,across --lengths vqa2 --no-generate
+    python scripts/bench_gpu.py --device cpu --threads 1 --lengths vqa2 --no-generate
 
-Training rows run `vqa train`'s own step (vqa.train.step.StepRunner: the preset's optimizer, the task groups,
-bf16 autocast on GPUs) on synthetic batches of N images x 4 questions + 1 caption (scripts/_bench_common.py;
-`--lengths vqa2`: VQA v2-like, 3-12 questions of ~14 tokens an image, mean 5.4), N per device, in a layout:
-`across` (training's: rows packed across images, vqa.data.packing), `packed` (one image per row,
-vqa.data.collate.pack) or `padded` (task groups). For each row:
+Training rows run `vqa train`'s own step (vqa.train.step.StepRunner: the preset's optimizer, rows packed across
+images as vqa.data.packing packs them, bf16 autocast on GPUs) on synthetic batches of N images x 4 questions +
+1 caption (scripts/_bench_common.py; `--lengths vqa2`: VQA v2-like, 3-12 questions of ~14 tokens an image,
+mean 5.4), N per device. For each row:
   images/s, step ms   median over --repeats steps after warm-up (all ranks: images/s is the total)
   MFU %               forward + backward FLOPs of the step (torch.utils.flop_counter) / time / peak, where peak
                       is the GPU's dense bf16 peak (a table by device name) or, on a CPU, the GEMM rate measured
@@ -42,8 +41,6 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vqa.data.collate import collate  # noqa: E402
-from vqa.data.packing import pack_across  # noqa: E402
 from vqa.decoding.generate import generate  # noqa: E402
 from vqa.device import count_host_reads  # noqa: E402
 
@@ -55,29 +52,24 @@ def peak_flops(device, limits: dict | None) -> tuple[float | None, str]:
     return (limits or {}).get("gemm"), "measured float32 GEMM rate"
 
 
-LAYOUTS = {"across": pack_across, "packed": True, "padded": False}  # collate's pack_rows for each
-
-
-def batches(model, n: int, device, compile: bool, count: int, layout: str = "across", lengths: str = "fixed") -> list:
+def batches(model, name: str, n: int, device, compile: bool, count: int, lengths: str = "fixed") -> list:
     """`count` training batches of n images each (different lengths), on the device."""
     out = []
     for k in range(count):
-        b = collate(C.train_items(model.cfg, n, seed=1000 * k + int(os.environ.get("RANK", 0)), lengths=lengths),
-                    C.PAD, pad_multiple=8 if compile else 1, pack_rows=LAYOUTS[layout])
+        b = C.train_batch(C.train_items(model.cfg, n, seed=1000 * k + int(os.environ.get("RANK", 0)), lengths=lengths),
+                          name, compile)
         b.images = b.images.to(device)
-        b.groups = [g.to(device) for g in b.groups]
-        b.packed = None if b.packed is None else b.packed.to(device)
+        b.packed = b.packed.to(device)
         out.append(b)
     return out
 
 
-def step_flops(objective, batch) -> float:
+def step_flops(loss, batch) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
-    rows = batch.packed if batch.packed is not None else batch.groups
     with FlopCounterMode(display=False) as fc:
-        objective(batch.images, rows, [1.0] * len(rows.tasks if batch.packed is not None else rows)).backward()
-    objective.zero_grad(set_to_none=True)
+        loss(batch.images, batch.packed).backward()
+    loss.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
 
@@ -103,17 +95,17 @@ def profiled(fn, device) -> dict:
 
 
 def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int, limits, n_shapes: int = 4,
-              layout: str = "across", lengths: str = "fixed") -> dict:
+              lengths: str = "fixed") -> dict:
     from torch._dynamo.utils import counters
 
     model = C.build_ours(name, device)
-    runner, objective, opt = C.step_runner(model, name, device, compile=compile)
+    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
     if world > 1:
         from vqa.train.step import wrap_ddp
 
-        ddp = wrap_ddp(objective, device, device.index or 0)
+        ddp = wrap_ddp(loss, device, device.index or 0)
         runner.fwd, runner.ddp, runner.world = (torch.compile(ddp) if compile else ddp), ddp, world
-    shapes = batches(model, n, device, compile, n_shapes if compile else 1, layout, lengths)
+    shapes = batches(model, name, n, device, compile, n_shapes if compile else 1, lengths)
     counters.clear()
     t0 = time.perf_counter()
     runner([shapes[0]])
@@ -133,15 +125,11 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
     else:
         peak = C.tensor_peak(lambda: runner([batch]), device)
     fl = float("nan")
-    with contextlib.suppress(Exception):  # FLOPs of the eager objective (the same arithmetic compiled)
-        fl = step_flops(objective, batch)
-    if batch.packed is not None:
-        real, total = batch.packed.real_tokens, batch.packed.input_ids.numel()
-    else:
-        real = sum(int(g.attention_mask.sum()) for g in batch.groups)
-        total = sum(g.input_ids.numel() for g in batch.groups)
+    with contextlib.suppress(Exception):  # FLOPs of the eager loss (the same arithmetic compiled)
+        fl = step_flops(loss, batch)
+    real, total = batch.packed.real_tokens, batch.packed.input_ids.numel()
     pk, _ = peak_flops(device, limits)
-    row = dict(preset=name, batch=n, world=world, compile=compile, layout=layout, lengths=lengths, step_ms=t * 1e3,
+    row = dict(preset=name, batch=n, world=world, compile=compile, lengths=lengths, step_ms=t * 1e3,
                images_per_s=n * world / t,
                gflop_per_image=fl / n / 1e9, mfu=100 * fl / t / pk if pk else None, peak_mib=peak / 2**20,
                ops_per_image=prof["ops"] / n, kernels_per_image=None if prof["kernels"] is None else prof["kernels"] / n,
@@ -190,8 +178,6 @@ def main(argv=None) -> int:
     p.add_argument("--batch", default="", help="images per device, comma-separated (default: cpu 32, cuda 64,256)")
     p.add_argument("--compile", default="off,on", help="off, on or both (compiled rows at the largest batch only)")
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--layout", default="across", help="across (training's layout: rows packed across images), "
-                   "packed (one image per row), padded (task groups); comma-separated")
     p.add_argument("--lengths", default="fixed", choices=C.LENGTHS,
                    help="text rows: fixed (4 questions of 12-17 tokens + 1 caption an image) or vqa2 (VQA v2-like, "
                    "varying)")
@@ -224,12 +210,11 @@ def main(argv=None) -> int:
     for name in a.presets.split(","):
         t0 = time.time()
         for compiled in modes:
-            for n, layout in [(n, lay) for n in (sizes[-1:] if compiled else sizes) for lay in a.layout.split(",")]:
+            for n in sizes[-1:] if compiled else sizes:
                 try:
-                    train.append(train_row(name, device, n, compiled, a.repeats, world, limits, a.shapes,
-                                           layout, a.lengths))
+                    train.append(train_row(name, device, n, compiled, a.repeats, world, limits, a.shapes, a.lengths))
                 except torch.OutOfMemoryError:
-                    train.append(dict(preset=name, batch=n, compile=compiled, layout=layout, oom=True))
+                    train.append(dict(preset=name, batch=n, compile=compiled, oom=True))
                     torch.cuda.empty_cache()
                 if main_rank:
                     print(json.dumps(train[-1]), file=sys.stderr, flush=True)
@@ -243,9 +228,9 @@ def main(argv=None) -> int:
     f = lambda v, nd=1: "-" if v is None else f"{v:.{nd}f}"  # noqa: E731
     print(f"\n{C.environment(device)} x {world}; MFU against the {peak_what}"
           + (f" ({limits['gemm'] / 1e9:.0f} GFLOP/s)" if limits else "") + f"; median of {a.repeats} steps\n")
-    print(C.table(["preset", "images/device", "layout", "compiled", "images/s", "step ms", "MFU %", "GFLOP/image", "peak MiB",
+    print(C.table(["preset", "images/device", "compiled", "images/s", "step ms", "MFU %", "GFLOP/image", "peak MiB",
                    "ops/image", "kernels/image", "device busy %", "real tokens %", f"graphs ({a.shapes} shapes)", "first step s"],
-                  [[r["preset"], r["batch"], r["layout"], "yes" if r["compile"] else "no"] + (["OOM"] + [""] * 10 if r.get("oom") else
+                  [[r["preset"], r["batch"], "yes" if r["compile"] else "no"] + (["OOM"] + [""] * 10 if r.get("oom") else
                    [f(r["images_per_s"], 0), f(r["step_ms"]), f(r["mfu"]), f(r["gflop_per_image"], 2),
                     f(r["peak_mib"], 0), f(r["ops_per_image"]), f(r["kernels_per_image"]),
                     f(None if r["busy"] is None else 100 * r["busy"], 0), f(100 * r["real_tokens"], 0),

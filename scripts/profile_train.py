@@ -6,8 +6,8 @@
     .venv/bin/python scripts/profile_train.py --data /tmp/s --preset base --device cuda   # kernels on a GPU
 
 After a few warm-up steps it times --steps steps split into their parts (medians, ms): data (the loader's next
-batch), forward (the Objective on the batch's rows as training lays them out, packed across images by
-default: encoder, decoder, loss), backward, optimizer (step and zero_grad); on CUDA each part ends with a
+batch), forward (`VQAModel.packed_loss` on the batch's rows packed across images as training lays them out:
+encoder, decoder, loss), backward, optimizer (step and zero_grad); on CUDA each part ends with a
 synchronize, so a part's time is its device time. Then it profiles 5 whole steps (vqa.train.step.StepRunner)
 with torch.profiler and prints the operators by self time: CPU time on a CPU, kernel time on a GPU (where
 the time inside the kernels goes, for MFU). Training's own defaults apply (on CUDA: compiled, bf16 autocast,
@@ -64,9 +64,9 @@ def main() -> None:
             t0 = now()
             b = next(batches)[0]
             t1 = now()
-            rows, weights = run.rows(b)
+            images, rows = run.normalize(b.images, b.jitter, dev), b.packed.to(dev, non_blocking=True)
             with torch.autocast(dev.type, dtype=run.amp_dtype or torch.float32, enabled=run.amp_dtype is not None):
-                loss = run.fwd(run.images(b, dev), rows, weights)
+                loss = run.fwd(images, rows)
             t2 = now()
             run.scaler.scale(loss).backward()
             t3 = now()
@@ -74,8 +74,7 @@ def main() -> None:
             run.scaler.update()
             t.optimizer.zero_grad(set_to_none=True)
             t4 = now()
-            losses.append(float(loss.detach()) / max(1.0, sum(run.weights[k] * n for k, n in b.packed.task_targets.items())
-                                            if b.packed is not None else 1.0))
+            losses.append(float(loss.detach()) / max(1.0, b.packed.weighted_targets))
             for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 parts[k].append(v * 1000)
         total = sum(statistics.median(v) for v in parts.values())

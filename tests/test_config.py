@@ -210,6 +210,9 @@ def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_pa
     (run / "train_config.json").write_text(json.dumps({**cfg.to_dict(), "question_weights": {"spatial": 3}}))
     with pytest.raises(ConfigError, match=r"question_weights=\{'spatial': 3\}: vqa no longer has this option"):
         _resolve(["--out", str(run), "--resume"])
+    (run / "train_config.json").write_text(json.dumps({**cfg.to_dict(), "packing": "image"}))
+    with pytest.raises(ConfigError, match=r"packing='image': vqa no longer has this option \(docs/tried.md"):
+        _resolve(["--out", str(run), "--resume"])
     # and on the command line: the flag is gone; --set of a removed model field says so
     from vqa.cli import main
 

@@ -1,5 +1,5 @@
-"""collate (vqa/data/collate.py): rows grouped by task with their precomputed targets, padding that keeps
-every target and adds none, batches that move and pin every tensor and find their groups, packed batches,
+"""collate (vqa/data/collate.py) on the dataset's own items: evaluation's rows grouped by task, training's rows
+packed with every target of the rows and no other (padding keeps them all), batches that pin every tensor,
 make_collate's settings and the edge cases. The datasets come from data_fixtures.make, the `data` fixture from
 conftest.py."""
 
@@ -10,69 +10,69 @@ import pickle
 import torch
 from data_fixtures import make
 
-from vqa.data.collate import IGNORE, collate, make_collate
+from vqa.data.collate import collate, make_collate
+from vqa.data.packing import IGNORE
+
+WEIGHTS = {"vqa": 1.0, "caption": 0.5}
 
 
-def _expected_targets(rows) -> list[tuple[int, int, int]]:
-    """The reference, from the rows alone: (row b, position p, token) for each target token, where the token
-    is row b's token p+1 and the loss mask is set on it (the logits at p predict the token after p)."""
-    return [(b, p, r["input_ids"][p + 1]) for b, r in enumerate(rows)
-            for p in range(len(r["input_ids"]) - 1) if r["loss_mask"][p + 1]]
+def _expected_targets(rows) -> list[tuple[tuple[int, ...], int, int]]:
+    """The reference, from the rows alone: (row's ids, position p, token) for each target token, where the
+    token is the row's token p+1 and the loss mask is set on it (the logits at p predict the token after p)."""
+    return sorted((tuple(r["input_ids"]), p, r["input_ids"][p + 1]) for r in rows
+                  for p in range(len(r["input_ids"]) - 1) if r["loss_mask"][p + 1])
 
 
-def _targets(g) -> list[tuple[int, int, int]]:
-    """A TaskGroup's real targets as (row, position, token), from its flat positions in [B, T-1]."""
-    width = g.input_ids.shape[1] - 1
-    real = g.target_ids != IGNORE
-    return [(int(p) // width, int(p) % width, int(t)) for p, t in zip(g.target_pos[real], g.target_ids[real],
-                                                                      strict=True)]
+def _targets(p) -> list[tuple[tuple[int, ...], int, int]]:
+    """Packed rows' real targets as (their segment's ids, position in the segment, token), read back from the
+    flat positions in [R, T-1]."""
+    width = p.input_ids.shape[1] - 1
+    out = []
+    for j, tok in zip(p.target_pos.tolist(), p.target_ids.tolist(), strict=True):
+        if tok == IGNORE:
+            continue
+        r, c = divmod(j, width)
+        seg = (p.segments[r] == p.segments[r, c]).nonzero().squeeze(1)
+        out.append((tuple(p.input_ids[r, seg].tolist()), c - int(seg[0]), tok))
+    return sorted(out)
 
 
-def test_collate_groups_rows_by_task_with_their_targets(data):
+def test_collate_groups_evaluation_rows_by_task(data):
     _, _, tok = data
     ds = make(data, train=False)
     items = [ds[i] for i in range(3)]
     batch = collate(items, tok.pad_id)
-    assert batch.images.shape == (3, 3, 64, 64)
+    assert batch.images.shape == (3, 3, 64, 64) and batch.packed is None
     assert [g.task for g in batch.groups] == ["vqa", "caption"]  # in order of first appearance
     for g in batch.groups:
         rows = [(k, r) for k, it in enumerate(items) for r in it["rows"] if r["task"] == g.task]
         t = max(len(r["input_ids"]) for _, r in rows)  # each group is cut to its own longest row
-        assert g.input_ids.shape == g.attention_mask.shape == g.loss_mask.shape == (len(rows), t)
+        assert g.input_ids.shape == (len(rows), t)
         assert g.rows == len(rows) and g.meta == [r["meta"] for _, r in rows]
         assert g.prompts() == [r["input_ids"][: r["prompt_len"]] for _, r in rows]
         for b, (k, row) in enumerate(rows):
             n = len(row["input_ids"])
             assert g.image_index[b] == k and torch.equal(batch.images[k], items[k]["image"])
             assert g.input_ids[b, :n].tolist() == row["input_ids"]
-            assert (g.input_ids[b, n:] == tok.pad_id).all() and not g.attention_mask[b, n:].any()
-            assert g.attention_mask[b, :n].all()
-            assert g.loss_mask[b].tolist()[:n] == row["loss_mask"]
-        # the targets, precomputed on the CPU: position p of [B, T-1] predicts token p+1 of its row
-        assert g.n_targets > 0 and _targets(g) == _expected_targets([r for _, r in rows])
-        assert g.n_targets == sum(sum(r["loss_mask"][1:]) for _, r in rows)
-    fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id)))
-    assert torch.equal(fn(items).groups[0].input_ids, batch.groups[0].input_ids)
+            assert (g.input_ids[b, n:] == tok.pad_id).all()
 
 
-def test_padded_collate_keeps_every_target_and_adds_none(data):
+def test_training_batches_hold_every_target_of_the_rows_padded_or_not(data):
+    """The packed targets are the (row, position, token) triples of the rows themselves, with pad_multiple 8
+    as without; padding targets are ignored and weigh nothing."""
     _, _, tok = data
     ds = make(data)
     items = [ds[i] for i in range(3)]
-    plain, padded = collate(items, tok.pad_id), collate(items, tok.pad_id, pad_multiple=8)
-    for a, b in zip(plain.groups, padded.groups, strict=True):
-        assert b.input_ids.shape[0] % 8 == 0 and b.input_ids.shape[1] % 8 == 0 and b.target_pos.numel() % 8 == 0
-        assert b.n_targets == a.n_targets and b.rows == a.rows
-        real = b.target_ids != IGNORE
-        assert int(real.sum()) == a.n_targets
-        # the (row, position, token) triples of the rows themselves; padding rows attend to nothing and
-        # predict nothing
-        rows = [r for it in items for r in it["rows"] if r["task"] == a.task]
-        assert _targets(a) == _targets(b) == _expected_targets(rows)
-        assert not b.attention_mask[b.rows :].any() and not b.loss_mask[b.rows :].any()
-        # padding rows read image 0 and have no prompt; every per-row tensor has one entry per padded row
-        assert b.image_index.shape == b.prompt_len.shape == (b.input_ids.shape[0],)
-        assert not b.image_index[b.rows :].any() and not b.prompt_len[b.rows :].any()
+    want = _expected_targets([r for it in items for r in it["rows"]])
+    plain = collate(items, tok.pad_id, task_weights=WEIGHTS).packed
+    padded = collate(items, tok.pad_id, pad_multiple=8, task_weights=WEIGHTS).packed
+    assert len(want) > 0 and _targets(plain) == _targets(padded) == want
+    assert padded.input_ids.shape[1] % 8 == 0 and padded.target_pos.numel() % 8 == 0
+    k = len(want)
+    assert padded.target_pos.numel() > k  # the test needs padding targets
+    assert (padded.target_ids[k:] == IGNORE).all() and not padded.target_weight[k:].any()
+    assert plain.weighted_targets == padded.weighted_targets == sum(
+        WEIGHTS[r["task"]] * sum(r["loss_mask"][1:]) for it in items for r in it["rows"])
 
 
 def _same_group(a, b):
@@ -87,14 +87,11 @@ def _same_group(a, b):
             assert x == y, f.name
 
 
-def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypatch):
+def test_batches_pin_every_tensor(data, monkeypatch):
     _, _, tok = data
     ds = make(data)
     items = [ds[i] for i in range(3)]
-    batch = collate(items, tok.pad_id, pad_multiple=4)
-    g = batch.group("vqa")
-    assert g is batch.groups[0] and batch.group("caption") is batch.groups[1] and batch.group("none") is None
-    _same_group(g.to("cpu", non_blocking=True), g)
+    batch = collate(items, tok.pad_id)
     # pin_memory needs an accelerator: a stand-in that marks each tensor it was asked to pin
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
@@ -109,29 +106,30 @@ def test_batches_move_and_pin_every_tensor_and_find_their_groups(data, monkeypat
     assert collate(evals, tok.pad_id).jitter is None  # ... evaluation items none
 
 
-def test_packed_batches_keep_the_images_and_jitter(data):
-    """collate(pack_rows=True) stacks the images and the jitter as the task groups' collate does, with rows
-    packed or (no item has a row) none; it has no task groups."""
+def test_training_batches_keep_the_images_and_jitter(data):
+    """collate(task_weights=...) stacks the images and the jitter as evaluation's collate does, with rows
+    packed (one padding row when no item has a row); it has no task groups."""
     _, _, tok = data
     items = [make(data)[i] for i in range(3)]
     for keep_rows in (True, False):
         its = items if keep_rows else [{**it, "rows": []} for it in items]
-        b = collate(its, tok.pad_id, pad_multiple=4, pack_rows=True)
+        b = collate(its, tok.pad_id, pad_multiple=4, task_weights=WEIGHTS)
         assert torch.equal(b.images, torch.stack([it["image"] for it in items]))
         assert torch.equal(b.jitter, torch.stack([it["jitter"] for it in items])) and b.jitter.shape == (3, 2)
-        assert b.groups == [] and (b.packed is not None) == keep_rows
+        assert b.groups == [] and (b.packed.real_tokens > 0) == keep_rows
 
 
 def test_make_collate_passes_its_settings(data):
     _, _, tok = data
     items = [make(data)[i] for i in range(3)]
-    fn = make_collate(tok.pad_id, pad_multiple=4)
-    want = collate(items, tok.pad_id, pad_multiple=4)
-    got = fn(items)
-    for a, b in zip(got.groups, want.groups, strict=True):
+    fn = pickle.loads(pickle.dumps(make_collate(tok.pad_id, pad_multiple=4, task_weights=WEIGHTS)))  # workers
+    got = fn(items).packed
+    want = collate(items, tok.pad_id, pad_multiple=4, task_weights=WEIGHTS).packed
+    assert torch.equal(got.input_ids, want.input_ids) and got.input_ids.shape[1] % 4 == 0
+    assert torch.equal(got.target_weight, want.target_weight)
+    for a, b in zip(make_collate(tok.pad_id)(items).groups, collate(items, tok.pad_id).groups, strict=True):
         _same_group(a, b)
-    assert all(g.input_ids.shape[1] % 4 == 0 and g.input_ids.shape[0] % 4 == 0 for g in got.groups)
-    assert make_collate(tok.pad_id).keywords["pad_multiple"] == 1
+    assert make_collate(tok.pad_id).keywords == dict(pad_id=tok.pad_id, pad_multiple=1, task_weights=None)
 
 
 def test_collate_edge_cases(data, monkeypatch):
@@ -141,15 +139,8 @@ def test_collate_edge_cases(data, monkeypatch):
     empty = collate([], tok.pad_id)
     assert empty.images.shape == (0,) and empty.groups == [] and empty.jitter is None
     assert collate(items[:1], tok.pad_id).jitter.shape == (1, 2)  # one item: its jitter still travels
-    for g in collate(items, tok.pad_id, pad_multiple=2).groups:  # 2 pads too
-        assert g.input_ids.shape[0] % 2 == 0 and g.input_ids.shape[1] % 2 == 0 and g.target_pos.numel() % 2 == 0
-    # padding targets are ignored: every target past the real ones is IGNORE
-    g = collate(items, tok.pad_id, pad_multiple=8).group("vqa")
-    assert g.target_pos.numel() > g.n_targets  # the test needs padding targets
-    assert (g.target_ids[g.n_targets :] == IGNORE).all() and (g.target_ids[: g.n_targets] != IGNORE).all()
-    # moved tensors really move (the meta device: no data, only the device changes)
-    moved = g.to("meta")
-    assert all(getattr(moved, f).device.type == "meta" for f in vars(g) if torch.is_tensor(getattr(g, f)))
+    p = collate(items, tok.pad_id, pad_multiple=2, task_weights=WEIGHTS).packed  # 2 pads too
+    assert p.input_ids.shape[1] % 2 == 0 and p.target_pos.numel() % 2 == 0 and p.image_tokens.shape[1] % 2 == 0
     # an evaluation batch (no jitter) pins too
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
     evals = collate([make(data, train=False)[i] for i in range(2)], tok.pad_id)

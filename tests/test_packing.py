@@ -1,6 +1,8 @@
-"""Training's packed layout (vqa.data.collate.PackedRows): one row per image, each question and caption a causal
-segment of it, computes exactly what the task groups compute, reads each image's keys/values in place, and is
-mostly real tokens."""
+"""Training's layout (vqa.data.packing): every text row of a batch packed, longest first, into rows that mix
+images; each row a causal segment with its own positions, each token attending to its own image's patches
+through the image-major cross-attention core (vqa.model.attention.ImageRoute). The loss and gradients equal the
+model's own teacher-forced loss row by row, a token never sees another image, padding changes nothing, and the
+image keys/values are never copied per row."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import torch
 from helpers import random_images, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vqa.data.collate import IGNORE, collate, make_collate, pack, plan_rows
-from vqa.model.masks import segment_mask
-from vqa.train.objective import Objective
+from vqa.data.collate import collate, make_collate
+from vqa.data.packing import IGNORE, pack, plan
+from vqa.model.attention import ImageRoute
+from vqa.model.encoder_decoder import segment_mask
+
+WEIGHTS = {"vqa": 1.0, "caption": 0.3}
 
 
 def items(model, seed: int, n_images: int = 3):
@@ -34,6 +39,23 @@ def items(model, seed: int, n_images: int = 3):
     return out
 
 
+def packed(its, pad_id: int = 0, multiple: int = 1, weights=None):
+    return collate(its, pad_id=pad_id, pad_multiple=multiple, task_weights=weights or WEIGHTS).packed
+
+
+def reference_loss(model, its, weights=None) -> torch.Tensor:
+    """The model's own teacher-forced loss (`VQAModel.forward`), one text row and its image at a time: the sum
+    over rows of the task's weight x the row's mean loss x its target count."""
+    weights = weights or WEIGHTS
+    total = 0.0
+    for it in its:
+        for r in it["rows"]:
+            out = model(it["image"][None], torch.tensor([r["input_ids"]]), loss_mask=torch.tensor([r["loss_mask"]]),
+                        return_logits=False)
+            total = total + weights[r["task"]] * out.loss * out.n_targets
+    return total
+
+
 def test_segment_mask_is_causal_within_each_segment_only():
     seg = torch.tensor([[1, 1, 1, 2, 2, 0, 0]])
     m = segment_mask(seg)[0, 0]
@@ -47,120 +69,256 @@ def test_segment_mask_is_causal_within_each_segment_only():
     assert torch.equal(m, expected)
 
 
-def segments_by_image(p, n_images: int) -> list[list[list[int]]]:
-    """Each image's text rows as packed (token lists, sorted), read back from the packed tensors."""
-    out = [[] for _ in range(n_images)]
-    index = p.image_index.tolist() if p.image_index is not None else list(range(n_images))
-    for r, m in enumerate(index):
-        for s in range(1, int(p.segments[r].max()) + 1):
-            at = (p.segments[r] == s).nonzero().squeeze(1)
-            out[m].append(p.input_ids[r, at].tolist())
-            assert p.positions[r, at].tolist() == list(range(len(at)))  # each segment counts from 0
-            assert at.tolist() == list(range(int(at[0]), int(at[0]) + len(at)))  # and is contiguous
-    return [sorted(x) for x in out]
+def test_segment_mask_is_built_on_the_segments_device():
+    """The mask is made where the segments are (the meta device stands in for a GPU: a causal part left on
+    the CPU cannot be combined with meta tensors)."""
+    seg = torch.tensor([[1, 1, 2, 0], [1, 2, 2, 2]])
+    m = segment_mask(seg.to("meta"))
+    assert m.device.type == "meta" and m.shape == (2, 1, 4, 4) and m.dtype == torch.bool
+    assert torch.equal(segment_mask(seg)[1, 0], torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0],
+                                                              [0, 1, 1, 1]], dtype=torch.bool))
 
 
-@pytest.mark.parametrize("seed", [0, 4])
-def test_packed_rows_hold_every_row_with_its_positions_segments_and_targets(seed):
-    model = tiny_model()
-    its = items(model, seed=seed, n_images=6)
-    p = collate(its, pad_id=0, pack_rows=True).packed
-    assert segments_by_image(p, len(its)) == [sorted(r["input_ids"] for r in item["rows"]) for item in its]
-    assert not p.input_ids[p.segments == 0].any() and not p.positions[p.segments == 0].any()  # 0 on padding
-    groups = collate(its, pad_id=0).groups
-    assert p.task_targets == {g.task: g.n_targets for g in groups}
-    assert p.real_tokens == sum(int(g.attention_mask.sum()) for g in groups)
-    # each target is the token after its flat position, and carries its row's task
-    flat_next = p.input_ids[:, 1:].reshape(-1)
-    assert torch.equal(flat_next[p.target_pos], p.target_ids)
-    task_names = [p.tasks[i] for i in p.target_task.tolist()]
-    assert task_names.count("vqa") == p.task_targets["vqa"]
+# ---- where each row goes ----
+LENGTHS = [[[5, 5], [5, 5]], [[3, 9, 2], [20], [4]], [[7] * 6, [7], [7, 7]], [[1], [], [30, 2, 2, 2]],
+           [[13, 14, 12, 15, 16], [11] * 9, [18, 3], [12, 12, 12]]]
 
 
 @pytest.mark.parametrize("multiple", [1, 8])
-def test_packed_loss_and_gradients_equal_the_task_groups(multiple):
-    """Same batch, both layouts, float64: the summed weighted loss and every gradient agree to 1e-10."""
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_plan_puts_every_row_in_exactly_one_packed_row_within_the_length(lengths, multiple):
+    t, layout = plan(lengths, multiple)
+    assert t % multiple == 0 and t >= max(n for ls in lengths for n in ls)
+    placed = sorted(seg for row in layout for seg in row)
+    assert placed == [(m, j) for m, ls in enumerate(lengths) for j in range(len(ls))]
+    assert all(sum(lengths[m][j] for m, j in row) <= t for row in layout)
+    assert all(row for row in layout)  # no empty packed row
+
+
+def test_plan_mixes_images_to_leave_no_padding():
+    """Images of 5 + 3, 5 + 3 and 6 + 2 tokens: three rows of 8, each row holding text of several images."""
+    t, layout = plan([[5, 3], [5, 3], [6, 2]])
+    assert (t, len(layout)) == (8, 3)  # 24 tokens for 24: no padding at all
+    assert any(len({m for m, _ in row}) > 1 for row in layout)
+
+
+def best_fit_decreasing(lengths: list[list[int]], cap: int) -> list[list[tuple[int, int]]]:
+    """Every (image, row) by length, longest first (ties in image then row order), each into the packed row
+    with the least room left that holds it (the latest such row on a tie), else a new row."""
+    order = sorted(((n, m, j) for m, ls in enumerate(lengths) for j, n in enumerate(ls)), key=lambda s: -s[0])
+    rows, room = [], []
+    for n, m, j in order:
+        fits = [r for r in range(len(rows)) if room[r] >= n]
+        if fits:
+            least = min(room[r] for r in fits)
+            r = [r for r in fits if room[r] == least][-1]
+        else:
+            rows.append([])
+            room.append(cap)
+            r = len(rows) - 1
+        rows[r].append((m, j))
+        room[r] -= n
+    return rows
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_plan_pads_no_more_than_best_fit_at_any_candidate_length(multiple):
+    """Against best-fit decreasing written out here: at every candidate length (the longest row and the
+    multiples of 8 up to 128) the chosen plan has no more tokens, and it places rows as best fit does at its
+    own cap."""
+    rng = random.Random(multiple)
+    for _ in range(60):
+        lengths = [[rng.choice([1, 2, 3, 5, 7, 10, 14, 30]) for _ in range(rng.choice([0, 1, 2, 4, 9]))]
+                   for _ in range(rng.randint(1, 12))]
+        if not any(lengths):
+            lengths[0] = [4]
+        t, layout = plan(lengths, multiple)
+        tokens = len(layout) * t
+        longest = max(n for ls in lengths for n in ls)
+        up = lambda n: -(-n // multiple) * multiple  # noqa: E731
+        for cap in {longest, *range(-(-longest // 8) * 8, 129, 8)}:
+            rows = best_fit_decreasing(lengths, cap)
+            fill = max(sum(lengths[m][j] for m, j in row) for row in rows)
+            assert tokens <= len(rows) * up(fill), (lengths, cap)
+
+
+# ---- the packed tensors ----
+def image_of_tokens(p) -> torch.Tensor:
+    """[R, T]: the image each packed token attends to (-1 on padding), read back from image_tokens."""
+    out = torch.full((p.input_ids.numel(),), -1)
+    width = p.image_tokens.shape[1]
+    for m in range(p.image_tokens.shape[0]):
+        slots = torch.arange(m * width, (m + 1) * width)
+        real = (p.token_slots[p.image_tokens[m]] == slots) & (p.segments.view(-1)[p.image_tokens[m]] > 0)
+        out[p.image_tokens[m][real]] = m
+    return out.view_as(p.input_ids)
+
+
+@pytest.mark.parametrize("seed,multiple", [(0, 1), (4, 8), (9, 1)])
+def test_packed_rows_hold_every_image_row_once_with_its_image_and_weights(seed, multiple):
+    model = tiny_model()
+    its = items(model, seed=seed, n_images=7)
+    p = packed(its, multiple=multiple)
+    assert p.input_ids.shape[1] % multiple == 0 and p.target_pos.numel() % multiple == 0
+    assert p.image_tokens.shape[0] == len(its) and p.image_tokens.shape[1] % multiple == 0
+    owner = image_of_tokens(p)
+    assert torch.equal(owner >= 0, p.segments > 0)  # every real token has exactly its image, padding none
+    assert not p.input_ids[p.segments == 0].any() and not p.positions[p.segments == 0].any()  # 0 on padding
+    found = [[] for _ in its]
+    for r in range(p.input_ids.shape[0]):
+        for s in range(1, int(p.segments[r].max()) + 1):
+            at = (p.segments[r] == s).nonzero().squeeze(1)
+            assert at.tolist() == list(range(int(at[0]), int(at[0]) + len(at)))  # contiguous
+            assert p.positions[r, at].tolist() == list(range(len(at)))  # positions from 0
+            assert len(set(owner[r, at].tolist())) == 1  # one image per segment
+            found[int(owner[r, at[0]])].append(p.input_ids[r, at].tolist())
+    assert [sorted(f) for f in found] == [sorted(r["input_ids"] for r in item["rows"]) for item in its]
+    # each target is the token after its flat position, weighted by its row's task
+    per_task = {t: sum(sum(r["loss_mask"]) for it in its for r in it["rows"] if r["task"] == t) for t in WEIGHTS}
+    k = sum(per_task.values())
+    assert torch.equal(p.input_ids[:, 1:].reshape(-1)[p.target_pos[:k]], p.target_ids[:k])
+    assert (p.target_ids[k:] == IGNORE).all() and not p.target_weight[k:].any()
+    w = p.target_weight[:k]
+    assert int((w == 1.0).sum()) == per_task["vqa"] and int((w == torch.tensor(0.3)).sum()) == per_task["caption"]
+    assert p.weighted_targets == pytest.approx(per_task["vqa"] + 0.3 * per_task["caption"])
+    assert p.real_tokens == sum(len(r["input_ids"]) for it in its for r in it["rows"])
+
+
+def _loss_and_grads(model, images, rows):
+    model.zero_grad()
+    loss = model.packed_loss(images, rows)
+    loss.backward()
+    return loss.detach(), {n: q.grad.clone() for n, q in model.named_parameters() if q.grad is not None}
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_loss_and_gradients_equal_the_models_own_teacher_forced_loss(multiple):
+    """Same batch, float64: the packed loss (summed in float32) equals the teacher-forced loss of each row
+    alone, weighted, to 1e-6, and every gradient to 1e-10."""
     model = tiny_model().double()
-    its = items(model, seed=1, n_images=4)
+    its = items(model, seed=1, n_images=6)
     for it in its:
         it["image"] = it["image"].double()
-    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pad_multiple=multiple, pack_rows=True)
-    assert packed.packed.input_ids.shape[1] % multiple == 0 and packed.packed.target_ids.numel() % multiple == 0
-    objective = Objective(model)
-    losses, grads = [], []
-    for rows, weights in ((grouped.groups, [1.0, 0.3]), (packed.packed, [1.0, 0.3])):
-        model.zero_grad()
-        loss = objective(grouped.images, rows, weights)
-        loss.backward()
-        losses.append(loss.detach())
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    assert float(losses[1]) == pytest.approx(float(losses[0]), rel=1e-6)
-    assert grads[0].keys() == grads[1].keys()
-    for n in grads[0]:
-        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-10, rtol=1e-8, msg=n)
+    images = torch.stack([it["image"] for it in its])
+    p = packed(its, multiple=multiple)
+    assert p.input_ids.shape[0] < len(its)  # rows really mix images
+    model.zero_grad()
+    ref_loss = reference_loss(model, its)
+    ref_loss.backward()
+    ref_loss = ref_loss.detach()
+    ref = {n: q.grad.clone() for n, q in model.named_parameters() if q.grad is not None}
+    loss, grads = _loss_and_grads(model, images, p)
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6)
+    assert grads.keys() == ref.keys()
+    for n in ref:
+        torch.testing.assert_close(grads[n], ref[n], atol=1e-10, rtol=1e-8, msg=n)
 
 
-class Ops(TorchDispatchMode):
+def hidden_across(model, images, p) -> torch.Tensor:
+    """The decoder's hidden states [R, T, D] for packed rows across images."""
+    kv = model.decoder.memory_kv(model.encode(images))
+    hidden, _ = model.decoder(p.input_ids, kv, pos=p.positions, mask=segment_mask(p.segments),
+                              route=ImageRoute(p.image_tokens, p.token_slots))
+    return hidden
+
+
+@pytest.mark.parametrize("j", [0, 2, 4])
+def test_a_segment_never_sees_another_images_patches(j):
+    """Perturb image j: exactly the tokens of image j change, wherever their rows are; every other token,
+    image j's row neighbours included, computes the same to the last bit of float64 rounding."""
+    model = tiny_model().double().eval()
+    its = items(model, seed=11, n_images=5)
+    images = torch.stack([it["image"] for it in its]).double()
+    p = packed(its)
+    owner = image_of_tokens(p)
+    assert any(len(set(row[row >= 0].tolist())) > 1 for row in owner)  # some row mixes images
+    with torch.no_grad():
+        before = hidden_across(model, images, p)
+        images[j] += torch.randn_like(images[j])
+        after = hidden_across(model, images, p)
+    change = (after - before).abs().amax(-1)  # [R, T]
+    assert (change[owner == j] > 1e-6).all()
+    assert change[(owner >= 0) & (owner != j)].max() < 1e-12
+
+
+def test_padding_rows_tokens_and_queries_change_nothing():
+    """Padding token ids, the padding queries of the image-major layout, padding to multiples of 8 and an
+    image without text: the loss and the gradients stay the same."""
+    model = tiny_model().double()
+    its = items(model, seed=5, n_images=5)
+    for it in its:
+        it["image"] = it["image"].double()
+    its[3]["rows"] = []  # an image without text: it has only padding queries
+    images = torch.stack([it["image"] for it in its])
+    plain = packed(its)
+    ref_loss, ref = _loss_and_grads(model, images, plain)
+    padded = packed(its, pad_id=7, multiple=8)
+    assert padded.input_ids.numel() > plain.input_ids.numel() and padded.image_tokens.shape[1] % 8 == 0
+    assert padded.target_pos.numel() > plain.target_pos.numel()
+    # padding queries (image 3's, and past each image's tokens) point at arbitrary tokens
+    g = torch.Generator().manual_seed(0)
+    used = torch.zeros_like(padded.image_tokens, dtype=torch.bool).view(-1)
+    used[padded.token_slots[padded.segments.view(-1) > 0]] = True
+    noise = torch.randint(0, padded.input_ids.numel(), padded.image_tokens.shape, generator=g)
+    padded.image_tokens = torch.where(used.view_as(noise), padded.image_tokens, noise)
+    loss, grads = _loss_and_grads(model, images, padded)
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6)  # the loss sums in float32
+    for n in ref:
+        torch.testing.assert_close(grads[n], ref[n], atol=1e-12, rtol=1e-10, msg=n)
+
+
+class Shapes(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.names = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
+        if func.__name__.startswith(("index_select", "gather", "expand", "repeat", "index", "cat")):
+            self.names.append((func.__name__, tuple(args[0].shape) if torch.is_tensor(args[0]) else None))
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("seed", [2, 5, 6])
-def test_packing_pads_less_than_task_groups(seed):
-    """Rows of very different lengths and counts per image: task groups pad each row to its group's longest,
-    packing pads each packed row only, and splits an image with many rows in two rather than widen them all."""
+def test_image_keys_and_values_are_never_copied_per_row():
+    """The only gathers are of packed tokens (2-D): the queries into the image-major layout and the outputs
+    back, once a layer each, and the LM head's target rows. Nothing indexes or expands the [M, H, N, Dh] keys
+    and values."""
     model = tiny_model()
-    its = items(model, seed=seed, n_images=16)
-    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pack_rows=True)
-    real = packed.packed.real_tokens
-    frac_groups = real / sum(g.input_ids.numel() for g in grouped.groups)
-    frac_packed = real / packed.packed.input_ids.numel()
-    assert frac_packed > frac_groups
+    its = items(model, seed=7, n_images=6)
+    b = collate(its, pad_id=0, task_weights=WEIGHTS)
+    with torch.no_grad(), Shapes() as ops:
+        model.packed_loss(b.images, b.packed)
+    selects = [shape for name, shape in ops.names if name.startswith("index_select")]
+    assert len(selects) == 2 * model.cfg.dec_depth + 1
+    assert all(len(shape) == 2 for shape in selects)
+    assert not [n for n in ops.names if not n[0].startswith("index_select") and n[1] and len(n[1]) == 4]
 
 
-def test_images_with_like_rows_pack_one_row_each_and_copy_no_keys():
-    """Every image with the same row lengths: one packed row per image, whose cross-attention reads the image's
-    keys/values in place, where task groups gather them for every row (2 x layers index_selects a group; the
-    one left is the LM head's rows at the targets)."""
-    model = tiny_model()
-    its = items(model, seed=7, n_images=4)
-    for it in its[1:]:
-        it["rows"] = its[0]["rows"]
-    grouped, packed = collate(its, pad_id=0), collate(its, pad_id=0, pack_rows=True)
-    assert packed.packed.image_index is None and packed.packed.input_ids.shape[0] == 4
-    assert packed.packed.real_tokens == packed.packed.input_ids.numel()
-    depth = model.cfg.dec_depth
-    for rows, selects in ((grouped.groups, 2 * (2 * depth + 1)), (packed.packed, 1)):
-        with torch.no_grad(), Ops() as ops:
-            Objective(model)(grouped.images, rows, [1.0, 1.0])
-        assert sum(n.startswith("index_select") for n in ops.names) == selects
+# ---- batches without text, moving and pinning ----
+def test_items_without_text_pack_one_padding_row_and_one_padding_target():
+    """Every sample of a batch unusable: one padding row and one ignored target of weight 0, every tensor
+    long (torch.tensor([]) alone would be float) but the weights, whatever the multiple."""
+    image = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    for multiple in (1, 4):
+        p = pack([dict(image=image, rows=[]), dict(image=image, rows=[])], 0, WEIGHTS, multiple)
+        assert p.input_ids.shape == (1, max(multiple, 2)) and p.real_tokens == 0 and p.weighted_targets == 0.0
+        assert p.target_pos.numel() == multiple and (p.target_ids == IGNORE).all()
+        assert not p.target_weight.any() and p.target_weight.dtype == torch.float32
+        assert p.image_tokens.shape[0] == 2 and p.token_slots.numel() == p.input_ids.numel()
+        for name in ("input_ids", "positions", "segments", "target_pos", "target_ids", "image_tokens", "token_slots"):
+            assert getattr(p, name).dtype == torch.long, name
 
 
-def test_an_image_without_rows_gets_no_packed_row():
-    model = tiny_model()
-    its = items(model, seed=3, n_images=3)
-    its[1]["rows"] = []
-    p = collate(its, pad_id=0, pack_rows=True, pad_multiple=8).packed
-    assert p.image_index is not None and p.input_ids.shape[0] % 8 == 0
-    real_rows = p.segments.any(1)
-    assert 1 not in p.image_index[real_rows].tolist()
-    assert not p.input_ids[~real_rows].any()
-    assert p.target_ids[p.target_ids != IGNORE].numel() == sum(p.task_targets.values())
-    assert collate([dict(image=its[1]["image"], rows=[])], pad_id=0, pack_rows=True).packed is None
-
-
-@pytest.mark.parametrize("lengths", [[[5, 5], [5, 5]], [[3, 9, 2], [20], [4]], [[7] * 6, [7], [7, 7]]])
-def test_plan_rows_places_every_row_once_and_within_the_length(lengths):
-    t, plan = plan_rows(lengths)
-    assert t >= max(n for ls in lengths for n in ls)
-    for ls, rows in zip(lengths, plan, strict=True):
-        assert sorted(j for row in rows for j in row) == list(range(len(ls)))
-        assert all(sum(ls[j] for j in row) <= t for row in rows)
+def test_a_batch_without_any_text_row_gives_a_zero_loss_that_reaches_every_parameter():
+    """A batch whose samples were all unusable still makes a step: zero loss, a zero gradient (not None) on
+    every parameter, so backward() works and DDP's static graph holds."""
+    model = tiny_model().train()
+    images = random_images(2, model.cfg)
+    batch = collate([dict(image=images[0], rows=[]), dict(image=images[1], rows=[])], pad_id=0,
+                    task_weights=WEIGHTS)
+    loss = model.packed_loss(batch.images, batch.packed)
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert all(q.grad is not None and not q.grad.any() for q in model.parameters())
 
 
 def _fields(p) -> dict:
@@ -179,23 +337,19 @@ def _same_packed(a, b):
             assert x == y, name
 
 
-def _split_packed():
-    """A packed batch with every field set: an image without rows makes `image_index` a tensor."""
-    model = tiny_model()
-    its = items(model, seed=3, n_images=3)
-    its = [{**it, "rows": [] if k == 1 else it["rows"], "jitter": torch.tensor([1.0, 1.0])} for k, it in enumerate(its)]
-    batch = collate(its, pad_id=0, pack_rows=True, pad_multiple=4)
-    assert batch.packed.image_index is not None and batch.jitter is not None
-    return batch
+def _training_batch():
+    its = items(tiny_model(), seed=3, n_images=3)
+    its = [{**it, "jitter": torch.tensor([1.0, 1.0])} for it in its]
+    return collate(its, pad_id=0, pad_multiple=4, task_weights=WEIGHTS)
 
 
 def test_packed_rows_move_every_tensor_and_keep_the_rest(monkeypatch):
     """PackedRows.to: every tensor field goes to the device asked for, with the non_blocking asked for (the meta
-    device stands in for a GPU: only the device changes); the task names and counts travel as they are."""
-    p = _split_packed().packed
+    device stands in for a GPU: only the device changes); the weighted target count travels as it is."""
+    p = _training_batch().packed
     tensors = {k for k, v in _fields(p).items() if torch.is_tensor(v)}
-    assert tensors == {"input_ids", "positions", "segments", "target_pos", "target_ids", "target_task",
-                       "image_index"}
+    assert tensors == {"input_ids", "positions", "segments", "target_pos", "target_ids", "target_weight",
+                       "image_tokens", "token_slots"}
     moved = p.to("meta")
     for name, v in _fields(moved).items():
         if name in tensors:
@@ -204,57 +358,32 @@ def test_packed_rows_move_every_tensor_and_keep_the_rest(monkeypatch):
         else:
             assert v == getattr(p, name), name
     _same_packed(p.to("cpu"), p)
-    _moves_with_the_non_blocking_asked_for(p, len(tensors), monkeypatch)
-
-
-def _moves_with_the_non_blocking_asked_for(rows, n_tensors: int, monkeypatch):
-    """`rows.to("cpu", ...)` calls Tensor.to once per tensor field with the device and the non_blocking asked
-    for, False when not asked (a copy that may overlap the host only when the caller says so)."""
-    calls = []
-    real_to = torch.Tensor.to
-
-    def spy(t, *args, **kwargs):
-        calls.append((args, kwargs.get("non_blocking")))
-        return real_to(t, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", spy)
+    calls, real_to = [], torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: calls.append((args, kw.get("non_blocking")))
+                        or real_to(t, *args, **kw))
     for asked in (True, False):
         calls.clear()
-        rows.to("cpu", non_blocking=asked)
-        assert calls == [(("cpu",), asked)] * n_tensors
+        p.to("cpu", non_blocking=asked)
+        assert calls == [(("cpu",), asked)] * len(tensors)
     calls.clear()
-    rows.to("cpu")
-    assert calls == [(("cpu",), False)] * n_tensors  # blocking unless asked
+    p.to("cpu")
+    assert calls == [(("cpu",), False)] * len(tensors)  # blocking unless asked
 
 
-def test_task_groups_move_with_the_non_blocking_asked_for(monkeypatch):
-    g = collate(items(tiny_model(), seed=2), pad_id=0).groups[0]
-    _moves_with_the_non_blocking_asked_for(g, sum(torch.is_tensor(v) for v in vars(g).values()), monkeypatch)
-
-
-def test_segment_mask_is_built_on_the_segments_device():
-    """The mask is made where the segments are (the meta device stands in for a GPU: a causal part left on
-    the CPU cannot be combined with meta tensors)."""
-    seg = torch.tensor([[1, 1, 2, 0], [1, 2, 2, 2]])
-    m = segment_mask(seg.to("meta"))
-    assert m.device.type == "meta" and m.shape == (2, 1, 4, 4) and m.dtype == torch.bool
-    assert torch.equal(segment_mask(seg)[1, 0], torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0],
-                                                              [0, 1, 1, 1]], dtype=torch.bool))
-
-
-def test_make_collate_passes_pack_rows():
+def test_make_collate_packs_with_its_settings():
     its = items(tiny_model(), seed=2)
-    for pack_rows in (True, False):
-        got, want = make_collate(0, pad_multiple=4, pack_rows=pack_rows)(its), collate(its, 0, 4, pack_rows)
-        assert (got.packed is None) == (not pack_rows) and len(got.groups) == (0 if pack_rows else 2)
-        if pack_rows:
-            _same_packed(got.packed, want.packed)
+    fn = make_collate(0, pad_multiple=4, task_weights=WEIGHTS)
+    got, want = fn(its), collate(its, 0, 4, WEIGHTS)
+    assert got.groups == [] and got.packed.input_ids.shape[1] % 4 == 0
+    _same_packed(got.packed, want.packed)
+    assert make_collate(0).keywords["task_weights"] is None  # evaluation: task groups
+    assert collate(its, 0).packed is None and len(collate(its, 0).groups) == 2
 
 
 def test_packed_batch_pins_every_tensor(monkeypatch):
     """Batch.pin_memory with packed rows: the images, the jitter and every packed tensor are pinned once each
     (pin_memory needs an accelerator: a stand-in records each tensor it was asked to pin, returns a copy)."""
-    batch = _split_packed()
+    batch = _training_batch()
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(t) or t.clone())
     out = batch.pin_memory()
@@ -267,133 +396,3 @@ def test_packed_batch_pins_every_tensor(monkeypatch):
             assert v is not getattr(p, name), name  # the pinned copy, not the original
     assert torch.equal(out.images, batch.images) and torch.equal(out.jitter, batch.jitter)
     assert out.groups == [] and out.images is not batch.images and out.jitter is not batch.jitter
-
-
-# where packing puts each row, against a plan written out from its definition; the corner cases of pack
-def first_fit_decreasing(lengths: list[int], cap: int) -> list[list[int]]:
-    """Rows into bins of `cap` tokens: the longest row first (equal lengths in row order), each into the first
-    bin it fits in, else a new bin; each bin's row numbers in order."""
-    order = sorted(range(len(lengths)), key=lambda j: (-lengths[j], j))
-    bins, used = [], []
-    for j in order:
-        for b in range(len(bins)):
-            if used[b] + lengths[j] <= cap:
-                bins[b].append(j)
-                used[b] += lengths[j]
-                break
-        else:
-            bins.append([j])
-            used.append(lengths[j])
-    return [sorted(b) for b in bins]
-
-
-def reference_plan(lengths: list[list[int]], multiple: int) -> tuple[int, list[list[list[int]]]]:
-    """The candidate T: each image's total (the longest row if that is longer), rounded up to `multiple`; with
-    more than 32 images only the totals at ranks 0, n/32, 2n/32, ... of the sorted totals, and the largest. The
-    one whose plan has the fewest padded tokens (rows x T) wins, the shorter on a tie."""
-    longest = max(n for ls in lengths for n in ls)
-    totals = sorted(sum(ls) for ls in lengths)
-    if len(totals) > 32:
-        totals = [totals[i] for i in range(len(totals)) if any(len(totals) * q // 32 == i for q in range(32))
-                  or i == len(totals) - 1]
-    caps = sorted({-(-max(c, longest) // multiple) * multiple for c in totals})
-    scored = [(sum(len(first_fit_decreasing(ls, c)) for ls in lengths) * c, c) for c in caps]
-    t = min(scored)[1]
-    return t, [first_fit_decreasing(ls, t) for ls in lengths]
-
-
-def random_lengths(rng: random.Random, n_images: int) -> list[list[int]]:
-    """Images with 0-9 rows of 1-14 tokens, some with many more rows than the rest."""
-    out = [[rng.choice([1, 2, 3, 5, 5, 7, 10, 14]) for _ in range(rng.choice([0, 1, 2, 3, 3, 4, 9]))]
-           for _ in range(n_images)]
-    if not any(out):
-        out[0] = [4]
-    return out
-
-
-@pytest.mark.parametrize("multiple", [1, 2, 8])
-def test_plan_rows_equals_first_fit_decreasing_at_the_least_padded_length(multiple):
-    rng = random.Random(multiple)
-    differs = 0
-    for trial in range(150):
-        lengths = random_lengths(rng, rng.randint(1, 12) if trial % 3 else rng.randint(33, 80))
-        t, plan = plan_rows(lengths, multiple)
-        assert (t, plan) == reference_plan(lengths, multiple), lengths
-        differs += t < max(sum(ls) for ls in lengths)  # the premise: not all one packed row per image
-    assert differs > 20
-
-
-@pytest.mark.parametrize("lengths, multiple, want", [
-    ([[1], [1]], 1, (1, [[[0]], [[0]]])),  # one-token rows: T = 1 pads nothing
-    ([[5, 5], [10]], 1, (10, [[[0, 1]], [[0]]])),  # a row that fills the room left exactly shares the row
-    ([[5, 5], [5]], 1, (5, [[[0], [1]], [[0]]])),  # 3 x 5 tokens beat 2 x 10
-    ([[6, 6, 4], [2, 6]], 1, (8, [[[0], [1], [2]], [[0, 1]]])),  # 4 x 8 or 2 x 16 tokens: the shorter T
-    ([[6, 4, 4, 6]], 1, (20, [[[0, 1, 2, 3]]])),  # T = 6 would pad 4 rows to 24 tokens
-    ([[3], [3]], 8, (8, [[[0]], [[0]]])),
-    ([[9, 2], [], [4]], 4, (12, [[[0, 1]], [], [[0]]])),  # an image without rows gets no packed row
-])
-def test_plan_rows_known_cases(lengths, multiple, want):
-    got = plan_rows(lengths) if multiple == 1 else plan_rows(lengths, multiple)  # 1: the default
-    assert got == want == reference_plan(lengths, multiple)
-
-
-def test_pack_called_directly_equals_collates_packed_rows():
-    """pack's own default is no padding, as collate's: a direct call gives collate's packed rows (here T is odd,
-    so a default that rounded T up would show)."""
-    its = items(tiny_model(), seed=2, n_images=3)
-    want = collate(its, pad_id=0, pack_rows=True).packed
-    assert want.input_ids.shape[1] % 2 == 1
-    _same_packed(pack(its, pad_id=0), want)
-    _same_packed(pack(its, 0, 8), collate(its, pad_id=0, pad_multiple=8, pack_rows=True).packed)
-
-
-def test_one_row_per_image_is_not_padded_to_the_multiple():
-    """Three images whose rows fit one packed row each: row m is image m (no index, no padding rows) even with
-    pad_multiple 8; T and the targets are padded to 8."""
-    its = items(tiny_model(), seed=7, n_images=3)
-    for it in its[1:]:
-        it["rows"] = its[0]["rows"]
-    p = collate(its, pad_id=0, pad_multiple=8, pack_rows=True).packed
-    assert p.image_index is None and p.input_ids.shape[0] == 3
-    assert p.input_ids.shape[1] % 8 == 0 and p.target_pos.numel() % 8 == 0
-
-
-def _row(task, prompt, target):
-    return dict(input_ids=prompt + target, loss_mask=[False] * len(prompt) + [True] * len(target), task=task, meta={},
-                prompt_len=len(prompt))
-
-
-def test_an_image_split_in_two_packed_rows_pads_rows_that_read_image_0_and_add_nothing():
-    """An image with two rows of 5 tokens and one with a row of 5, pad_multiple 8: three packed rows of 8 (24
-    tokens, not 2 x 16), padded to 8 rows that read image 0 (as the module says); loss and gradients equal the
-    task groups'."""
-    model = tiny_model().double()
-    images = random_images(2, model.cfg).double()
-    its = [dict(image=images[0], rows=[_row("vqa", [1, 5, 6], [7, 2]), _row("vqa", [1, 8, 9], [10, 2])]),
-           dict(image=images[1], rows=[_row("caption", [1, 4], [11, 12, 2])])]
-    p = collate(its, pad_id=0, pad_multiple=8, pack_rows=True).packed
-    assert p.input_ids.shape == (8, 8) and p.image_index.tolist() == [0, 0, 1] + [0] * 5
-    assert p.segments.any(1).tolist() == [True] * 3 + [False] * 5
-    grouped = collate(its, pad_id=0)
-    objective, losses, grads = Objective(model), [], []
-    for rows in (grouped.groups, p):
-        model.zero_grad()
-        loss = objective(grouped.images, rows, [1.0, 1.0])
-        loss.backward()
-        losses.append(float(loss.detach()))
-        grads.append([q.grad.clone() for q in model.parameters() if q.grad is not None])
-    assert losses[1] == pytest.approx(losses[0], rel=1e-9)
-    for a, b in zip(grads[0], grads[1], strict=True):
-        torch.testing.assert_close(b, a, atol=1e-10, rtol=1e-8)
-
-
-def test_pack_of_images_without_rows_gives_empty_tensors_of_the_right_types():
-    """pack called directly on images without text rows (collate does not call it then): no packed row, every
-    tensor long even when empty (torch.tensor([]) alone would be float)."""
-    image = torch.zeros(3, 8, 8, dtype=torch.uint8)
-    assert pack([], pad_id=0).input_ids.shape[0] == 0  # no images at all
-    p = pack([dict(image=image, rows=[]), dict(image=image, rows=[])], pad_id=0, pad_multiple=4)
-    assert p.input_ids.shape[0] == 0 and p.tasks == () and p.task_targets == {} and p.real_tokens == 0
-    for name in ("input_ids", "positions", "segments", "target_pos", "target_ids", "target_task", "image_index"):
-        v = getattr(p, name)
-        assert v.dtype == torch.long and v.numel() == 0, name

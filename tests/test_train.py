@@ -222,7 +222,7 @@ def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, t
         ns = build_parser(args).parse_args(args)
         trainer = Trainer(resolve(given(ns, TrainConfig), ns.config), distributed.Dist())
         try:
-            assert trainer.runner.weights == {"vqa": 1.0, "caption": weight}
+            assert trainer.collate.keywords["task_weights"] == {"vqa": 1.0, "caption": weight}
             assert trainer.data.dataset.transform.allow_hflip is flips
         finally:
             trainer.close()

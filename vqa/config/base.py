@@ -22,7 +22,7 @@ from ..jsonfile import read_object
 REMOVED_FIELDS: dict[str, dict[str, Any]] = {
     "ModelConfig": dict(dec_rope=False, dec_cross_rope=False, dec_cross_rope_follow=False, dec_cross_coords=False,
                         vit_keep_prefix=True),
-    "TrainConfig": dict(question_weights={}, transpose=0.0),
+    "TrainConfig": dict(question_weights={}, transpose=0.0, packing="across"),
 }
 
 

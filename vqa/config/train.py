@@ -136,10 +136,6 @@ class TrainConfig(_Config):
     compile: bool | None = field(default=None, metadata=_opt(
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
         "on CUDA; off on CPUs, where tiny's compiled step is no faster). The first step waits for the compiler"))
-    packing: str = field(default="across", metadata=_opt(
-        "how a batch's questions and captions share decoder rows: across (rows hold text of several images, "
-        "each token attending to its own image; the least padding) or image (a row holds one image's text)",
-        choices=("across", "image")))
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     image_cache: str = field(default="auto", metadata=_opt(

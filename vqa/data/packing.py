@@ -1,44 +1,92 @@
-"""Rows packed across images: training's default layout.
+"""Training's layout: every question and caption of a batch packed end to end into rows that mix images.
 
-`vqa.data.collate.pack` keeps a packed row to one image (its cross-attention reads that image's keys/values),
-so every row is padded to a length chosen for the images' totals. Here a row holds segments of any images:
-every text row of the batch goes, longest first, into the fullest packed row it fits (best-fit decreasing),
-for the row length T that pads least, so little but the last row is padding whatever the questions per image.
-Segments are never split; each keeps its own positions from 0 and its causal mask
-(`vqa.model.masks.segment_mask`).
+Each text row of the batch goes, longest first, into the fullest packed row it fits (best-fit decreasing), for
+the row length T that pads least, so little but the last row is padding whatever the questions per image.
+A text row is a segment: never split, with its own positions from 0 and a causal mask within itself
+(`vqa.model.encoder_decoder.segment_mask`), so it computes what it computes alone.
 
 Cross-attention then needs each token's own image. The decoder keeps its projections in the packed layout and
 runs only the attention core image-major (`vqa.model.attention.ImageRoute`): `image_tokens` [M, L] gathers
 image m's tokens (its queries) from the flat [R * T] tokens, attention runs against image m's keys/values
 [M, H, N, Dh] as the ViT computed them (no copy per row), and `token_slots` [R * T] puts each output back.
+
+Everything the step needs about its targets (flat positions, ids, task weights, their sum) is computed here,
+on the CPU, so the step never waits for the device to report a count.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import torch
 
-from .collate import PackedRows, _round_up, fill_rows
-
+IGNORE = -100  # cross_entropy's ignore_index: a padding target
 MAX_LEN = 128  # the longest packed row tried (or the longest text row, if longer): self-attention grows with T
 
 
-def plan_across(lengths: list[list[int]], multiple: int = 1,
-                max_len: int = MAX_LEN) -> tuple[int, list[list[tuple[int, int]]]]:
-    """Where cross-image packing puts each text row: `lengths[m]` are image m's row lengths; returns (T, rows),
-    each packed row a list of (image, row number), every text row in exactly one, none longer than T in all.
-    Candidate lengths are the longest row and multiples of 8 up to `max_len`; for each, best-fit decreasing
-    fills the rows, and the plan with the fewest tokens (T padded up to `multiple`) wins, the shorter T on a
-    tie."""
+@dataclass
+class PackedRows:
+    """A training batch's text rows packed across images. Tensors are [R, T] / [K] / [M, L]; R, T, K, L as
+    padded. Padding tokens are segment 0 (they attend to padding only); padding targets have id IGNORE and
+    weight 0."""
+
+    input_ids: torch.Tensor  # [R, T] long
+    positions: torch.Tensor  # [R, T] long: each token's position in its segment (0 on padding)
+    segments: torch.Tensor  # [R, T] long: 1, 2, ... the segment of each token; 0 on padding
+    target_pos: torch.Tensor  # [K] long: flat positions in [R * (T-1)] whose next token is a target
+    target_ids: torch.Tensor  # [K] long: those targets (IGNORE for padding)
+    target_weight: torch.Tensor  # [K] float: each target's task weight (0 for padding)
+    image_tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [R * T] (padded)
+    token_slots: torch.Tensor  # [R * T] long: each token's place in [M * L] (padding: any)
+    weighted_targets: float  # target_weight's sum: what the step divides the summed loss by
+
+    def to(self, device, non_blocking: bool = False) -> PackedRows:
+        return PackedRows(**{f.name: (v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v)
+                             for f in fields(self) for v in [getattr(self, f.name)]})
+
+    def pin_memory(self) -> PackedRows:
+        return PackedRows(**{f.name: (v.pin_memory() if torch.is_tensor(v) else v)
+                             for f in fields(self) for v in [getattr(self, f.name)]})
+
+    @property
+    def real_tokens(self) -> int:
+        return int((self.segments > 0).sum())
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple if multiple > 1 else n
+
+
+def targets(input_ids: torch.Tensor, loss_mask: torch.Tensor, multiple: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(target_pos [K'], target_ids [K'], k): the flat positions in [R * (T-1)] whose next token is a target and
+    those tokens, K' = k (at least 1: a batch without text still has a target) padded up to `multiple` with
+    ignored targets at position 0."""
+    target_pos = loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)  # [K]
+    target_ids = input_ids[:, 1:].reshape(-1)[target_pos]
+    k = int(target_pos.numel())
+    kp = round_up(max(k, 1), multiple)
+    if kp > k:  # padding targets: any position, ignored by the loss
+        target_pos = torch.cat([target_pos, target_pos.new_zeros(kp - k)])
+        target_ids = torch.cat([target_ids, target_ids.new_full((kp - k,), IGNORE)])
+    return target_pos, target_ids, k
+
+
+def plan(lengths: list[list[int]], multiple: int = 1,
+         max_len: int = MAX_LEN) -> tuple[int, list[list[tuple[int, int]]]]:
+    """Where each text row goes: `lengths[m]` are image m's row lengths; returns (T, rows), each packed row a
+    list of (image, row number), every text row in exactly one, none longer than T in all. Candidate lengths
+    are the longest row and multiples of 8 up to `max_len`; for each, best-fit decreasing fills the rows, and
+    the plan with the fewest tokens (T padded up to `multiple`) wins, the shorter T on a tie."""
     segs = sorted(((n, m, j) for m, ls in enumerate(lengths) for j, n in enumerate(ls)), key=lambda s: -s[0])
-    if not segs:
-        return max(multiple, 1), []
+    if not segs:  # two tokens: the one padding target needs a position before it
+        return round_up(2, multiple), []
     longest, total = segs[0][0], sum(s[0] for s in segs)
-    step = _round_up(8, multiple)
-    caps = {_round_up(longest, multiple)} | set(range(_round_up(longest, step), max(longest, max_len) + 1, step))
+    step = round_up(8, multiple)
+    caps = {round_up(longest, multiple)} | set(range(round_up(longest, step), max(longest, max_len) + 1, step))
     best = None
     for cap in sorted(caps):
         rows, fill = _best_fit(segs, cap)
-        t = _round_up(max(fill), multiple)
+        t = round_up(max(fill), multiple)
         tokens = len(rows) * t
         if best is None or tokens < best[0]:
             best = (tokens, t, rows)
@@ -73,30 +121,46 @@ def _best_fit(segs: list[tuple[int, int, int]], cap: int) -> tuple[list[list[tup
     return rows, fill
 
 
-def pack_across(items: list[dict], pad_id: int, pad_multiple: int = 1) -> PackedRows:
-    """The items' text rows packed across images (`plan_across`), with each image's tokens listed for the
-    image-major cross-attention: `image_tokens` [M, L] and `token_slots` [R * T]. T, L and the target count K
-    are padded up to `pad_multiple`; the row count R is not (padding rows would cost a whole row each, and
-    `torch.compile`'s automatic dynamic shapes take over R after its first change). Padding tokens are
-    segment 0: they attend to padding only and count for nothing."""
-    t, plan = plan_across([[len(r["input_ids"]) for r in item["rows"]] for item in items], pad_multiple)
-    rows = [[items[m]["rows"][j] for m, j in row] for row in plan] or [[]]
+def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_multiple: int = 1) -> PackedRows:
+    """The items' text rows packed across images (`plan`), each target weighted by its task's entry of
+    `task_weights`. T, L and the target count K are padded up to `pad_multiple`; the row count R is not
+    (padding rows would cost a whole row each, and `torch.compile`'s automatic dynamic shapes take over R after
+    its first change). Items without any text row give one padding row and one padding target: a zero loss
+    that still reaches every parameter, so a step whose samples were all unusable runs like any other."""
+    t, layout = plan([[len(r["input_ids"]) for r in item["rows"]] for item in items], pad_multiple)
+    rows = [[items[m]["rows"][j] for m, j in row] for row in layout] or [[]]
     per_image: list[list[int]] = [[] for _ in items]  # image m's tokens: flat positions in [R * T], in order
-    for r, row in enumerate(plan):
+    for r, row in enumerate(layout):
         at = r * t
         for m, j in row:
             n = len(items[m]["rows"][j]["input_ids"])
             per_image[m].extend(range(at, at + n))
             at += n
-    width = _round_up(max(max(map(len, per_image), default=1), 1), pad_multiple)  # L
+    width = round_up(max(max(map(len, per_image), default=1), 1), pad_multiple)  # L
     slots = [0] * (len(rows) * t)  # padding tokens read slot 0: any finite value, which reaches nothing
     for m, flat in enumerate(per_image):
         for i, f in enumerate(flat):
             slots[f] = m * width + i
     tokens = [flat + [0] * (width - len(flat)) for flat in per_image]  # padding queries: token 0, never read
-    return fill_rows(items, rows, t, pad_id, pad_multiple,
-                     image_tokens=torch.tensor(tokens, dtype=torch.long).view(len(items), width),
-                     token_slots=torch.tensor(slots, dtype=torch.long))
+    ids, pos, seg, loss, token_weight = [], [], [], [], []
+    for rs in rows:
+        n = sum(len(r["input_ids"]) for r in rs)
+        ids.append([tok for r in rs for tok in r["input_ids"]] + [pad_id] * (t - n))
+        pos.append([p for r in rs for p in range(len(r["input_ids"]))] + [0] * (t - n))
+        seg.append([j + 1 for j, r in enumerate(rs) for _ in r["input_ids"]] + [0] * (t - n))
+        loss.append([m for r in rs for m in r["loss_mask"]] + [False] * (t - n))
+        token_weight.append([task_weights[r["task"]] for r in rs for _ in r["input_ids"]] + [0.0] * (t - n))
+    input_ids = torch.tensor(ids, dtype=torch.long).view(len(rows), t)
+    target_pos, target_ids, k = targets(input_ids, torch.tensor(loss, dtype=torch.bool).view(len(rows), t),
+                                        pad_multiple)
+    # the target at flat position j of [R, T-1] is token j+1 of its row (row j // (T-1), column j % (T-1) + 1)
+    weights = [token_weight[j // (t - 1)][j % (t - 1) + 1] for j in target_pos[:k].tolist()]
+    target_weight = torch.tensor(weights + [0.0] * (target_pos.numel() - k), dtype=torch.float32)
+    return PackedRows(input_ids=input_ids, positions=torch.tensor(pos, dtype=torch.long).view(len(rows), t),
+                      segments=torch.tensor(seg, dtype=torch.long).view(len(rows), t), target_pos=target_pos,
+                      target_ids=target_ids, target_weight=target_weight,
+                      image_tokens=torch.tensor(tokens, dtype=torch.long).view(len(items), width),
+                      token_slots=torch.tensor(slots, dtype=torch.long), weighted_targets=float(sum(weights)))
 
 
-__all__ = ["MAX_LEN", "plan_across", "pack_across"]
+__all__ = ["IGNORE", "MAX_LEN", "PackedRows", "plan", "pack", "round_up", "targets"]

@@ -48,7 +48,7 @@ class ImageRoute(NamedTuple):
     """Cross-attention for packed rows that mix images: the B x T packed tokens, flattened, are gathered into
     M images x L queries (`tokens`), attend to their own image's keys/values [M, H, N, Dh] (read in place, never
     copied per row), and are put back (`slots`). Padding slots in `tokens` may point anywhere: their outputs are
-    never read back. (`vqa.data.packing.pack_across` builds both.)"""
+    never read back. (`vqa.data.packing.pack` builds both.)"""
 
     tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [B * T]
     slots: torch.Tensor  # [B * T] long: each token's place in the flat [M * L]

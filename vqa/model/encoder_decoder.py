@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..data.packing import IGNORE, PackedRows
 from ..errors import CheckpointError, InputError
 from . import config_file
-from .attention import gather_rows
+from .attention import ImageRoute, gather_rows
 from .decoder import TextDecoder
 from .vision import VisionEncoder
 
@@ -30,6 +31,15 @@ def target_positions(loss_mask: torch.Tensor) -> torch.Tensor:
     """Flat indices into [B * (T-1)] of the positions whose *next* token is a target: the logits at
     position t predict token t+1. [K] (a host sync; the training data path computes these in collate)."""
     return loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)
+
+
+def segment_mask(segments: torch.Tensor) -> torch.Tensor:
+    """bool [B, 1, T, T], True = may attend, for packed rows (`segments` [B, T]: 1, 2, ... the segment of each
+    token, 0 on padding): each position sees the earlier positions of its own segment and itself, so a segment
+    computes what it computes alone. Padding sees padding only, and always its own key."""
+    t = segments.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=segments.device).tril()  # [T, T]
+    return ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
 
 
 class VQAModel(nn.Module):
@@ -68,6 +78,33 @@ class VQAModel(nn.Module):
         if image_index is None and images.shape[0] != ids.shape[0]:
             raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
 
+    # ---- training ----
+    def packed_loss(self, images: torch.Tensor, rows: PackedRows) -> torch.Tensor:
+        """Training's loss: the sum over every target token of a batch of its cross-entropy times its task's
+        weight (the step divides by the global sum of the weights, `rows.weighted_targets` over micro-batches
+        and ranks). The whole trip, from the loader's batch:
+
+        1. `images` [M, 3, S, S] -> the ViT (`vqa.model.vision`) -> memory [M, N, D] -> each decoder layer's
+           cross-attention keys/values 2 x [M, H, N, Dh], once per image however many rows read it.
+        2. `rows` (`vqa.data.packing.pack`): every question and caption of the batch end to end in [R, T]
+           rows that mix images, each a segment with its own positions from 0 that attends causally within
+           itself only (`segment_mask`). Self-attention and the projections run in that layout; the
+           cross-attention core runs image-major (`ImageRoute`: image m's tokens [M, L] against image m's
+           keys/values), each token reading its own image's patches only.
+        3. The LM head at the target positions only (`rows.target_pos` [K]), cross-entropy against
+           `rows.target_ids` [K] in float32, times `rows.target_weight` [K] (0 on padding targets), summed.
+
+        No host sync and no data-dependent control flow (torch.compile, DDP's static graph): every count and
+        index comes from the collate function. A batch without any text row is one padding row and one
+        padding target: a zero loss whose graph still reaches every parameter."""
+        kv = self.decoder.memory_kv(self.encode(images))  # per layer, 2 x [M, H, N, Dh]
+        route = ImageRoute(rows.image_tokens, rows.token_slots)
+        hidden, _ = self.decoder(rows.input_ids, kv, pos=rows.positions, mask=segment_mask(rows.segments),
+                                 route=route)  # [R, T, D]
+        logits = self.target_logits(hidden, rows.target_pos)  # [K, V]
+        ce = F.cross_entropy(logits.float(), rows.target_ids, ignore_index=IGNORE, reduction="none")  # [K]
+        return (ce * rows.target_weight).sum()
+
     # ---- teacher forcing ----
     def forward(
         self,
@@ -79,8 +116,8 @@ class VQAModel(nn.Module):
     ) -> Output:
         """Teacher-forced pass. The logits at position t predict token t+1, so the loss compares
         logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is set: prompt and padding never count.
-        Padding is on the right, so plain causal attention never lets a real token see it. (Training uses
-        `vqa.train.objective`, which groups rows by task and needs no host sync.)"""
+        Padding is on the right, so plain causal attention never lets a real token see it. (Training computes
+        `packed_loss` instead, which needs no host sync.)"""
         self.check_text(input_ids, images, image_index)
         hidden, _ = self.decoder(input_ids, self.memory_kv(self.encode(images), image_index))  # [B, T, D]
         loss, n = None, 0

@@ -26,13 +26,4 @@ def causal_mask(queries: int, keys: int, device=None, key_valid: torch.Tensor | 
     return ((causal & key_valid[:, None, :]) | (cols[None, :] == rows[:, None]))[:, None]
 
 
-def segment_mask(segments: torch.Tensor) -> torch.Tensor:
-    """bool [B, 1, T, T], True = may attend, for packed rows (`segments` [B, T]: 1, 2, ... the segment of each
-    token, 0 on padding): each position sees the earlier positions of its own segment and itself, so a segment
-    computes what it computes alone. Padding sees padding only, and always its own key."""
-    t = segments.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=segments.device).tril()  # [T, T]
-    return ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
-
-
-__all__ = ["causal_mask", "segment_mask"]
+__all__ = ["causal_mask"]

@@ -6,7 +6,7 @@
 
 Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
 saved run; the run folder's files), `trainer` (the loop), `setup` (a new run's tokenizer and model), `step`
-(one optimizer step), `objective` (the loss a step computes), `optim` (Muon + AdamW, schedules), `budget`
+(one optimizer step over `VQAModel.packed_loss`), `optim` (Muon + AdamW, schedules), `budget`
 (`--time-limit`), `state` (what resume restores), `runlock` (one trainer per run folder), `plots` (curves).
 """
 

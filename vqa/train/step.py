@@ -1,7 +1,8 @@
 """One optimizer step, as `vqa train` runs it (and `scripts/bench.py` times it): forward and backward over the
-micro-batches, the step's scalars in one all-reduce, gradients scaled to the global mean, clip, step.
+micro-batches (`VQAModel.packed_loss`, wrapped by `TrainingLoss`), the step's scalars in one all-reduce,
+gradients scaled to the global mean, clip, step.
 
-The step never makes the host wait for the device: target counts come from the collate function (CPU),
+The step never makes the host wait for the device: weighted target counts come from the collate function (CPU),
 the loss stays on the device, and the gradient scale is a device tensor. The caller reads the returned
 scalars only when it logs. `count_syncs` checks it: it counts the operations that would block the host on
 CUDA (`.item()`, `nonzero`, boolean-mask indexing, ...).
@@ -16,6 +17,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..data.collate import Batch
+from ..data.packing import PackedRows
+from ..model import VQAModel
 
 # aten ops that copy a value to the host or size an output by data: each makes the host wait on CUDA
 SYNCING_OPS = frozenset({
@@ -25,35 +28,48 @@ SYNCING_OPS = frozenset({
 })
 
 
-def wrap_ddp(objective: torch.nn.Module, device: torch.device, local_rank: int = 0, static_graph: bool = True):
-    """The training objective under DDP as training runs it. Buffers (sin-cos tables) are constants: nothing to
+class TrainingLoss(torch.nn.Module):
+    """The model's training loss as a module's forward, which is what DDP's hooks and torch.compile wrap."""
+
+    def __init__(self, model: VQAModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor, rows: PackedRows) -> torch.Tensor:
+        return self.model.packed_loss(images, rows)
+
+
+def wrap_ddp(loss: torch.nn.Module, device: torch.device, local_rank: int = 0, static_graph: bool = True):
+    """The training loss under DDP as training runs it. Buffers (sin-cos tables) are constants: nothing to
     broadcast every forward. Gradients are views of DDP's buckets: no second copy of them (~0.6 GB for base).
     The step's graph is static (every trainable parameter gets a gradient in every step, the empty-batch
-    fallback included, and each micro-batch runs the same objective), so `static_graph` lets DDP skip
+    batch without text included, and each micro-batch runs the same forward), so `static_graph` lets DDP skip
     re-deciding what took part and which buckets are ready."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    return DDP(objective, device_ids=[local_rank] if device.type == "cuda" else None, broadcast_buffers=False,
+    return DDP(loss, device_ids=[local_rank] if device.type == "cuda" else None, broadcast_buffers=False,
                gradient_as_bucket_view=True, static_graph=static_graph)
 
 
 class StepRunner:
-    def __init__(self, fwd: Callable, optimizer, scaler: torch.amp.GradScaler, params: list[torch.Tensor],
-                 device: torch.device, task_weights: dict[str, float], grad_clip: float = 1.0,
-                 amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
-                 images: Callable[[Batch, torch.device], torch.Tensor] | None = None):
+    def __init__(self, fwd: Callable[[torch.Tensor, PackedRows], torch.Tensor], optimizer,
+                 scaler: torch.amp.GradScaler, params: list[torch.Tensor], device: torch.device,
+                 grad_clip: float = 1.0, amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
+                 normalize: Callable | None = None):
+        """`fwd`: `TrainingLoss` (under DDP and torch.compile as training asks). `normalize(images, jitter,
+        device)`: a batch's uint8 images (and jitter) to the model's input on the device
+        (`vqa.data.transforms.ImageNormalizer`); None: the images as they are."""
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
-        self.device, self.weights, self.grad_clip = device, dict(task_weights), float(grad_clip)
+        self.device, self.grad_clip = device, float(grad_clip)
         self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
         self.ddp_started = False  # a backward through DDP has run
-        # a batch's model input on the device: the trainer normalizes its uint8 images (and jitter) there
-        self.images = images or (lambda b, dev: b.images.to(dev, non_blocking=True))
+        self.normalize = normalize
 
     def __call__(self, micro: list[Batch], extra: Iterable[float] = ()) -> torch.Tensor:
         """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
         ranks: `extra` carries host values every rank must agree on (the time-limit decisions)."""
         dev = self.device
-        n_local = sum(self.weights[t] * n for b in micro for t, n in _targets(b))
+        n_local = sum(b.packed.weighted_targets for b in micro)
         loss_sum = torch.zeros((), device=dev)
         for i, b in enumerate(micro):
             if self.ddp is not None:  # sync gradients on the last micro-batch only (as nanoGPT does), and on the
@@ -61,9 +77,11 @@ class StepRunner:
                 # micro-batch early is the same sum: the ranks' mean is linear)
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1 or not self.ddp_started
                 self.ddp_started = True
-            rows, weights = self.rows(b)
+            images = (b.images.to(dev, non_blocking=True) if self.normalize is None
+                      else self.normalize(b.images, b.jitter, dev))
+            rows = b.packed.to(dev, non_blocking=True)
             with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                part = self.fwd(self.images(b, dev), rows, weights)
+                part = self.fwd(images, rows)
             loss_sum += part.detach()
             self.scaler.scale(part).backward()
         host = torch.tensor([n_local, *extra], dtype=torch.float32)
@@ -81,21 +99,6 @@ class StepRunner:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
-
-
-    def rows(self, b: Batch) -> tuple:
-        """A batch's text rows on the device (packed, or task groups) and the loss weight of each task."""
-        if b.packed is not None:
-            return b.packed.to(self.device, non_blocking=True), [self.weights[t] for t in b.packed.tasks]
-        rows = [g.to(self.device, non_blocking=True) for g in b.groups]
-        return rows, [self.weights[g.task] for g in rows]
-
-
-def _targets(b: Batch) -> list[tuple[str, int]]:
-    """(task, real target count) of a batch's rows, packed or in task groups."""
-    if b.packed is not None:
-        return list(b.packed.task_targets.items())
-    return [(g.task, g.n_targets) for g in b.groups]
 
 
 def host_tensors(optimizer) -> list[torch.Tensor]:
@@ -127,4 +130,4 @@ class count_syncs(TorchDispatchMode):  # noqa: N801 (used as a context manager, 
         return sum(self.ops.values())
 
 
-__all__ = ["StepRunner", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]
+__all__ = ["TrainingLoss", "StepRunner", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]

@@ -27,7 +27,6 @@ from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
 from ..data.ids import check_ids
 from ..data.loader import TrainBatches
-from ..data.packing import pack_across
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
@@ -37,13 +36,12 @@ from ..evaluation.evaluate import evaluate, flatten
 from ..model import checkpoint
 from . import state as run_state
 from .budget import TimeBudget, evaluation_due
-from .objective import Objective
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
 from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
-from .step import StepRunner, wrap_ddp
+from .step import StepRunner, TrainingLoss, wrap_ddp
 
 
 def train(cfg: TrainConfig) -> Trainer:
@@ -134,11 +132,11 @@ class Trainer:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
         self.batch_size = c.batch_size or default_batch(self.model, d.device)
-        # rows packed across images (vqa.data.packing) or one image per row (vqa.data.collate.pack); compiled:
-        # lengths and target counts padded to multiples of 8, so an epoch sees few shapes
+        # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
+        # target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
         self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1,
-                                    pack_rows=pack_across if c.packing == "across" else True)
+                                    task_weights={"vqa": 1.0, "caption": c.caption_weight})
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
@@ -172,16 +170,15 @@ class Trainer:
         self.total_steps = self._planned_steps()
         if state is not None:
             self._restore(state)
-        self.objective = Objective(self.model)
+        self.loss = TrainingLoss(self.model)
         self.ddp = None
         if d.world > 1:  # gradient_as_bucket_view, static_graph (vqa.train.step.wrap_ddp)
-            self.ddp = wrap_ddp(self.objective, d.device, d.local_rank)
-        self.fwd = self.ddp or self.objective
+            self.ddp = wrap_ddp(self.loss, d.device, d.local_rank)
+        self.fwd = self.ddp or self.loss
         if self.compiled:
             self.fwd = torch.compile(self.fwd)
-        self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device,
-                                 {"vqa": 1.0, "caption": c.caption_weight}, c.grad_clip, self.amp_dtype, d.world,
-                                 self.ddp, images=lambda b, dev: self.normalize(b.images, b.jitter, dev))
+        self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device, c.grad_clip,
+                                 self.amp_dtype, d.world, self.ddp, normalize=self.normalize)
 
     def _restore(self, state: dict) -> None:
         c, d = self.cfg, self.d

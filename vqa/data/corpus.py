@@ -1,0 +1,32 @@
+"""The pretraining corpus: procedurally generated pictures, broader than Shapes and Scenes and sharing none of
+their scenes, with dense captions, relation statements and questions, written as VQA v2 + COCO captions so
+that `vqa train` (and `vqa pretrain`) reads it like any data folder.
+
+Scenes: `corpus_scene` (12 kinds, 10 colours, 5 fills, continuous sizes, rotations, overlaps, 7 backgrounds x
+6 patterns, 4 drawing styles); pictures: `corpus_render`; words: `corpus_text`. Built and written by
+`vqa.data.synthetic` as the other synthetic sets are: byte-identical for a seed. docs/pretraining.md says more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import synthetic
+from .corpus_render import render_job
+from .corpus_scene import make_scene
+from .corpus_text import N_ANSWERS, candidates, make_captions
+
+CORPUS_SET = synthetic.SyntheticSet(
+    name="pretraining corpus", prefix="corpus", make_scene=make_scene, candidates=candidates,
+    make_captions=make_captions, render_job=render_job, n_answers=N_ANSWERS,
+    scene_keys=("background", "pattern", "style", "objects"),
+)
+
+
+def generate_corpus(
+    out_dir: str | Path, n_train: int = 40000, n_val: int = 500, size: int = 64, seed: int = 0,
+    progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
+) -> dict:
+    """Build the corpus in `out_dir` (as `generate_shapes` builds Shapes); returns the question-only prior
+    baselines per split and family. Counts and answer histograms go to `corpus_info.json`."""
+    return synthetic.generate(CORPUS_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)

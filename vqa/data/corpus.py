@@ -17,7 +17,7 @@ from .corpus_scene import make_scene
 from .corpus_text import N_ANSWERS, candidates, make_captions
 
 CORPUS_SET = synthetic.SyntheticSet(
-    name="pretraining corpus", prefix="corpus", make_scene=make_scene, candidates=candidates,
+    name="Corpus", prefix="corpus", make_scene=make_scene, candidates=candidates,
     make_captions=make_captions, render_job=render_job, n_answers=N_ANSWERS,
     scene_keys=("background", "pattern", "style", "objects"),
 )

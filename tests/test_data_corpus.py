@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vqa.data import synthetic
-from vqa.data.corpus import CORPUS_SET, generate_corpus
+from vqa.data.corpus import CORPUS_SET
 from vqa.data.corpus_render import K, object_mask
 from vqa.data.corpus_scene import BACKGROUNDS, COLOURS, KINDS
 from vqa.data.formats import find_splits, load_split
@@ -26,7 +26,7 @@ SIDE = 64
 
 
 def _build(path, seed=5):
-    generate_corpus(path, n_train=30, n_val=6, seed=seed, progress=False, workers=1)
+    synthetic.generate(CORPUS_SET, path, 30, 6, size=SIDE, seed=seed, progress=False, workers=1)
     return path
 
 

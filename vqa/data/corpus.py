@@ -9,8 +9,6 @@ Scenes: `corpus_scene` (12 kinds, 10 colours, 5 fills, continuous sizes, rotatio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import synthetic
 from .corpus_render import render_job
 from .corpus_scene import make_scene
@@ -22,11 +20,3 @@ CORPUS_SET = synthetic.SyntheticSet(
     scene_keys=("background", "pattern", "style", "objects"),
 )
 
-
-def generate_corpus(
-    out_dir: str | Path, n_train: int = 40000, n_val: int = 500, size: int = 64, seed: int = 0,
-    progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
-) -> dict:
-    """Build the corpus in `out_dir` (as `generate_shapes` builds Shapes); returns the question-only prior
-    baselines per split and family. Counts and answer histograms go to `corpus_info.json`."""
-    return synthetic.generate(CORPUS_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)

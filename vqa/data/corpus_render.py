@@ -4,14 +4,13 @@ area reduction that antialiases everything."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from .corpus_scene import BACKGROUNDS, COLOURS
-from .scenes_render import OUTLINES, _turn
+from .scenes_render import OUTLINES, _grid, _turn
 
 K = 4  # supersampling factor
 
@@ -25,13 +24,6 @@ SHAPES = {
     "triangle": _regular(3), "square": _regular(4, 45.0), "diamond": [(0, -1), (0.7, 0), (0, 1), (-0.7, 0)],
     "pentagon": _regular(5), "octagon": _regular(8, 22.5),
 }
-
-
-@functools.lru_cache(maxsize=4)
-def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel coordinates as fractions of the side: y as a column, x as a row (they broadcast to [n, n])."""
-    at = (np.arange(n, dtype=np.float32) + 0.5) / n
-    return at[:, None], at[None, :]
 
 
 def background(scene: dict, n: int) -> np.ndarray:

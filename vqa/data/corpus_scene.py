@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .scenes_scene import kind_and_colour
+
 KINDS = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "octagon", "star", "heart", "cross",
          "arrow", "ring")
 COLOURS = {
@@ -71,11 +73,7 @@ def make_scene(rng: np.random.Generator, side: int) -> dict:
     n = int(rng.integers(1, MAX_OBJECTS + 1))
     objs: list[dict] = []
     while len(objs) < n:
-        kind, colour = KINDS[rng.integers(len(KINDS))], list(COLOURS)[rng.integers(len(COLOURS))]
-        if objs and rng.random() < REPEAT:
-            kind = objs[rng.integers(len(objs))]["kind"]
-        if objs and rng.random() < REPEAT:
-            colour = objs[rng.integers(len(objs))]["color"]
+        kind, colour = kind_and_colour(rng, objs, KINDS, tuple(COLOURS), REPEAT)
         d = float(rng.uniform(*DIAMETER)) * side
         while (at := _place(rng, objs, d, side)) is None and d > DIAMETER[0] * side:
             d *= 0.85

@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers: int | None = None,
                  progress: bool = True) -> Path:
     """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there."""
-    from ..data.corpus import generate_corpus
+    from ..data.corpus import CORPUS_SET
+    from ..data.synthetic import generate
     from ..tokenizer import Tokenizer
 
     info, tok_path = folder / "corpus_info.json", folder / "tokenizer.json"
@@ -68,7 +69,7 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
                           f"{have.get('n_val')} pictures, not seed {seed} with {images} + {val_images}: choose "
                           "another --out")
     info.unlink(missing_ok=True)  # written last by the build: its absence marks an unfinished one
-    generate_corpus(folder, n_train=images, n_val=val_images, seed=seed, progress=progress, workers=workers)
+    generate(CORPUS_SET, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
     texts = [c["caption"] for c in json.loads((folder / "captions_train.json").read_text())["annotations"]]
     texts += [q["question"] for q in json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]]
     texts += sorted({a["multiple_choice_answer"] for a in

@@ -33,8 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Build the pretraining corpus (procedural pictures: 12 kinds of objects, fills, textures, backgrounds, "
         "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
         f"and train the tiny preset's encoder and decoder on it from random weights. The defaults ({DEFAULT_IMAGES:,} "
-        f"pictures, {DEFAULT_STEPS:,} steps) take about 75-90 minutes on a 2-core CPU: ~3 minutes for the "
-        "corpus, the rest training. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
+        f"pictures, {DEFAULT_STEPS:,} steps) are sized for about 70 minutes on an idle 2-core CPU: ~4 minutes "
+        "for the corpus, ~0.4 s a step (an estimate from the tiny preset's speed; a CPU shared with other jobs "
+        "is several times slower: docs/pretraining.md). It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
         "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
         "command again continues an interrupted run.")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")

@@ -13,6 +13,7 @@ from .errors import VQAError
 COMMANDS = {
     "data": ("vqa.data.cli", "build the built-in Shapes data set, inspect a data folder, or list / clear the image cache"),
     "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
+    "pretrain": ("vqa.train.pretrain", "build the pretraining corpus and pretrain the tiny preset's towers on it"),
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
     "ask": ("vqa.inference.cli", "answer a question about an image, or questions about many (JSON Lines out)"),
     "caption": ("vqa.inference.cli", "caption an image, or folders, lists and shards of them (JSON Lines out)"),

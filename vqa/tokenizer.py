@@ -65,7 +65,10 @@ class Tokenizer:
 
     # ---- building, saving, loading ----
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 1) -> Tokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 1,
+              alphabet: Iterable[str] = ()) -> Tokenizer:
+        """BPE trained on `texts`; every character of `alphabet` is a token too, so that a word the texts
+        never used is spelled in sub-words of it instead of becoming <unk>."""
         hf = HFTokenizer(models.BPE(unk_token=UNK))
         hf.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -73,7 +76,8 @@ class Tokenizer:
         )
         hf.decoder = decoders.Metaspace()
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False,
+            initial_alphabet=sorted(set(alphabet)),
         )
         hf.train_from_iterator(texts, trainer=trainer)
         return cls(hf)

@@ -108,6 +108,10 @@ class TrainConfig(_Config):
     weight_decay: float = field(default=0.05, metadata=_opt(
         "decoupled weight decay of matrices: each step multiplies them by 1 - lr x this (Muon's at its own lr)"))
     warmup: int = field(default=100, metadata=_opt("linear warmup steps"))
+    schedule: str = field(default="cosine", metadata=_opt(
+        "the learning rate after the warmup: cosine (down to a tenth of --lr at the end of the run) or noam "
+        "(the Transformer paper's: --lr x sqrt(warmup / step), no end; docs/pretraining.md)",
+        choices=("cosine", "noam")))
     grad_clip: float = field(default=1.0, metadata=_opt("clip the global gradient norm to this (0: off)"))
     eval_every: int = field(default=0, metadata=_opt(
         "steps between evaluations (0: four a run, at each quarter of the planned steps or of --time-limit)"))

@@ -1,4 +1,4 @@
-"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`), inspect a data set
+"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`, `vqa data corpus`), inspect a data set
 (`vqa data info`), write one as shards (`vqa data convert SRC --to webdataset|parquet OUT`), or list or clear
 the image cache folder (`vqa data cache [--clear]`)."""
 
@@ -18,6 +18,7 @@ from .split import skipped_summary
 SETS = {
     "shapes": "the built-in Shapes set",
     "scenes": "the built-in Scenes set, a second synthetic set to check a training recipe on (docs/scenes.md)",
+    "corpus": "the pretraining corpus of `vqa pretrain`: broader scenes, dense captions (docs/pretraining.md)",
 }
 
 
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"shapes": run_synthetic, "scenes": run_synthetic, "info": run_info,
+    return {"shapes": run_synthetic, "scenes": run_synthetic, "corpus": run_synthetic, "info": run_info,
             "convert": run_convert, "cache": run_cache}[args.data_command](args)
 
 
@@ -108,13 +109,15 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
-    """`vqa data shapes` / `vqa data scenes`: build the set, then print its counts, answers and priors."""
+    """`vqa data shapes` / `scenes` / `corpus`: build the set, then print its counts, answers and priors."""
     from .synthetic import FAMILIES, generate
 
     if args.data_command == "shapes":
         from .shapes import SHAPES_SET as spec
-    else:
+    elif args.data_command == "scenes":
         from .scenes import SCENES_SET as spec
+    else:
+        from .corpus import CORPUS_SET as spec
     check_out_folder("--out", args.out)
     t0 = time.perf_counter()
     priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,

@@ -44,17 +44,25 @@ def _place(rng: np.random.Generator, objs: list[dict], d: float, side: int) -> t
     return None
 
 
+def kind_and_colour(rng: np.random.Generator, objs: list[dict], kinds: tuple[str, ...], colours: tuple[str, ...],
+                    repeat: float) -> tuple[str, str]:
+    """A new object's kind and colour at random; each, with chance `repeat`, copied from an earlier object
+    (larger counts, and names that need more than one word)."""
+    kind, colour = kinds[rng.integers(len(kinds))], colours[rng.integers(len(colours))]
+    if objs and rng.random() < repeat:
+        kind = objs[rng.integers(len(objs))]["kind"]
+    if objs and rng.random() < repeat:
+        colour = objs[rng.integers(len(objs))]["color"]
+    return kind, colour
+
+
 def make_scene(rng: np.random.Generator, side: int) -> dict:
     """Random objects that do not touch, a background and some clutter; an object that finds no room after
     60 tries is tried again 15% smaller (down to 10% of the side)."""
     n = int(rng.integers(1, 7))
     objs: list[dict] = []
     while len(objs) < n:
-        kind, colour = KINDS[rng.integers(len(KINDS))], list(COLOURS)[rng.integers(len(COLOURS))]
-        if objs and rng.random() < REPEAT:
-            kind = objs[rng.integers(len(objs))]["kind"]
-        if objs and rng.random() < REPEAT:
-            colour = objs[rng.integers(len(objs))]["color"]
+        kind, colour = kind_and_colour(rng, objs, KINDS, tuple(COLOURS), REPEAT)
         d = float(rng.uniform(*DIAMETER)) * side
         while (at := _place(rng, objs, d, side)) is None and d > 0.1 * side:
             d *= 0.85

@@ -1,7 +1,7 @@
 """The optimizers and the schedule: AdamW with weight decay on matrices only (nanoGPT's rule), or Muon for the
 hidden matrices with AdamW for the rest; a learning rate per part of the model (the new cross-attention, the
-decoder, the vision encoder; a part at rate 0, or left out of --train-only, is frozen); linear warmup, then
-cosine."""
+decoder, the vision encoder; a part at rate 0, or left out of --train-only, is frozen); the schedule: linear
+warmup then cosine, or Noam's (the Transformer paper's inverse square root after a linear warmup)."""
 
 from __future__ import annotations
 
@@ -186,8 +186,25 @@ def make_optimizer(model, lr, vit_lr, weight_decay, fused: bool = False, kind: s
     return torch.optim.AdamW(groups, betas=(0.9, 0.98), eps=1e-8, fused=fused or None)
 
 
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float = 0.1) -> float:
-    """Linear warmup from 0 to 1 over `warmup` steps, then cosine from 1 to `min_ratio` at `total`."""
+SCHEDULES = ("cosine", "noam")
+
+
+def noam(step: int, warmup: int, d_model: int) -> float:
+    """The Transformer paper's learning rate at `step` (counted from 1): d_model^-0.5 * min(step^-0.5,
+    step * warmup^-1.5): a linear rise to its peak (d_model * warmup)^-0.5 at step = warmup, then 1/sqrt(step)."""
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lr_factor(step: int, warmup: int, total: int, min_ratio: float = 0.1, schedule: str = "cosine") -> float:
+    """The factor on each group's base rate at `step` (from 0). cosine: linear warmup from 0 to 1 over `warmup`
+    steps, then cosine from 1 to `min_ratio` at `total`. noam: `noam` divided by its peak, so that --lr is the
+    peak rate as in cosine and the parts keep their ratios (d_model^-0.5 cancels: --lr plays its part); it
+    never ends, so it suits a run whose length is open."""
+    if schedule == "noam":
+        w = max(1, warmup)
+        return noam(step + 1, w, 1) / noam(w, w, 1)
+    if schedule != "cosine":
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))

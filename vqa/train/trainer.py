@@ -260,7 +260,7 @@ class Trainer:
         for micro in self.batches():
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
-            set_lr(self.optimizer, lr_factor(self.step, self._warmup(), self.total_steps or 10**9))
+            set_lr(self.optimizer, lr_factor(self.step, self._warmup(), self.total_steps or 10**9, schedule=c.schedule))
             log = (self.step + 1) % c.log_every == 0 or self.step == 0
             # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
             decide = budget is not None and (d.world == 1 or log)

@@ -1,0 +1,112 @@
+"""`vqa pretrain`: build the pretraining corpus (`vqa.data.corpus`) and train the tiny preset's towers on it from
+random weights, with the ordinary trainer, into a run folder that `vqa train --init-from DIR` starts from.
+
+DIR holds the run (best/, last/, metrics.jsonl: a run folder like any other), the corpus in DIR/corpus with its
+tokenizer (BPE on the corpus text plus every printable ASCII character, so that a fine-tuning set's new words
+are sub-words, never <unk>) and DIR/pretrain.json (the command, corpus, steps, seconds). With --max-steps the
+run is reproducible: the same seed gives the same weights on the same machine; an interrupted one continues
+where it stopped when the command is given again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import string
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..options import check_out_folder
+
+DEFAULT_STEPS = 9000
+DEFAULT_IMAGES = 40000
+ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
+# the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
+# token weighted as an answer's: the captions are what pretraining teaches
+PRETRAIN_FLAGS = dict(preset="tiny", captions_per_image=4, caption_weight=1.0)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Build the pretraining corpus (procedural pictures: 12 kinds of objects, fills, textures, backgrounds, "
+        "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
+        f"and train the tiny preset's encoder and decoder on it from random weights. The defaults ({DEFAULT_IMAGES:,} "
+        f"pictures, {DEFAULT_STEPS:,} steps) are sized for about 70 minutes on an idle 2-core CPU: ~4 minutes "
+        "for the corpus, ~0.4 s a step (an estimate from the tiny preset's speed; a CPU shared with other jobs "
+        "is several times slower: docs/pretraining.md). It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
+        "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
+        "command again continues an interrupted run.")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--max-steps", type=int, default=None,
+                        help=f"optimizer steps (default {DEFAULT_STEPS:,}): the same seed gives the same weights")
+    length.add_argument("--minutes", type=float, default=None,
+                        help="train for this long instead (the steps then depend on the machine's speed)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the corpus, the weights and the data order")
+    p.add_argument("--images", type=int, default=DEFAULT_IMAGES,
+                   help=f"corpus training pictures (default {DEFAULT_IMAGES:,})")
+    p.add_argument("--val-images", type=int, default=500,
+                   help="corpus validation pictures, scored during the run (default 500)")
+    p.add_argument("--schedule", choices=("cosine", "noam"), default="cosine",
+                   help="the learning-rate schedule after the warmup (default cosine; see vqa train --help)")
+    p.add_argument("--workers", type=int, default=None, help="corpus rendering processes (default: CPU count, max 8)")
+
+
+def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers: int | None = None,
+                 progress: bool = True) -> Path:
+    """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there."""
+    from ..data.corpus import CORPUS_SET
+    from ..data.synthetic import generate
+    from ..tokenizer import Tokenizer
+
+    info, tok_path = folder / "corpus_info.json", folder / "tokenizer.json"
+    if info.is_file() and tok_path.is_file():
+        have = json.loads(info.read_text())
+        if (have.get("seed"), have.get("n_train"), have.get("n_val")) == (seed, images, val_images):
+            return tok_path
+        raise ConfigError(f"{folder} holds a corpus of seed {have.get('seed')} with {have.get('n_train')} + "
+                          f"{have.get('n_val')} pictures, not seed {seed} with {images} + {val_images}: choose "
+                          "another --out")
+    info.unlink(missing_ok=True)  # written last by the build: its absence marks an unfinished one
+    generate(CORPUS_SET, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
+    texts = [c["caption"] for c in json.loads((folder / "captions_train.json").read_text())["annotations"]]
+    texts += [q["question"] for q in json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]]
+    texts += sorted({a["multiple_choice_answer"] for a in
+                     json.loads((folder / "v2_mscoco_train_annotations.json").read_text())["annotations"]})
+    Tokenizer.train(texts, alphabet=ALPHABET).save(tok_path)
+    return tok_path
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import TrainConfig
+    from .runfolder import resolve
+    from .trainer import train
+
+    check_out_folder("--out", args.out)
+    if args.images < 1 or args.val_images < 1:
+        raise ConfigError(f"--images and --val-images must be >= 1, got {args.images} and {args.val_images}")
+    if args.minutes is not None and not args.minutes > 0:
+        raise ConfigError(f"--minutes must be more than 0, got {args.minutes}")
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    tok = build_corpus(out / "corpus", args.images, args.val_images, args.seed, args.workers)
+    corpus_s = time.perf_counter() - t0
+    length = (dict(time_limit=f"{args.minutes}m") if args.minutes is not None
+              else dict(max_steps=args.max_steps or DEFAULT_STEPS))
+    flags = dict(PRETRAIN_FLAGS, data=str(out / "corpus"), out=str(out), seed=args.seed, schedule=args.schedule,
+                 tokenizer=str(tok), resume=(out / "last").exists() or (out / "last.old").exists(), **length)
+    cfg: TrainConfig = resolve(flags)
+    trainer = train(cfg)
+    card = dict(command="vqa pretrain " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["pretrain"] else None,
+                corpus=dict(images=args.images, val_images=args.val_images, seed=args.seed, folder="corpus"),
+                steps=trainer.step, seed=args.seed, schedule=args.schedule, corpus_seconds=round(corpus_s, 1),
+                total_seconds=round(time.perf_counter() - t0, 1), train_flags=flags)
+    (out / "pretrain.json").write_text(json.dumps(card, indent=1) + "\n")
+    print(f"vqa pretrain: {trainer.step} steps in {card['total_seconds'] / 60:.1f} min; fine-tune with "
+          f"vqa train --init-from {out} --data DATA --out RUN")
+    return 0
+
+
+__all__ = ["add_arguments", "build_corpus", "run"]

@@ -304,7 +304,7 @@ def test_the_examples_and_the_decoding_controls():
 
     ex = examples()
     assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
-    meta = json.loads((ROOT / "data" / "samples" / "samples.json").read_text())
+    meta = json.loads((ROOT / "vqa" / "samples" / "samples.json").read_text())
     assert {m["kind"] for m in meta} == {"picture", "shapes"}
     assert set(DECODING_METHODS) == set(METHODS)  # the dropdown offers every method generate knows
     controls = decoding_controls()

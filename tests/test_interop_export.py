@@ -200,7 +200,7 @@ def test_transformers_is_optional(tmp_path):
     r = _python(code)
     assert r.returncode == 0, r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    assert "pip install -e '.[transformers]'" in line and line.startswith("vqa export: error:")
+    assert "pip install 'vqa[transformers]'" in line and line.startswith("vqa export: error:")
     assert not (tmp_path / "hf").exists()
     r = _python("import sys\nfrom vqa.cli import build_parser\n"
                 "for c in ('caption', 'ask', 'train', 'export', 'import', 'eval', 'data'): build_parser([c])\n"

@@ -19,7 +19,11 @@ COMMANDS = {
     "import": ("vqa.export.hf_import", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
     "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
                                    "VisionEncoderDecoderModel folder"),
+    "demo": ("vqa.demo.options", "serve the demo page (Gradio): ask, caption and see where the model looked"),
 }
+
+# commands whose flags live in a light module apart from the one that runs them (gradio loads only to serve)
+RUNNERS = {"demo": "vqa.demo.server"}
 
 
 # commands whose INPUTs may come after options too (`vqa caption --checkpoint run a.png --batch-size 2 b.png`):
@@ -28,7 +32,10 @@ INTERMIXED = ("ask", "caption")
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.")
+    parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.",
+                                     epilog="Exit status: 0 done, 1 a failure while running (a missing or bad file, "
+                                            "a checkpoint that does not load), 2 a usage error, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if not a.startswith("-")), None)
     parser.commands = {}  # name -> its parser
@@ -39,6 +46,17 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             mod.add_arguments(p, name) if _takes_name(mod.add_arguments) else mod.add_arguments(p)
             p.set_defaults(_module=module)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (its metadata), or "unknown" for a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("vqa")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -58,8 +76,13 @@ def _takes_name(fn) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    mod = importlib.import_module(args._module)
+    check = getattr(importlib.import_module(args._module), "check", None)
+    problem = check(args) if check else None
+    if problem:  # a usage error found before the heavy modules load
+        print(f"vqa {args.command}: error: {problem}", file=sys.stderr)
+        return 2
     try:
+        mod = importlib.import_module(RUNNERS.get(args.command, args._module))
         return int(mod.run(args) or 0)
     except VQAError as e:
         print(f"vqa {args.command}: error: {e}", file=sys.stderr)

@@ -33,8 +33,8 @@ def check_fields(cls, d: dict, what: str) -> dict:
     removed = REMOVED_FIELDS.get(cls.__name__, {})
     for key in sorted(set(d) & set(removed)):
         if d[key] != removed[key]:
-            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md; its code "
-                              f"is in commit {REMOVED_IN})")
+            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (its code is in "
+                              f"commit {REMOVED_IN} of vqa's repository)")
     d = {k: v for k, v in d.items() if k not in removed}
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(d) - set(known))

@@ -26,7 +26,7 @@ GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_emb
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
-        about="trains on 2 CPU cores in minutes (docs/shapes-10min.md): a narrow 3-layer ViT on 64 px images "
+        about="trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images "
               "with a conv stem down to 8 px patches, a 3-layer decoder, QK-norm everywhere, fixed 2-D "
               "positions on the memory",
         model=dict(

@@ -65,12 +65,12 @@ class TrainConfig(_Config):
 
     data: str = field(default="", metadata=_opt(
         "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
-        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md", metavar='DIR'))
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); `vqa data info DIR` lists what it finds", metavar='DIR'))
     out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
-        "override a model config field (repeatable); the fields, each with what it does: ModelConfig in "
-        "vqa/config/model.py", flag="--set", metavar="FIELD=VALUE"))
+        "override a model config field (repeatable); the fields, each with what it does: "
+        "`python -c 'import vqa.config as c; help(c.ModelConfig)'`", flag="--set", metavar="FIELD=VALUE"))
     tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
     epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
     max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))
@@ -83,8 +83,7 @@ class TrainConfig(_Config):
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
     captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
     caption_weight: float = field(default=0.5, metadata=_opt(
-        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens; "
-        "see docs/shapes-10min.md for the values tried)"))
+        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens)"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's; 0: every weight stays as it starts)"))
@@ -137,7 +136,7 @@ class TrainConfig(_Config):
     compile: bool | None = field(default=None, metadata=_opt(
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
         "on CUDA, where it pays: +31-43% images/s for small and base on an H100; off on CPUs, where it did not "
-        "pay for tiny; docs/performance.md). The first step waits 1-2 minutes for the compiler"))
+        "pay for tiny). The first step waits 1-2 minutes for the compiler"))
     packing: str = field(default="across", metadata=_opt(
         "how a batch's questions and captions share decoder rows: across (rows hold text of several images, "
         "each token attending to its own image; ~97% real tokens) or image (a row holds one image's text)",

@@ -17,28 +17,21 @@ from . import explorer as ex
 from .card import card_markdown, start_reference
 from .examples import examples
 from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
+from .options import BATCH_WAIT_MS, MAX_BATCH
 from .uploads import picture_input
 
-MAX_BATCH = 16  # questions answered by one model call, at most
 MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
-BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a lone request: that much later)
 
 HOW_TO_TRAIN = """
 # vqa demo: no trained model yet
 
-The demo needs a checkpoint and none was found at `runs/tiny`. Train the tiny model on the built-in Shapes set
-(about 10 minutes on a laptop CPU), then start the demo again:
-
-```bash
-make demo                      # builds data/shapes, trains runs/tiny, evaluates it and serves this app
-```
-
-or step by step:
+The demo needs a checkpoint and none was found at `runs/tiny` (in the folder the demo was started from). Train
+the tiny model on the built-in Shapes set (about 10 minutes on a laptop CPU), then start the demo again:
 
 ```bash
 vqa data shapes --out data/shapes
 vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m
-python app.py --checkpoint runs/tiny
+vqa demo --checkpoint runs/tiny
 ```
 
 Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.

@@ -9,6 +9,7 @@ in the official formats.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from ..data.loader import eval_dataset
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
-from ..errors import DataError
+from ..errors import DataError, ExtraMissing
 from .metrics import caption_scores, vqa_scores
 
 
@@ -40,9 +41,10 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 @torch.no_grad()
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
-             compile: bool = False) -> dict:
+             compile: bool = False, need_caption_scores: bool = True) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
-    result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
+    result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
+    with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
 
     Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of a folder
@@ -106,7 +108,12 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],
                        per_answer_type=scores["per_answer_type"], per_question_type=scores["per_question_type"])
     if cap_pred:
-        summary.update(caption_scores(cap_pred, cap_refs))
+        try:
+            summary.update(caption_scores(cap_pred, cap_refs))
+        except ExtraMissing as e:
+            if need_caption_scores:
+                raise
+            logging.getLogger("vqa").warning("%s; the captions are not scored", e)
     return dict(
         summary=summary,
         vqa_results=[{"question_id": q, "answer": a} for q, a in vqa_pred.items()],

@@ -41,7 +41,7 @@ from .hf_layout import vqa_to_hf
 from .output import MARKER, check_output, export_replacing
 
 ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # dec_activation -> GPT-2's activation_function
-INSTALL = "pip install -e '.[transformers]'"
+INSTALL = "pip install 'vqa[transformers]'"
 
 
 def require_transformers():  # pragma: no mutate block (a check, not the mapping)

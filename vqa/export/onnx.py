@@ -95,8 +95,7 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as e:
-        raise ConfigError(f"exporting to ONNX needs the onnx extra ({e.name} is missing): pip install -e '.[onnx]' "
-                          "in the source checkout (make's .venv has it)") from None
+        raise ConfigError(f"exporting to ONNX needs the onnx extra ({e.name} is missing): pip install 'vqa[onnx]'") from None
     from ..model import checkpoint
 
     _check_apart(checkpoint_path, out)

@@ -78,7 +78,7 @@ def resolve(flags: dict, config_file: str | None = None, quiet: bool = False) ->
         if src:
             top["preset"] = src
     if not top.get("data"):
-        raise ConfigError("--data is required (a data folder; see data/README.md)")
+        raise ConfigError("--data is required (a data folder; `vqa data shapes --out data/shapes` builds one to try)")
     name = top.get("preset", TrainConfig.preset)
     get_preset(name)  # an unknown name: the error lists the presets
     cfg = TrainConfig.from_dict(_layer(train_defaults(name), top))

@@ -356,7 +356,8 @@ class Trainer:
         if self.val_data is not None and self.cfg.eval_images > 0:  # every rank decodes its share; rank 0 scores
             self.model.eval()
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
-                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world)["summary"]
+                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
+                              need_caption_scores=False)["summary"]
             self.model.train()
         if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})

@@ -196,7 +196,7 @@ def test_transformers_is_optional(tmp_path):
             "assert rc == 0, rc\n"
             f"rc = main(['export', '--checkpoint', {str(tmp_path / 'run')!r}, '--transformers', "
             f"{str(tmp_path / 'hf')!r}])\n"
-            "assert rc == 2, rc\n")
+            "assert rc == 1, rc\n")
     r = _python(code)
     assert r.returncode == 0, r.stderr
     line = r.stderr.strip().splitlines()[-1]

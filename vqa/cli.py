@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import VQAError
+from .errors import ConfigError, VQAError
 
 # command -> (module, one-line help)
 COMMANDS = {
@@ -16,8 +16,8 @@ COMMANDS = {
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),
     "ask": ("vqa.inference.cli", "answer a question about an image, or questions about many (JSON Lines out)"),
     "caption": ("vqa.inference.cli", "caption an image, or folders, lists and shards of them (JSON Lines out)"),
-    "import": ("vqa.export.hf_import", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
-    "export": ("vqa.export.onnx", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
+    "import": ("vqa.export.cli", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
+    "export": ("vqa.export.cli", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
                                    "VisionEncoderDecoderModel folder"),
     "demo": ("vqa.demo.options", "serve the demo page (Gradio): ask, caption and see where the model looked"),
 }
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(mod.run(args) or 0)
     except VQAError as e:
         print(f"vqa {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(e, ConfigError) else 1  # options that cannot work: a usage error
     except KeyboardInterrupt:
         print(f"vqa {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -8,6 +8,7 @@ import importlib
 import sys
 
 from .errors import ConfigError, VQAError
+from .logs import set_quiet
 
 # command -> (module, one-line help)
 COMMANDS = {
@@ -45,6 +46,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             mod = importlib.import_module(module)
             mod.add_arguments(p, name) if _takes_name(mod.add_arguments) else mod.add_arguments(p)
             p.set_defaults(_module=module)
+            _add_quiet(p)
     return parser
 
 
@@ -69,6 +71,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _add_quiet(p: argparse.ArgumentParser) -> None:
+    """--quiet on a command's parser, or on each of its actions' (`vqa data shapes ... --quiet`)."""
+    actions = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in actions:
+        for sub in action.choices.values():
+            _add_quiet(sub)
+    if not actions:
+        p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only; no progress bars")
+
+
 def _takes_name(fn) -> bool:
     return fn.__code__.co_argcount >= 2
 
@@ -76,6 +88,7 @@ def _takes_name(fn) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
+    set_quiet(getattr(args, "quiet", False))
     check = getattr(importlib.import_module(args._module), "check", None)
     problem = check(args) if check else None
     if problem:  # a usage error found before the heavy modules load

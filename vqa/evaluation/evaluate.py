@@ -9,7 +9,6 @@ in the official formats.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError, ExtraMissing
+from ..logs import bars_off, get_logger
 from .metrics import caption_scores, vqa_scores
 
 
@@ -65,7 +65,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr)
+        it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr, disable=bars_off())
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -113,7 +113,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         except ExtraMissing as e:
             if need_caption_scores:
                 raise
-            logging.getLogger("vqa").warning("%s; the captions are not scored", e)
+            get_logger("eval").warning("%s; the captions are not scored", e)
     return dict(
         summary=summary,
         vqa_results=[{"question_id": q, "answer": a} for q, a in vqa_pred.items()],

@@ -15,16 +15,18 @@ the preset (and so the training defaults) is the source run's.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ..config import LENGTH_FIELDS, TrainConfig, check_fields, get_preset, train_defaults
 from ..errors import ConfigError
+from ..logs import get_logger
 from ..options import read_config_file
 
 SAVED = "train_config.json"
 REPEAT = "max_steps_command.txt"  # a time-limited run's step count and the command that repeats it by steps
 FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only")
+
+log = get_logger("train")
 
 
 def _layer(base: dict, top: dict) -> dict:
@@ -70,8 +72,7 @@ def resolve(flags: dict, config_file: str | None = None, quiet: bool = False) ->
                                   f"(got {new[key]!r}); start a new run with --init-from {out} instead")
         changed = [k for k in new if k != "resume" and new[k] != old[k]]
         if changed and not quiet:
-            print("vqa train: resuming with " + ", ".join(f"{k}={new[k]!r} (was {old[k]!r})" for k in changed),
-                  file=sys.stderr)
+            log.info("vqa train: resuming with " + ", ".join(f"{k}={new[k]!r} (was {old[k]!r})" for k in changed))
         return TrainConfig.from_dict(new)
     if top.get("init_from") and "preset" not in top:
         src = _source_preset(top["init_from"])

@@ -73,3 +73,11 @@ def test_the_demo_reads_gradios_address_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADIO_SERVER_PORT", "http")
     args = p.parse_args([])
     assert check(args) == "GRADIO_SERVER_PORT must be a port number, got 'http'" and args.host == "127.0.0.1"
+
+
+def test_ask_help_gives_the_answers_default_decoding():
+    from vqa.cli import build_parser
+
+    text = " ".join(build_parser(["ask"]).commands["ask"].format_help().split())
+    method = text[text.rindex("--method {greedy,beam,sample}"):][:200]  # the option, not the usage line
+    assert "default: beam for answers" in method and "(default: greedy)" not in method, method

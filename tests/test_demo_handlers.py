@@ -315,3 +315,14 @@ def test_the_examples_and_the_decoding_controls():
     assert settings == dataclasses.replace(GenerationConfig.for_task("caption"), seed=0)
     assert h.decoding_settings("beam", [None if c.elem_id == "gen-seed" else c.value for c in controls]) == \
         GenerationConfig.for_task("caption", method="beam")
+
+
+def test_the_caption_tab_shows_the_controls_of_the_chosen_method_only():
+    from vqa.demo.layout import decoding_controls, shown_for
+
+    names = [f.name for f in h.ui_fields()]
+    assert [n for n, v in zip(names, shown_for("greedy"), strict=True) if v] == []
+    assert [n for n, v in zip(names, shown_for("beam"), strict=True) if v] == ["num_beams", "length_penalty"]
+    assert [n for n, v in zip(names, shown_for("sample"), strict=True) if v] == ["temperature", "top_k", "top_p",
+                                                                                   "seed"]
+    assert [c.visible for c in decoding_controls("beam")] == shown_for("beam")

@@ -38,21 +38,27 @@ Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.
 """
 
 
-def decoding_controls() -> list:
+def shown_for(method: str) -> list[bool]:
+    """Which decoding controls `method` uses: each field's help starts with the method it is for ("beam: ...")."""
+    return [f.metadata.get("help", "").startswith(f"{method}:") for f in ui_fields()]
+
+
+def decoding_controls(method: str = "greedy") -> list:
     """One control per GenerationConfig field with `ui` metadata: a slider over its (min, max, step), or a
-    number box; labelled with the field's help, set to the caption defaults."""
+    number box; labelled with the field's help, set to the caption defaults, shown when `method` uses it."""
     defaults = GenerationConfig.for_task("caption")
     out = []
-    for f in ui_fields():
+    for f, shown in zip(ui_fields(), shown_for(method), strict=True):
         ui, label = f.metadata["ui"], f"{f.name.replace('_', ' ')} — {f.metadata.get('help', '')}"
         value = getattr(defaults, f.name)
         if ui == "number":
             lo, hi = GenerationConfig.ui_bounds(f.name)
             out.append(gr.Number(value=value if value is not None else 0, precision=0, label=label,
-                                 minimum=lo, maximum=hi, elem_id=f"gen-{f.name}"))
+                                 minimum=lo, maximum=hi, elem_id=f"gen-{f.name}", visible=shown))
         else:
             lo, hi, step = ui
-            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}"))
+            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}",
+                                 visible=shown))
     return out
 
 
@@ -151,6 +157,8 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
               [answer, scores, word, note, state], api_name="ask", concurrency_id="model").success(
             **heat_args, api_name="heatmap_after_ask", api_visibility="private")
+        method.change(lambda m: [gr.update(visible=v) for v in shown_for(m)], method, settings,
+                      api_visibility="private", queue=False)
         cap_btn.click(handlers.caption, [image, method, *settings, state], [cap_text, cap_details, word, state],
                       api_name="caption", concurrency_id="model").success(
             **heat_args, api_name="heatmap_after_caption", api_visibility="private")

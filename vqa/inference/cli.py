@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     add_collection_arguments(p)
     add_dataclass_arguments(p, GenerationConfig, rename=rename,
                             title="decoding (answers: beam search over max(K, 3) beams by default; captions: greedy)")
+    # GenerationConfig's own default (greedy) is the captions'; answers default to beam search
+    p._option_string_actions["--method"].help = ("decoding method (default: beam for answers, over max(K, 3) beams "
+                                                  "for --top-k K; greedy for captions)")
 
 
 def _load(args, compile: bool | None = False, device=None):

@@ -1,6 +1,7 @@
-"""The command line's status lines and progress bars. Status lines go through `logging` (the "vqa" logger,
-INFO to stderr unless the program configures logging itself); `--quiet` keeps warnings and errors only and
-hides the bars, which are drawn only on a terminal (a log file gets no bar frames)."""
+"""The command line's status lines and progress bars. Status lines go through `logging`: the "vqa" logger
+writes INFO and above to stderr (a program that wants them elsewhere removes its handler; records propagate to
+the root logger too); `--quiet` keeps warnings and errors only and hides the bars, which are drawn only on a
+terminal (a log file gets no bar frames)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,12 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def get_logger(name: str) -> logging.Logger:
-    """The logger `vqa.<name>`; the first call gives "vqa" its stderr handler unless logging is configured."""
+    """The logger `vqa.<name>`; the first call gives "vqa" its stderr handler and level."""
     root = logging.getLogger(ROOT)
-    if not root.handlers and not logging.getLogger().handlers:
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))  # the lines read as before: "vqa train: ..."
+        handler.setFormatter(logging.Formatter("%(message)s"))  # each line names its command: "vqa train: ..."
         root.addHandler(handler)
-        root.propagate = False
         root.setLevel(logging.WARNING if _state["quiet"] else logging.INFO)
     return logging.getLogger(f"{ROOT}.{name}")
 

@@ -154,14 +154,17 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         heat_args = dict(fn=handlers.heatmap, inputs=[word, layer, head, state], outputs=heat,
                          concurrency_id="heatmap", concurrency_limit=4, show_progress="hidden")
         gr.on([word.input, layer.input, head.input], **heat_args, api_name="heatmap")
-        gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
-              [answer, scores, word, note, state], api_name="ask", concurrency_id="model").success(
-            **heat_args, api_name="heatmap_after_ask", api_visibility="private")
+        # a failed request clears the heatmap: it would show the previous picture's beside the error
+        asked = gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
+                      [answer, scores, word, note, state], api_name="ask", concurrency_id="model")
+        asked.success(**heat_args, api_name="heatmap_after_ask", api_visibility="private")
+        asked.failure(lambda: None, None, heat, api_visibility="private", queue=False)
         method.change(lambda m: [gr.update(visible=v) for v in shown_for(m)], method, settings,
                       api_visibility="private", queue=False)
-        cap_btn.click(handlers.caption, [image, method, *settings, state], [cap_text, cap_details, word, state],
-                      api_name="caption", concurrency_id="model").success(
-            **heat_args, api_name="heatmap_after_caption", api_visibility="private")
+        captioned = cap_btn.click(handlers.caption, [image, method, *settings, state],
+                                  [cap_text, cap_details, word, state], api_name="caption", concurrency_id="model")
+        captioned.success(**heat_args, api_name="heatmap_after_caption", api_visibility="private")
+        captioned.failure(lambda: None, None, heat, api_visibility="private", queue=False)
         ex.wire(explorer_tab, explorer, state, explained)
     demo.batching = server  # for tests and the curious: the batching layer behind /ask and /caption
     return demo

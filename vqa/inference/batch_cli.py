@@ -14,7 +14,7 @@ from pathlib import Path
 from ..config import GenerationConfig
 from ..data.shards import SHARD_EXTS
 from ..data.sources import is_pattern
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..options import check_out_folder, given
 from .collection import LIST_EXTS
 
@@ -44,15 +44,23 @@ def _one_file(raw: str) -> bool:
 
 
 def check_options(args) -> None:
-    """The options' values, before any work: InputError naming the first one that cannot work."""
+    """The options' values, before any work: ConfigError (a usage error) naming the first one that cannot work."""
     if args.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.workers < 0:
-        raise InputError(f"--workers must be at least 0, got {args.workers}")
+        raise ConfigError(f"--workers must be at least 0, got {args.workers}")
     if args.attention_out:
         check_out_folder("--attention-out", args.attention_out)
     if args.out and Path(args.out).is_dir():
-        raise InputError(f"--out {args.out} is a folder, not a file")
+        raise ConfigError(f"--out {args.out} is a folder, not a file")
+    if args.command == "ask" and len(args.inputs) == 2 and single_image(args) and not args.inputs[1].strip():
+        raise ConfigError("the question is empty")
+    changes = given(args, GenerationConfig, ASK_RENAME if args.command == "ask" else None)
+    method = GenerationConfig().replace(**changes).method
+    top_k = getattr(args, "top_k", 1)
+    if args.command == "ask" and top_k > 1 and "method" in changes and method != "beam":
+        raise ConfigError(f"--top-k {top_k} lists the {top_k} likeliest answers, which only beam search finds: "
+                          f"{method} decoding gives one answer (use --method beam, or --top-k 1)")
 
 
 def single_image(args) -> bool:

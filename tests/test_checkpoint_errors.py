@@ -45,7 +45,7 @@ def test_caption_and_export_name_a_model_file_cut_short(copy, tmp_path, capsys):
     fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", img], match, status=1)
     fails(capsys, ["ask", "--checkpoint", copy, "--device", "cpu", img, "what color is the shape?"], match, status=1)
     pytest.importorskip("onnxscript")  # the `onnx` extra
-    fails(capsys, ["export", "--checkpoint", copy, "--onnx", tmp_path / "onnx"], match)
+    fails(capsys, ["export", "--checkpoint", copy, "--onnx", tmp_path / "onnx"], match, status=1)
 
 
 @pytest.mark.parametrize("card", [[1, 2], "a string", 3])

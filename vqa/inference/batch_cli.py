@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from ..config import GenerationConfig
 from ..data.shards import SHARD_EXTS
 from ..data.sources import is_pattern
 from ..errors import ConfigError, InputError
+from ..logs import get_logger
 from ..options import check_out_folder, given
 from .collection import LIST_EXTS
+
+log = get_logger("inference")
 
 ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
 
@@ -89,8 +91,7 @@ def _merge(args) -> int:
         raise InputError(f"{out}: no part files to merge ({out.name}.part-00000, ...)")
     with RunLock.for_file(out):
         total, errors = merge(out)
-    print(f"vqa {args.command}: merged {total} records into {out}" + (f"; {errors} failed" if errors else ""),
-          file=sys.stderr)
+    log.info(f"vqa {args.command}: merged {total} records into {out}" + (f"; {errors} failed" if errors else ""))
     return 1 if errors else 0
 
 
@@ -104,9 +105,8 @@ def _run(args, load, collection, output, d, top_k: int):
     else:
         settings = pred.caption_settings(changes=given(args, GenerationConfig))
     if d.main:
-        print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
-              f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
-              file=sys.stderr)
+        log.info(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
+                 f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}")
     job = Job(pred, collection, output, args.command, settings, top_k=top_k,
               batch=args.batch_size, workers=args.workers, dist=d)
     return job.run()
@@ -141,7 +141,7 @@ def run_collection(args, load) -> int:
     repeats = collection.describe_repeats()
     if repeats and d.main:  # one record per (image, question): resuming depends on it, but never silently
         where = f"{args.questions}: " if getattr(args, "questions", None) else ""
-        print(f"vqa {args.command}: {where}{repeats}", file=sys.stderr)
+        log.warning(f"vqa {args.command}: {where}{repeats}")
     output = Output(args.out, d.rank, d.world)
     open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
     try:
@@ -154,7 +154,7 @@ def run_collection(args, load) -> int:
         if s.skipped:
             msg += f", {s.skipped} already in {args.out}"
         msg += f"; {s.errors} of {s.total} failed (their records say why)" if s.errors else f"; all {s.total} answered"
-        print(msg + (f"; output: {args.out}" if args.out else ""), file=sys.stderr)
+        log.info(msg + (f"; output: {args.out}" if args.out else ""))
     return 1 if s.errors else 0
 
 

@@ -81,3 +81,16 @@ def test_ask_help_gives_the_answers_default_decoding():
     text = " ".join(build_parser(["ask"]).commands["ask"].format_help().split())
     method = text[text.rindex("--method {greedy,beam,sample}"):][:200]  # the option, not the usage line
     assert "default: beam for answers" in method and "(default: greedy)" not in method, method
+
+
+def test_openmp_threads_wait_without_spinning_unless_the_user_says_otherwise():
+    code = "import os, vqa, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = str(ROOT)
+
+    def policy(e: dict) -> str:
+        return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                              timeout=120).stdout.strip()
+
+    assert policy(env) == "PASSIVE"
+    assert policy({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 VARIANTS = {
-    "default": {"OMP_WAIT_POLICY": ""},  # set but empty: vqa keeps it, OpenMP ignores it (its default waiting)
+    "default": {"OMP_WAIT_POLICY": ""},  # set but empty: vqa keeps it, OpenMP calls it invalid and waits its own way
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "one": {"OMP_NUM_THREADS": "1"},
 }

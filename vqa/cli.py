@@ -35,7 +35,8 @@ INTERMIXED = ("ask", "caption")
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.",
                                      epilog="Exit status: 0 done, 1 a failure while running (a missing or bad file, "
-                                            "a checkpoint that does not load), 2 a usage error, 130 interrupted.")
+                                            "a checkpoint that does not load, a missing extra), 2 a usage error (a bad "
+                                            "or missing option, or options that cannot work together), 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if not a.startswith("-")), None)

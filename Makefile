@@ -16,10 +16,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test install lint bench mutation clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@# the package takes ranges; the tests run at the versions CI pins
+	$(PY) -m pip install -q -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -46,7 +47,7 @@ demo: $(STAMP)
 	$(VENV)/bin/vqa eval --checkpoint $(RUN) --data $(DATA) --split val
 	@# the steps this machine reached in $(TIME), and the --max-steps command that repeats them anywhere
 	@cat $(RUN)/max_steps_command.txt 2>/dev/null || true
-	$(PY) app.py --checkpoint $(RUN)
+	$(VENV)/bin/vqa demo --checkpoint $(RUN)
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py

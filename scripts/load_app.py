@@ -13,7 +13,7 @@ users' threads here do not share an interpreter with the server. Steps, in one r
 2. alone: `--alone` questions one after another by one user: the latency of one request alone (median);
 3. at once: `--users` users, each its own `gradio_client.Client`, all asking their
    `--questions` questions at the same moment, each user's next question when its previous one returns.
-   Pictures and questions are mixed (data/samples and, when built, Shapes val scenes).
+   Pictures and questions are mixed (vqa/samples and, when built, Shapes val scenes).
 
 Every request ends one of three ways: answered; refused with a message meant for a person (the queue is full:
 gradio_client's "Queue is full! Please try again.", the page's "This application is currently busy", or the
@@ -49,16 +49,16 @@ def workload(n: int, seed: int = 0) -> list[tuple[str, str]]:
     import random
 
     pairs = []
-    meta = ROOT / "data" / "samples" / "samples.json"
+    meta = ROOT / "vqa" / "samples" / "samples.json"
     if meta.is_file():
         for e in json.loads(meta.read_text()):
-            pairs.append((str(ROOT / "data" / "samples" / e["file"]), e["question"]))
+            pairs.append((str(ROOT / "vqa" / "samples" / e["file"]), e["question"]))
     val = ROOT / "data" / "shapes" / "val"
     if val.is_dir():
         for i, p in enumerate(sorted(val.glob("*.png"))[:12]):
             pairs.append((str(p), SHAPES_QUESTIONS[i % len(SHAPES_QUESTIONS)]))
     if not pairs:
-        raise SystemExit("load_app.py: no pictures found in data/samples or data/shapes/val")
+        raise SystemExit("load_app.py: no pictures found in vqa/samples or data/shapes/val")
     rng = random.Random(seed)
     return [rng.choice(pairs) for _ in range(n)]
 

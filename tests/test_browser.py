@@ -133,9 +133,9 @@ def take_screenshot(checkpoint: str, out: str, picture: str | None = None, quest
 
     root = Path(__file__).resolve().parents[1]
     if picture is None:
-        meta = json.loads((root / "data" / "samples" / "samples.json").read_text())
+        meta = json.loads((root / "vqa" / "samples" / "samples.json").read_text())
         first = next(m for m in meta if m["kind"] == "shapes")
-        picture, question = str(root / "data" / "samples" / first["file"]), question or first["question"]
+        picture, question = str(root / "vqa" / "samples" / first["file"]), question or first["question"]
     pred = Predictor.from_pretrained(checkpoint)
     demo, url = start_app(pred)
     exe = find_chromium()

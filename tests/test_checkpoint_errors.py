@@ -42,10 +42,10 @@ def test_caption_and_export_name_a_model_file_cut_short(copy, tmp_path, capsys):
     cut(copy / "model.safetensors")
     img = write_pictures(tmp_path)["red_circle"]
     match = r"model.safetensors is not a complete safetensors file"
-    fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", img], match)
-    fails(capsys, ["ask", "--checkpoint", copy, "--device", "cpu", img, "what color is the shape?"], match)
+    fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", img], match, status=1)
+    fails(capsys, ["ask", "--checkpoint", copy, "--device", "cpu", img, "what color is the shape?"], match, status=1)
     pytest.importorskip("onnxscript")  # the `onnx` extra
-    fails(capsys, ["export", "--checkpoint", copy, "--onnx", tmp_path / "onnx"], match)
+    fails(capsys, ["export", "--checkpoint", copy, "--onnx", tmp_path / "onnx"], match, status=1)
 
 
 @pytest.mark.parametrize("card", [[1, 2], "a string", 3])
@@ -55,7 +55,7 @@ def test_a_card_that_is_not_an_object_is_named(copy, tmp_path, capsys, card):
                                               rf"got {type(card).__name__}"):
         checkpoint.load(copy)
     fails(capsys, ["caption", "--checkpoint", copy, "--device", "cpu", write_pictures(tmp_path)["red_circle"]],
-          r"card.json: expected a JSON object")
+          r"card.json: expected a JSON object", status=1)
 
 
 def test_a_train_state_cut_short_is_named(tmp_path):
@@ -90,4 +90,4 @@ def test_resume_from_a_train_state_cut_short_names_the_file(shapes_dir, tmp_path
     assert vqa([*args, "--max-steps", "1"]) == 0
     cut(run / "last" / "train_state.pt")
     fails(capsys, [*args, "--max-steps", "2", "--resume"],
-          rf"cannot resume: {run / 'last' / 'train_state.pt'} is not a complete train state")
+          rf"cannot resume: {run / 'last' / 'train_state.pt'} is not a complete train state", status=1)

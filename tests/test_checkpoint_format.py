@@ -64,7 +64,7 @@ def test_a_newer_checkpoint_is_refused_in_one_line(saved):
     with pytest.raises(CheckpointError) as e:
         VQAModel.from_pretrained(folder)
     msg = str(e.value)
-    assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg and "upgrade vqa" in msg
+    assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg and "the vqa release that wrote it, or a newer one" in msg
     assert str(folder / "config.json") in msg
 
 
@@ -94,7 +94,7 @@ def test_the_cli_says_it_in_one_line(saved, tmp_path, capsys):
     from PIL import Image
 
     Image.new("RGB", (8, 8)).save(image)
-    assert main(["caption", "--checkpoint", str(folder), str(image)]) == 2
+    assert main(["caption", "--checkpoint", str(folder), str(image)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "format version 99 is newer" in err[0]
 

@@ -165,7 +165,7 @@ def test_ask_a_questions_file_and_one_question_for_every_image(ckpt, pred, tmp_p
     ("no question", "q.jsonl:1: field 'question' must be a non-empty string"),
     ("bad id", "q.jsonl:2: field 'question_id' must be a string or an integer"),
 ])
-def test_usage_errors_stop_before_any_work_with_one_line(ckpt, tmp_path, capsys, case, message):
+def test_input_errors_stop_before_any_work_with_one_line(ckpt, tmp_path, capsys, case, message):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     write_tar(tmp_path / "00000.tar", {"a": png("red_circle", (30, 30))})
     qs = tmp_path / "q.jsonl"
@@ -179,7 +179,7 @@ def test_usage_errors_stop_before_any_work_with_one_line(ckpt, tmp_path, capsys,
         argv = ["caption", "--checkpoint", str(ckpt), *inputs[case], "--out", str(out)]
     else:
         argv = ["ask", "--checkpoint", str(ckpt), "--questions", str(qs), "--out", str(out)]
-    assert main(argv) == 2
+    assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
@@ -279,7 +279,7 @@ def test_a_malformed_line_inside_the_output_stops_before_any_work(ckpt, tmp_path
     photo_folder(tmp_path / "p", 2)
     out = tmp_path / "o.jsonl"
     out.write_text('{"image": "a", "caption": "x"}\nnot json\n{"image": "b", "caption": "y"}\n')
-    assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(out)]) == 2
+    assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(out)]) == 1
     assert "o.jsonl:2: malformed JSON in the output file" in capsys.readouterr().err
     assert out.read_text().count("\n") == 3
 

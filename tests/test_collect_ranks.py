@@ -51,7 +51,7 @@ def test_merge_puts_the_output_first_then_the_parts_by_index(tmp_path, capsys):
     assert records(out) == [dict(image=k, caption=c) for k, c in zip("abcde", "11234", strict=True)]
     assert not list(tmp_path.glob("o.jsonl.part-*"))
     assert "merged 5 records" in capsys.readouterr().err
-    assert main(["caption", "--merge", str(out)]) == 2  # nothing left to merge
+    assert main(["caption", "--merge", str(out)]) == 1  # nothing left to merge
     assert "no part files" in capsys.readouterr().err
 
 

@@ -161,3 +161,21 @@ def test_stale_leftovers_of_a_killed_process_are_removed(home, tmp_path):
     dead.write_bytes(b"x" * 100)
     one_run(images, "1M")
     assert not dead.exists()
+
+
+def test_the_locking_modules_import_where_fcntl_does_not_exist(tmp_path):
+    """Windows has no fcntl: the image cache, the run lock and checkpoints import there (their locks are
+    filelock's, which locks with LockFileEx on Windows); a second run lock on a folder is refused."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fcntl'] = None\n"  # `import fcntl` raises ImportError, as on Windows
+            "import vqa.data.cache, vqa.data.cache_folder, vqa.train.runlock, vqa.model.checkpoint\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    from vqa.errors import ConfigError
+    from vqa.train.runlock import RunLock
+
+    with RunLock(tmp_path), pytest.raises(ConfigError, match=f"{tmp_path} is being trained by process {os.getpid()}"):
+        RunLock(tmp_path).acquire()

@@ -272,7 +272,7 @@ def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
     from vqa.demo.card import card_markdown, start_reference, training_data
 
     card = card_markdown(pred)
-    assert "test-tiny" in card and f"{pred.model.num_parameters():,}" in card and "vqa_accuracy" in card
+    assert "test-tiny" in card and f"{pred.model.num_parameters():,}" in card and "| VQA accuracy |" in card
     assert "two made-up pictures" in card
     saved = dict(pred.card)
     try:
@@ -304,7 +304,7 @@ def test_the_examples_and_the_decoding_controls():
 
     ex = examples()
     assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
-    meta = json.loads((ROOT / "data" / "samples" / "samples.json").read_text())
+    meta = json.loads((ROOT / "vqa" / "samples" / "samples.json").read_text())
     assert {m["kind"] for m in meta} == {"picture", "shapes"}
     assert set(DECODING_METHODS) == set(METHODS)  # the dropdown offers every method generate knows
     controls = decoding_controls()
@@ -315,3 +315,40 @@ def test_the_examples_and_the_decoding_controls():
     assert settings == dataclasses.replace(GenerationConfig.for_task("caption"), seed=0)
     assert h.decoding_settings("beam", [None if c.elem_id == "gen-seed" else c.value for c in controls]) == \
         GenerationConfig.for_task("caption", method="beam")
+
+
+def test_the_caption_tab_shows_the_controls_of_the_chosen_method_only():
+    from vqa.demo.layout import decoding_controls, shown_for
+
+    names = [f.name for f in h.ui_fields()]
+    assert [n for n, v in zip(names, shown_for("greedy"), strict=True) if v] == []
+    assert [n for n, v in zip(names, shown_for("beam"), strict=True) if v] == ["num_beams", "length_penalty"]
+    assert [n for n, v in zip(names, shown_for("sample"), strict=True) if v] == ["temperature", "top_k", "top_p",
+                                                                                   "seed"]
+    assert [c.visible for c in decoding_controls("beam")] == shown_for("beam")
+
+
+def test_the_card_scores_read_as_words_on_one_scale():
+    from vqa.demo.card import score_rows
+
+    rows = dict(score_rows({"images": 1000, "questions": 6000, "seconds": 12.3, "vqa_accuracy": 96.18,
+                            "per_answer_type": {"number": 88.61}, "per_question_type": {"count": 44.44},
+                            "BLEU-4": 0.6112, "CIDEr-D": 3.424}))
+    assert rows == {"images scored": "1,000", "questions scored": "6,000", "scoring time": "12 s",
+                    "VQA accuracy": "96.2%", 'VQA accuracy, answers of type "number"': "88.6%",
+                    'VQA accuracy, questions of type "count"': "44.4%", "BLEU-4": "61.1", "CIDEr-D": "342.4"}
+
+
+def test_a_failed_ask_or_caption_clears_the_heatmap(pred):
+    from vqa.demo.layout import build_app
+
+    demo = build_app(pred)
+    try:
+        deps = demo.config["dependencies"]
+        heat = next(b._id for b in demo.blocks.values() if getattr(b, "elem_id", None) == "heatmap")
+        for api in ("ask", "caption"):
+            request = next(d["id"] for d in deps if d.get("api_name") == api)
+            on_failure = [d for d in deps if d.get("trigger_after") == request and d.get("trigger_only_on_failure")]
+            assert [d["outputs"] for d in on_failure] == [[heat]], api
+    finally:
+        demo.close()

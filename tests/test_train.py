@@ -30,10 +30,11 @@ def train_args(data, out, *extra):
             "--log-every", "1", "--eval-images", "4", "--lr", "3e-3", *tiny_set_flags(), *extra]
 
 
-def fails(capsys, args, match: str) -> None:
-    """The command exits 2 with a one-line message naming the problem, not a traceback."""
+def fails(capsys, args, match: str, status: int = 2) -> None:
+    """The command exits `status` (2: usage, 1: a failure while running) with a one-line message naming the
+    problem, not a traceback."""
     capsys.readouterr()
-    assert main(args) == 2
+    assert main(args) == status
     err = capsys.readouterr().err
     assert re.search(match, err), err[-2000:]
     assert "Traceback" not in err
@@ -91,10 +92,11 @@ def test_run_folder_refuses_to_be_overwritten(shapes_dir, tmp_path, capsys):
 
 
 def test_bad_inputs_stop_clearly(shapes_dir, tmp_path, capsys):
-    fails(capsys, train_args(shapes_dir, tmp_path / "a", "--train-split", "nosuch"), "nosuch.*train|train.*nosuch")
+    fails(capsys, train_args(shapes_dir, tmp_path / "a", "--train-split", "nosuch"), "nosuch.*train|train.*nosuch",
+          status=1)
     empty = tmp_path / "empty"
     empty.mkdir()
-    fails(capsys, train_args(empty, tmp_path / "b"), str(empty.name))
+    fails(capsys, train_args(empty, tmp_path / "b"), str(empty.name), status=1)
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
@@ -109,7 +111,8 @@ def test_bad_inputs_stop_clearly(shapes_dir, tmp_path, capsys):
 
 
 def test_nan_loss_stops_with_a_clear_message(shapes_dir, tmp_path, capsys):
-    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "1e10"), "loss is nan at step 2")  # step 1 is finite, its update makes the weights NaN
+    fails(capsys, train_args(shapes_dir, tmp_path / "nan", "--max-steps", "3", "--lr", "1e10"), "loss is nan at step 2",
+          status=1)  # step 1 is finite, its update makes the weights NaN
 
 
 def test_one_trainer_per_run_folder(shapes_dir, tmp_path, capsys):

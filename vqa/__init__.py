@@ -5,6 +5,14 @@
     p.answer("image.png", "what color is the circle?", top_k=3)
 """
 
+import os
+
+# OpenMP threads that wait at a barrier sleep instead of spinning: on a machine where other programs run, a
+# spinning thread burns the share its descheduled partner needs (scripts/bench_busy.py: 9 -> 47 images/s).
+# Read when torch loads its OpenMP runtime, so it holds wherever vqa is imported before torch; a value the
+# user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 __version__ = "0.1.0"
 __all__ = ["Predictor", "__version__"]
 

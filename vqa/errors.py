@@ -19,3 +19,12 @@ class DataError(VQAError, ValueError):
 
 class CheckpointError(VQAError, ValueError):
     """A checkpoint folder that is missing files or does not fit the code or config."""
+
+
+class ExtraMissing(VQAError, ImportError):
+    """A feature whose packages are an optional extra that is not installed: names the extra to install."""
+
+    def __init__(self, what: str, extra: str, module: str | None = None):
+        missing = f" ({module} is not installed)" if module else ""
+        super().__init__(f"{what} needs the '{extra}' extra{missing}: pip install 'vqa[{extra}]'")
+        self.extra = extra

@@ -65,12 +65,12 @@ class TrainConfig(_Config):
 
     data: str = field(default="", metadata=_opt(
         "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
-        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); see data/README.md", metavar='DIR'))
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); `vqa data info DIR` lists what it finds", metavar='DIR'))
     out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
-        "override a model config field (repeatable); the fields, each with what it does: ModelConfig in "
-        "vqa/config/model.py", flag="--set", metavar="FIELD=VALUE"))
+        "override a model config field (repeatable); the fields, each with what it does: "
+        "`python -c 'import vqa.config as c; help(c.ModelConfig)'`", flag="--set", metavar="FIELD=VALUE"))
     tasks: tuple = field(default=("vqa", "caption"), metadata=_opt("vqa, caption or both (comma-separated)"))
     epochs: float | None = field(default=None, metadata=_opt("train this many passes over the images"))
     max_steps: int | None = field(default=None, metadata=_opt("train this many optimizer steps"))

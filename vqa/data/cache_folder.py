@@ -13,7 +13,6 @@ modification time: opening a file touches it) that no process holds are removed,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -21,6 +20,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import lock_descriptor
+
+try:
+    import fcntl  # the shared holds: flock's LOCK_SH, which filelock does not offer
+except ImportError:  # Windows
+    fcntl = None
 
 MAGIC = b"VQAIMGCACHE1\n"
 HEADER = 4096
@@ -67,7 +73,7 @@ def folder_lock(folder: Path) -> Iterator[None]:
     """Exclusive, for making, evicting or clearing files in `folder` (made if missing)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / FOLDER_LOCK, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        lock_descriptor(f.fileno())
         yield
 
 
@@ -78,7 +84,9 @@ def lock_path(path: Path) -> Path:
 def hold(path: Path):
     """Mark `path` in use: its lock, held shared until the returned file is closed (call under folder_lock)."""
     f = open(lock_path(path), "a+")  # noqa: SIM115 - held open for the life of the cache
-    fcntl.flock(f, fcntl.LOCK_SH)
+    if fcntl is not None:
+        fcntl.flock(f, fcntl.LOCK_SH)
+    # without fcntl (Windows) the open file marks it: a file held open and mapped cannot be removed there
     return f
 
 
@@ -89,11 +97,12 @@ def remove_if_unused(path: Path) -> bool:
     except OSError:
         return False
     with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_descriptor(f.fileno(), blocking=False):
             return False
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except PermissionError:  # Windows: open in another process
+            return False
         lock_path(path).unlink(missing_ok=True)  # no one waits on it: locks are only taken under folder_lock
     return True
 
@@ -138,11 +147,7 @@ def _in_use(path: Path) -> bool:
     if not lp.exists():
         return False
     with open(lp, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-    return False
+        return not lock_descriptor(f.fileno(), blocking=False)
 
 
 def entries(folder: Path, details: bool = False) -> list[Entry]:

@@ -1,5 +1,6 @@
-"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`, `vqa data corpus`), inspect a data set
-(`vqa data info`), write one as shards (`vqa data convert SRC --to webdataset|parquet OUT`), or list or clear
+"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`, `vqa data corpus`),
+inspect a data set (`vqa data info`), copy the shipped sample pictures (`vqa data samples --out DIR`), write
+one as shards (`vqa data convert SRC --to webdataset|parquet OUT`), or list or clear
 the image cache folder (`vqa data cache [--clear]`)."""
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from .split import skipped_summary
 
 SETS = {
     "shapes": "the built-in Shapes set",
-    "scenes": "the built-in Scenes set, a second synthetic set to check a training recipe on (docs/scenes.md)",
-    "corpus": "the pretraining corpus of `vqa pretrain`: broader scenes, dense captions (docs/pretraining.md)",
+    "scenes": "the built-in Scenes set, a second synthetic set to check a training recipe on",
+    "corpus": "the pretraining corpus of `vqa pretrain`: broader scenes, dense captions",
 }
 
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="questions per image per family (6 families; default 1)")
         p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p = sub.add_parser("samples", help="copy the sample pictures shipped with vqa (and samples.json, their "
+                       "questions) into a folder, for vqa ask / vqa caption")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
     p = sub.add_parser("info", help="list a data set's splits with their record (or shard) counts")
     p.add_argument("dir", help="data folder, or a shard pattern (shards/{00000..00009}.tar)")
     p.add_argument("--split", action="append", help="only this split (repeatable)")
@@ -54,7 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return {"shapes": run_synthetic, "scenes": run_synthetic, "corpus": run_synthetic, "info": run_info,
-            "convert": run_convert, "cache": run_cache}[args.data_command](args)
+            "convert": run_convert, "cache": run_cache, "samples": run_samples}[args.data_command](args)
+
+
+def run_samples(args: argparse.Namespace) -> int:
+    from .samples import copy_samples
+
+    copied = copy_samples(args.out)
+    print(f"{args.out}: {len(copied)} sample pictures ({', '.join(p.name for p in copied)}) and samples.json")
+    return 0
 
 
 def _size(n: int) -> str:

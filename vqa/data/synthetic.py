@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import ConfigError
+from ..logs import bars_off
 
 FAMILIES = ("attribute_color", "attribute_shape", "existence", "count", "spatial", "comparison")
 ANSWER_TYPES = {"attribute_color": "other", "attribute_shape": "other", "existence": "yes/no",
@@ -203,12 +204,12 @@ def generate(
     pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(workers) if use_pool else None
     try:
         rendered = pool.imap_unordered(spec.render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
-        with tqdm(total=len(jobs), desc="questions and captions", unit="img", disable=not progress) as bar:
+        with tqdm(total=len(jobs), desc="questions and captions", unit="img", disable=True if not progress else bars_off()) as bar:
             data = {s: build_split(spec, s, len(sc), size, seed, bar, scenes=sc, per_family=questions_per_family)
                     for s, sc in scenes.items()}
         for split, d in data.items():
             write_split(spec, out, split, d, size, seed)
-        with tqdm(total=len(jobs), desc="rendering images", unit="img", disable=not progress) as bar:
+        with tqdm(total=len(jobs), desc="rendering images", unit="img", disable=True if not progress else bars_off()) as bar:
             for job in rendered if pool else jobs:
                 if not pool:
                     spec.render_job(job)

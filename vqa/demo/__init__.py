@@ -1,12 +1,13 @@
-"""vqa.demo: the Gradio demo, by role. `python app.py` (or `python -m vqa.demo`) serves it.
+"""vqa.demo: the Gradio demo, by role. `vqa demo` (or `python -m vqa.demo`) serves it.
 
-    server.py       the entry point: argument parsing, loading the Predictor, queue sizes, launch (`serve`)
+    options.py      the command line: flags, defaults, their checks and queue sizes (light: no gradio)
+    server.py       the entry point: loading the Predictor, launch (`serve`)
     layout.py       the gr.Blocks page of the Ask / Caption / Model card tabs, wired to the handlers (`build_app`)
     explorer.py     the attention explorer tab: its layout, its handlers and its wiring
     handlers.py     the Ask / Caption / heatmap handlers as plain methods (callable without a server)
     uploads.py      the picture input: uploads that keep the user's file name, messages without server paths
     card.py         the model card, what the model was trained on and the familiarity reference
-    examples.py     the example pictures (data/samples, data/shapes) and their questions
+    examples.py     the example pictures (vqa/samples, shipped; data/shapes when built) and their questions
     familiarity.py  is a picture like the training pictures? (the warning for unusual pictures)
 
 Only vqa/cli.py may import this package from inside vqa/.

@@ -1,4 +1,4 @@
-"""`python -m vqa.demo [--checkpoint RUN] ...`: the same as `python app.py` (vqa.demo.server.main)."""
+"""`python -m vqa.demo [--checkpoint RUN] ...`: the same as `vqa demo` (vqa.demo.server.main)."""
 
 import sys
 

@@ -45,6 +45,13 @@ def training_data(card: dict) -> tuple[str, Path | None]:
     return what, here
 
 
+def vit_kind(cfg) -> str:
+    """The ViT in words: timm's named model, or one built from its code at other sizes (tiny: 3 layers, 96 wide)."""
+    if cfg.vit_width or cfg.vit_depth:
+        return f"a ViT of its own size, built with timm's {cfg.vit_name} code"
+    return f"timm's {cfg.vit_name}"
+
+
 def card_markdown(pred, reference_note: str = "") -> str:
     """The model card: what was loaded, how big it is, what it was trained on (and what that means for other
     pictures) and how it scored."""
@@ -57,7 +64,7 @@ def card_markdown(pred, reference_note: str = "") -> str:
         ("checkpoint", f"`{pred.path}`" if pred.path else "in memory"),
         ("preset", c.get("preset", "?")),
         ("parameters", f"{pred.model.num_parameters():,}"),
-        ("image encoder", f"{cfg.vit_name}, {cfg.vit_image_size} px in {cfg.vit_patch_size} px patches"
+        ("image encoder", f"{vit_kind(cfg)}, {cfg.vit_image_size} px in {cfg.vit_patch_size} px patches"
                           f" ({pred.grid}x{pred.grid}), width {cfg.vit_width or 'timm default'}, depth "
                           f"{cfg.vit_depth or 'timm default'}"),
         ("text decoder", f"{cfg.dec_depth} layers, width {cfg.dec_width}, {cfg.dec_heads} heads, "
@@ -69,15 +76,42 @@ def card_markdown(pred, reference_note: str = "") -> str:
         ("device", str(pred.device)),
     ]
     lines += ["", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
-    scores = c.get("val_scores") or {}
-    from ..evaluation.evaluate import flatten
-
-    flat = flatten(scores, sep=" / ")
-    if flat:
+    rows = score_rows(c.get("val_scores") or {})
+    if rows:
         lines += ["", f"**Scores on {c.get('val_split', 'val')}**", "", "| metric | value |", "|---|---|"]
-        for k, v in flat.items():
-            lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
+        lines += [f"| {k} | {v} |" for k, v in rows]
+        if any(k.startswith("CIDEr-D") for k, _ in rows):
+            lines += ["", "Scores are on a 0-100 scale. CIDEr-D, how much of each caption's wording the reference "
+                          "captions share (rarer words count more), runs from 0 to 10 and is shown x100 as papers "
+                          "print it: 100 is a caption as close to the references as they are to each other, on "
+                          "average."]
     return "\n".join(lines)
+
+
+SCORE_NAMES = {"vqa_accuracy": "VQA accuracy", "per_answer_type": "VQA accuracy, answers of type",
+               "per_question_type": "VQA accuracy, questions of type", "images": "images scored",
+               "questions": "questions scored", "seconds": "scoring time"}
+
+
+def score_rows(scores: dict) -> list[tuple[str, str]]:
+    """The card's score table: names in words, every score on one 0-100 scale with one decimal (VQA accuracy is
+    a percentage already; BLEU and CIDEr-D are multiplied by 100, as papers print them)."""
+    rows = []
+    for key, value in scores.items():
+        name = SCORE_NAMES.get(key, key)
+        if isinstance(value, dict):
+            rows += [(f"{name} \"{sub}\"", f"{v:.1f}%") for sub, v in value.items() if isinstance(v, int | float)]
+        elif key in ("images", "questions"):
+            rows.append((name, f"{value:,}"))
+        elif key == "seconds":
+            rows.append((name, f"{value:.0f} s"))
+        elif key.startswith(("BLEU", "CIDEr")):
+            rows.append((name, f"{100 * value:.1f}"))
+        elif isinstance(value, float):
+            rows.append((name, f"{value:.1f}%" if key == "vqa_accuracy" else f"{value:.1f}"))
+        else:
+            rows.append((name, str(value)))
+    return rows
 
 
 def start_reference(server, pred, reference: Any) -> str:
@@ -98,7 +132,7 @@ def start_reference(server, pred, reference: Any) -> str:
             reference = Familiarity.from_data(pred, folder, pred.card.get("train_split") or "train",
                                               n=REFERENCE_PICTURES)
         except (VQAError, OSError) as e:
-            print(f"app.py: no familiarity check: {e}", file=sys.stderr)
+            print(f"vqa demo: no familiarity check: {e}", file=sys.stderr)
             return f"The training pictures could not be read ({e}): no warning is given for unusual pictures."
     server.familiarity = reference
     return (f"Each picture is compared with {reference.source or 'reference pictures'} in the model's own "

@@ -17,49 +17,48 @@ from . import explorer as ex
 from .card import card_markdown, start_reference
 from .examples import examples
 from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
+from .options import BATCH_WAIT_MS, MAX_BATCH
 from .uploads import picture_input
 
-MAX_BATCH = 16  # questions answered by one model call, at most
 MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
-BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a lone request: that much later)
 
 HOW_TO_TRAIN = """
 # vqa demo: no trained model yet
 
-The demo needs a checkpoint and none was found at `runs/tiny`. Train the tiny model on the built-in Shapes set
-(about 10 minutes on a laptop CPU), then start the demo again:
-
-```bash
-make demo                      # builds data/shapes, trains runs/tiny, evaluates it and serves this app
-```
-
-or step by step:
+The demo needs a checkpoint and none was found at `runs/tiny` (in the folder the demo was started from). Train
+the tiny model on the built-in Shapes set (about 10 minutes on a laptop CPU), then start the demo again:
 
 ```bash
 vqa data shapes --out data/shapes
 vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m
-python app.py --checkpoint runs/tiny
+vqa demo --checkpoint runs/tiny
 ```
 
 Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.
 """
 
 
-def decoding_controls() -> list:
+def shown_for(method: str) -> list[bool]:
+    """Which decoding controls `method` uses: each field's help starts with the method it is for ("beam: ...")."""
+    return [f.metadata.get("help", "").startswith(f"{method}:") for f in ui_fields()]
+
+
+def decoding_controls(method: str = "greedy") -> list:
     """One control per GenerationConfig field with `ui` metadata: a slider over its (min, max, step), or a
-    number box; labelled with the field's help, set to the caption defaults."""
+    number box; labelled with the field's help, set to the caption defaults, shown when `method` uses it."""
     defaults = GenerationConfig.for_task("caption")
     out = []
-    for f in ui_fields():
+    for f, shown in zip(ui_fields(), shown_for(method), strict=True):
         ui, label = f.metadata["ui"], f"{f.name.replace('_', ' ')} — {f.metadata.get('help', '')}"
         value = getattr(defaults, f.name)
         if ui == "number":
             lo, hi = GenerationConfig.ui_bounds(f.name)
             out.append(gr.Number(value=value if value is not None else 0, precision=0, label=label,
-                                 minimum=lo, maximum=hi, elem_id=f"gen-{f.name}"))
+                                 minimum=lo, maximum=hi, elem_id=f"gen-{f.name}", visible=shown))
         else:
             lo, hi, step = ui
-            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}"))
+            out.append(gr.Slider(lo, hi, value=value, step=step, label=label, elem_id=f"gen-{f.name}",
+                                 visible=shown))
     return out
 
 
@@ -155,12 +154,17 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         heat_args = dict(fn=handlers.heatmap, inputs=[word, layer, head, state], outputs=heat,
                          concurrency_id="heatmap", concurrency_limit=4, show_progress="hidden")
         gr.on([word.input, layer.input, head.input], **heat_args, api_name="heatmap")
-        gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
-              [answer, scores, word, note, state], api_name="ask", concurrency_id="model").success(
-            **heat_args, api_name="heatmap_after_ask", api_visibility="private")
-        cap_btn.click(handlers.caption, [image, method, *settings, state], [cap_text, cap_details, word, state],
-                      api_name="caption", concurrency_id="model").success(
-            **heat_args, api_name="heatmap_after_caption", api_visibility="private")
+        # a failed request clears the heatmap: it would show the previous picture's beside the error
+        asked = gr.on([ask_btn.click, question.submit], handlers.ask, [image, question, top_k, state],
+                      [answer, scores, word, note, state], api_name="ask", concurrency_id="model")
+        asked.success(**heat_args, api_name="heatmap_after_ask", api_visibility="private")
+        asked.failure(lambda: None, None, heat, api_visibility="private", queue=False)
+        method.change(lambda m: [gr.update(visible=v) for v in shown_for(m)], method, settings,
+                      api_visibility="private", queue=False)
+        captioned = cap_btn.click(handlers.caption, [image, method, *settings, state],
+                                  [cap_text, cap_details, word, state], api_name="caption", concurrency_id="model")
+        captioned.success(**heat_args, api_name="heatmap_after_caption", api_visibility="private")
+        captioned.failure(lambda: None, None, heat, api_visibility="private", queue=False)
         ex.wire(explorer_tab, explorer, state, explained)
     demo.batching = server  # for tests and the curious: the batching layer behind /ask and /caption
     return demo

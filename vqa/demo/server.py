@@ -1,5 +1,5 @@
-"""Serving the demo: `main(argv)` (the command line of `python app.py` and `python -m vqa.demo`: its flags,
-loading the Predictor, the start-up messages), `load_predictor`, `queue_sizes` (how many requests are worked
+"""Serving the demo: `run(args)` (`vqa demo`; `main(argv)` for `python app.py` and `python -m vqa.demo`:
+loading the Predictor, the start-up messages; the flags are vqa.demo.options'), `load_predictor`, `queue_sizes` (how many requests are worked
 on at once and how many may wait) and `serve(demo, host, port, ...)`, which queues and launches a
 `build_app` page: uploads capped at MAX_FILE_SIZE (their decoded pictures within vqa.demo.uploads' budget,
 their memory handed back when freed), only the example folders readable, 127.0.0.1 unless told otherwise, and
@@ -11,18 +11,21 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
-import gradio as gr
+from ..errors import ExtraMissing, VQAError
 
-from ..data.images import MAX_PIXELS
-from ..errors import VQAError
-from ..inference.warmup import BackgroundWarmUp, warm_up
-from .examples import SAMPLES, SHAPES
-from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, build_app
-from .uploads import give_back_decoded_memory
+try:
+    import gradio as gr
+except ImportError as e:
+    raise ExtraMissing("the demo", "demo", e.name) from None
 
-DEFAULT_RUN = Path("runs") / "tiny"
+from ..data.images import MAX_PIXELS  # noqa: E402
+from ..inference.warmup import BackgroundWarmUp, warm_up  # noqa: E402
+from .examples import SAMPLES, SHAPES  # noqa: E402
+from .layout import MAX_TOP_K, build_app  # noqa: E402
+from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
+from .uploads import give_back_decoded_memory  # noqa: E402
+
 MAX_FILE_SIZE = "10mb"
 LAUNCH_ATTEMPTS = 3  # launches tried when gradio's start-up check of its own address (~17 s) fails
 ENCODING_CACHE = 64  # picture encodings kept (by content)
@@ -34,18 +37,7 @@ CSS = """
 """
 
 
-def queue_sizes(max_batch: int = MAX_BATCH, concurrency: int | None = None,
-                queue_size: int | None = None) -> tuple[int, int]:
-    """(concurrency, queue size): by default 2 x max_batch requests worked on at once (one batch runs while
-    the next gathers) and 2 x that many waiting."""
-    concurrency = 2 * max_batch if concurrency is None else concurrency
-    queue_size = 2 * concurrency if queue_size is None else queue_size
-    if concurrency < 1 or queue_size < 1:  # gradio queues every request first, even when a worker is free
-        raise ValueError(f"concurrency and queue size must be at least 1, got {concurrency} and {queue_size}")
-    return concurrency, queue_size
-
-
-def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, concurrency: int | None = None,
+def serve(demo: gr.Blocks, host: str = DEFAULT_HOST, port: int | None = None, concurrency: int | None = None,
           queue_size: int | None = None, block: bool = True, quiet: bool = False, max_batch: int = MAX_BATCH):
     """Queue and launch `demo`; returns gradio's (app, local_url, share_url). With `block`, serves until
     interrupted. `concurrency` / `queue_size` default to `queue_sizes(max_batch)`."""
@@ -60,7 +52,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
         try:
             out = demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE,
                               prevent_thread_lock=True, quiet=quiet, show_error=False, theme=theme, css=CSS,
-                              footer_links=["api", "gradio"], allowed_paths=[str(SAMPLES), str(SHAPES)],
+                              footer_links=["api", "gradio"], allowed_paths=[str(SAMPLES), str(SHAPES.resolve())],
                               ssr_mode=False, max_threads=threads)
             break
         except ValueError as e:
@@ -124,41 +116,24 @@ def start_warm_up(pred, max_batch: int, prog: str = "app.py") -> BackgroundWarmU
 
 def parser(prog: str = "app.py") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Serve the vqa demo (Gradio).")
-    p.add_argument("--checkpoint", default=None, metavar="RUN",
-                   help=f"a run or checkpoint folder (default: {DEFAULT_RUN} if it holds one)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
-    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: CUDA, else MPS, else CPU)")
-    p.add_argument("--int8", action="store_true",
-                   help="dynamic int8 linear layers on a CPU (4x smaller weights; compiled by default)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="decode through the torch.compile'd step (default: on CUDA, and with --int8); every batch "
-                        "shape is compiled at start-up: on CUDA before the demo takes requests, on a CPU in the "
-                        "background while it answers eagerly")
-    p.add_argument("--max-batch", type=int, default=MAX_BATCH,
-                   help=f"questions answered by one batched model call, at most (default {MAX_BATCH})")
-    p.add_argument("--batch-wait", type=float, default=BATCH_WAIT_MS, metavar="MS",
-                   help=f"how long a batch waits for more questions, in ms (default {BATCH_WAIT_MS})")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="requests worked on at once (default 2 x --max-batch)")
-    p.add_argument("--queue-size", type=int, default=None,
-                   help="requests that may wait beyond those (default 2 x --concurrency); more are told the "
-                        "demo is busy")
+    add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
-    """Serve the demo until interrupted; 2 when the checkpoint cannot be loaded or the port is taken."""
+    """`python app.py` / `python -m vqa.demo`: parse `argv` (a usage error exits with status 2), then `run`."""
     p = parser(prog)
     args = p.parse_args(argv)
-    if args.max_batch < 1 or args.batch_wait < 0:
-        p.error("--max-batch must be at least 1 and --batch-wait at least 0")
-    if args.port is not None and not 1 <= args.port <= 65535:
-        p.error(f"--port must be from 1 to 65535, got {args.port}")
-    try:
-        concurrency, queue_size = queue_sizes(args.max_batch, args.concurrency, args.queue_size)
-    except ValueError as e:
-        p.error(str(e))
+    problem = check(args)
+    if problem:
+        p.error(problem)
+    return run(args, prog)
+
+
+def run(args: argparse.Namespace, prog: str = "vqa demo") -> int:
+    """Serve the demo until interrupted (`args` checked by vqa.demo.options.check); 1 when the checkpoint
+    cannot be loaded or the port is taken."""
+    concurrency, queue_size = queue_sizes(args.max_batch, args.concurrency, args.queue_size)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
@@ -167,17 +142,17 @@ def main(argv: list[str] | None = None, prog: str = "app.py") -> int:
             print(f"{prog}: {w.message}", file=sys.stderr)
     except VQAError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     if pred is None:
         print(f"{prog}: no checkpoint at {DEFAULT_RUN}; serving a page that explains how to train one "
-              "(`make demo`)", file=sys.stderr)
+              "(vqa data shapes, then vqa train)", file=sys.stderr)
     start_warm_up(pred, args.max_batch, prog)  # before listening on CUDA, else in the background
     demo = build_app(pred, max_batch=args.max_batch, batch_wait_ms=args.batch_wait)
     try:
         _, url, _ = serve(demo, args.host, args.port, concurrency, queue_size, block=False, quiet=True)
     except OSError as e:
         print(f"{prog}: error: cannot listen on {args.host}:{args.port or 7860}: {e}", file=sys.stderr)
-        return 2
+        return 1
     what = f"model {pred.path} on {pred.device} ({pred.precision})" if pred else "no model (how-to page)"
     print(f"vqa demo: serving {what} at {url} (batches of up to {args.max_batch}, {concurrency} at once, "
           f"{queue_size} waiting; Ctrl+C to stop)", flush=True)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
 from ..errors import ConfigError
+from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
 
 
@@ -65,7 +65,7 @@ def run(args) -> int:
 
         precision, notice = apply_precision(model, "int8", device)
         if notice:
-            print(f"vqa eval: {notice}", file=sys.stderr)
+            get_logger("eval").warning(f"vqa eval: {notice}")
     trained = tuple(card.get("tasks") or ("vqa", "caption"))
     tasks = parse_tasks(args.tasks) if args.tasks else trained
     untrained = [t for t in tasks if t not in trained]
@@ -81,8 +81,8 @@ def run(args) -> int:
             raise ConfigError(f"{args.data}: no split is called val or val...; choose one with --split "
                               f"(the splits found are: {', '.join(splits)})")
     if card.get("data") == data and name == card.get("train_split"):
-        print(f"vqa eval: WARNING: split '{name}' of {data} is the one this model was trained on; "
-              "these scores say nothing about unseen data", file=sys.stderr)
+        get_logger("eval").warning(f"vqa eval: WARNING: split '{name}' of {data} is the one this model was trained "
+                                   "on; these scores say nothing about unseen data")
     split = open_split(args.data, name)
     check_ids(split, tasks, args.max_images)  # a repeated id stops here, before any decoding
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,

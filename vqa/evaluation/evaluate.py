@@ -25,7 +25,8 @@ from ..data.loader import eval_dataset, worker_errors
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
-from ..errors import DataError
+from ..errors import DataError, ExtraMissing
+from ..logs import bars_off, get_logger
 from .metrics import caption_scores, vqa_scores
 
 
@@ -41,9 +42,10 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
              compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
-             max_unreadable: float | None = None) -> dict:
+             max_unreadable: float | None = None, need_caption_scores: bool = True) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
-    result lists. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
+    result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
+    with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
 
     Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of a folder
@@ -70,7 +72,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr)
+        it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr, disable=bars_off())
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -115,7 +117,12 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],
                        per_answer_type=scores["per_answer_type"], per_question_type=scores["per_question_type"])
     if cap_pred:
-        summary.update(caption_scores(cap_pred, cap_refs))
+        try:
+            summary.update(caption_scores(cap_pred, cap_refs))
+        except ExtraMissing as e:
+            if need_caption_scores:
+                raise
+            get_logger("eval").warning("%s; the captions are not scored", e)
     return dict(
         summary=summary,
         vqa_results=[{"question_id": q, "answer": a} for q, a in vqa_pred.items()],

@@ -46,6 +46,8 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
+from ..errors import ExtraMissing
+
 # --- official VQA normalization tables (vqaEval.py, reproduced exactly) ---------------------------
 CONTRACTIONS = {
     "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
@@ -253,8 +255,11 @@ def caption_scores(predictions: Mapping, references: Mapping) -> dict:
     tokenized with :func:`ptb_tokenize` and scored with pycocoevalcap's Bleu(4) and Cider, exactly as
     COCOEvalCap does. The image id sets must be equal (ValueError naming the first few missing ids);
     an empty prediction scores 0 rather than failing."""
-    from pycocoevalcap.bleu.bleu import Bleu
-    from pycocoevalcap.cider.cider import Cider
+    try:
+        from pycocoevalcap.bleu.bleu import Bleu
+        from pycocoevalcap.cider.cider import Cider
+    except ImportError as e:
+        raise ExtraMissing("scoring captions (BLEU-4, CIDEr-D)", "eval", e.name) from None
 
     no_pred, no_ref = set(references) - set(predictions), set(predictions) - set(references)
     if no_pred or no_ref:

@@ -35,20 +35,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ExtraMissing
 from ..model import checkpoint
 from .hf_layout import vqa_to_hf
 from .output import MARKER, check_output, export_replacing
 
 ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # dec_activation -> GPT-2's activation_function
-INSTALL = "pip install -e '.[transformers]'"
 
 
 def require_transformers():  # pragma: no mutate block (a check, not the mapping)
     try:
         import transformers
     except ImportError:
-        raise ConfigError(f"exporting to transformers needs the transformers extra: {INSTALL}") from None
+        raise ExtraMissing("exporting to transformers", "transformers") from None
     return transformers
 
 

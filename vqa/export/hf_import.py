@@ -276,12 +276,6 @@ def import_transformers(source: str | Path, out: str | Path) -> Path:
     return checkpoint.save(out, model.eval(), tok, card)
 
 
-def add_arguments(p) -> None:
-    p.add_argument("--transformers", required=True, metavar="DIR",
-                   help="a VisionEncoderDecoderModel folder (ViT encoder, GPT-2 decoder), as save_pretrained writes")
-    p.add_argument("--out", required=True, metavar="RUN", help="the checkpoint folder to write (new or empty)")
-
-
 def run(args) -> int:
     out = import_transformers(args.transformers, args.out)
     print(f"imported {args.transformers} into {out}: caption with `vqa caption --checkpoint {out} IMAGE`, "

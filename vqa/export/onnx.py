@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ExtraMissing
 from ..model.masks import causal_mask
 from . import output
 from .output import MARKER, _check_apart, check_output  # noqa: F401 (vqa.export.onnx's API)
@@ -95,8 +95,7 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as e:
-        raise ConfigError(f"exporting to ONNX needs the onnx extra ({e.name} is missing): pip install -e '.[onnx]' "
-                          "in the source checkout (make's .venv has it)") from None
+        raise ExtraMissing("exporting to ONNX", "onnx", e.name) from None
     from ..model import checkpoint
 
     _check_apart(checkpoint_path, out)
@@ -150,21 +149,8 @@ def _quietly(quiet: bool, fn):
         return fn()
 
 
-def add_arguments(p) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="RUN", help="a run or checkpoint folder")
-    to = p.add_mutually_exclusive_group(required=True)
-    to.add_argument("--onnx", metavar="OUT_DIR", help="the folder to write the ONNX graphs into")
-    to.add_argument("--transformers", metavar="OUT_DIR", help="the folder to write a transformers "
-                    "VisionEncoderDecoderModel into (ViTModel + GPT-2; needs the transformers extra)")
-    p.add_argument("--force", action="store_true",
-                   help="replace OUT_DIR if it holds an earlier export (never any other folder)")
-
-
 def run(args) -> int:
-    if args.transformers:
-        from .hf_export import run as run_transformers
-
-        return run_transformers(args)
+    """`vqa export --onnx OUT_DIR` (vqa.export.cli has the flags)."""
     out = export_replacing(args.checkpoint, args.onnx, args.force)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {args.checkpoint} to {out} ({size:.1f} MiB): {ENCODER}, {DECODER}, tokenizer.json, config.json;"

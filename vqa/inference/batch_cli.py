@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from ..config import GenerationConfig
 from ..data.shards import SHARD_EXTS
 from ..data.sources import is_pattern
-from ..errors import InputError
+from ..errors import ConfigError, InputError
+from ..logs import get_logger
 from ..options import check_out_folder, given
 from .collection import LIST_EXTS
+
+log = get_logger("inference")
 
 ASK_RENAME = {"top_k": "--sample-top-k"}  # `vqa ask --top-k` is the number of answers
 
@@ -44,15 +46,23 @@ def _one_file(raw: str) -> bool:
 
 
 def check_options(args) -> None:
-    """The options' values, before any work: InputError naming the first one that cannot work."""
+    """The options' values, before any work: ConfigError (a usage error) naming the first one that cannot work."""
     if args.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.workers < 0:
-        raise InputError(f"--workers must be at least 0, got {args.workers}")
+        raise ConfigError(f"--workers must be at least 0, got {args.workers}")
     if args.attention_out:
         check_out_folder("--attention-out", args.attention_out)
     if args.out and Path(args.out).is_dir():
-        raise InputError(f"--out {args.out} is a folder, not a file")
+        raise ConfigError(f"--out {args.out} is a folder, not a file")
+    if args.command == "ask" and len(args.inputs) == 2 and single_image(args) and not args.inputs[1].strip():
+        raise ConfigError("the question is empty")
+    changes = given(args, GenerationConfig, ASK_RENAME if args.command == "ask" else None)
+    method = GenerationConfig().replace(**changes).method
+    top_k = getattr(args, "top_k", 1)
+    if args.command == "ask" and top_k > 1 and "method" in changes and method != "beam":
+        raise ConfigError(f"--top-k {top_k} lists the {top_k} likeliest answers, which only beam search finds: "
+                          f"{method} decoding gives one answer (use --method beam, or --top-k 1)")
 
 
 def single_image(args) -> bool:
@@ -81,8 +91,7 @@ def _merge(args) -> int:
         raise InputError(f"{out}: no part files to merge ({out.name}.part-00000, ...)")
     with RunLock.for_file(out):
         total, errors = merge(out)
-    print(f"vqa {args.command}: merged {total} records into {out}" + (f"; {errors} failed" if errors else ""),
-          file=sys.stderr)
+    log.info(f"vqa {args.command}: merged {total} records into {out}" + (f"; {errors} failed" if errors else ""))
     return 1 if errors else 0
 
 
@@ -105,9 +114,8 @@ def _run(args, load, collection, output, d, top_k: int):
         failure = e
     agree(d, failure)
     if d.main:
-        print(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
-              f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}",
-              file=sys.stderr)
+        log.info(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
+                 f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}")
     job = Job(pred, collection, output, args.command, settings, top_k=top_k,
               batch=args.batch_size, workers=args.workers, dist=d, stamp=stamp.digest)
     return job.run()
@@ -142,7 +150,7 @@ def run_collection(args, load) -> int:
     repeats = collection.describe_repeats()
     if repeats and d.main:  # one record per (image, question): resuming depends on it, but never silently
         where = f"{args.questions}: " if getattr(args, "questions", None) else ""
-        print(f"vqa {args.command}: {where}{repeats}", file=sys.stderr)
+        log.warning(f"vqa {args.command}: {where}{repeats}")
     output = Output(args.out, d.rank, d.world)
     open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
     try:
@@ -155,7 +163,7 @@ def run_collection(args, load) -> int:
         if s.skipped:
             msg += f", {s.skipped} already in {args.out}"
         msg += f"; {s.errors} of {s.total} failed (their records say why)" if s.errors else f"; all {s.total} answered"
-        print(msg + (f"; output: {args.out}" if args.out else ""), file=sys.stderr)
+        log.info(msg + (f"; output: {args.out}" if args.out else ""))
     return 1 if s.errors else 0
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..config import GenerationConfig
 from ..distributed import Dist, agree, on_main
 from ..errors import ConfigError, VQAError
+from ..logs import bars_off
 from .batch_loader import ChunkSource, Loaded, chunk_loader, rank_range
 from .collection import Collection
 from .job_output import Output, merge
@@ -118,7 +119,7 @@ class Job:
         batcher = Batcher(self._run_batch, max_batch=self.batch, max_wait=0.05, name=f"vqa-{self.kind}")
         key = _key(self.kind, self.settings)
         bar = tqdm(total=n, unit="img", desc=f"vqa {self.kind}", dynamic_ncols=True, file=sys.stderr,
-                   disable=not (self.progress and self.dist.main and sys.stderr.isatty()))
+                   disable=True if not (self.progress and self.dist.main) else bars_off())
         pending: deque = deque()
         skipped = skipped_errors = 0
         with bar:

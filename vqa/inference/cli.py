@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--int8", action="store_true",
                    help="dynamic int8 linear layers (CPU; where int8 cannot run: a notice and float32). One answer "
-                        "runs them eagerly, a collection compiled")
+                        "runs them eagerly, a collection compiled (needs the int8 extra: pip install 'vqa[int8]')")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                    help="the weights' dtype (default auto: bf16 on GPUs with bf16 tensor cores, fp32 elsewhere)")
     p.add_argument("--attention-out", metavar="DIR", default=None,
@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     add_collection_arguments(p)
     add_dataclass_arguments(p, GenerationConfig, rename=rename,
                             title="decoding (answers: beam search over max(K, 3) beams by default; captions: greedy)")
+    # GenerationConfig's own default (greedy) is the captions'; answers default to beam search
+    p._option_string_actions["--method"].help = ("decoding method (default: beam for answers, over max(K, 3) beams "
+                                                  "for --top-k K; greedy for captions)")
 
 
 def _load(args, compile: bool | None = False, device=None):
@@ -84,7 +87,7 @@ def _load(args, compile: bool | None = False, device=None):
     except CheckpointError as e:
         hint = ""
         if not Path(args.checkpoint).exists():
-            hint = "; train one with `make demo` or `vqa train --data data/shapes --out runs/tiny`"
+            hint = "; train one with `vqa data shapes --out data/shapes` and then `vqa train --data data/shapes --out runs/tiny`"
         raise CheckpointError(f"{e}{hint}") from None
 
 

@@ -15,7 +15,7 @@ from einops import rearrange
 from PIL import Image
 
 from ..data.images import load_image
-from ..errors import InputError
+from ..errors import ExtraMissing, InputError
 
 
 def patch_maps(model, memory: torch.Tensor, index, prompts, generated) -> list[torch.Tensor]:
@@ -116,7 +116,10 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
 @functools.lru_cache(maxsize=8)
 def _lut(colormap: str) -> np.ndarray:
     """The colormap as a [256, 3] float32 table (built once per name: matplotlib's lookup costs a few ms)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ExtraMissing("drawing attention heatmaps", "eval", e.name) from None
 
     return (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
 

@@ -87,19 +87,16 @@ def save(
 
 @contextlib.contextmanager
 def _swap_lock(folder: Path):
-    """An exclusive lock on `.<name>.lock` beside the folder for the few renames of a save (no-op without
-    fcntl). The run lock keeps two trainers apart; this keeps any two savers' renames apart."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    """An exclusive lock on `.<name>.lock` beside the folder for the few renames of a save (filelock's
+    descriptor lock, any platform). The run lock keeps two trainers apart; this keeps any two savers' renames apart."""
+    from filelock import lock_descriptor, unlock_descriptor
+
     with open(folder.with_name(f".{folder.name}.lock"), "a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        lock_descriptor(f.fileno())
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            unlock_descriptor(f.fileno())
 
 
 def recover_only_old(folder: Path) -> None:

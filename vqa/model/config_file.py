@@ -43,7 +43,7 @@ def migrate(d: dict, where: str) -> dict:
                               "or was not written by vqa")
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{where}: checkpoint format version {version} is newer than this vqa reads "
-                              f"(up to {FORMAT_VERSION}); upgrade vqa (pip install -U vqa) to load it")
+                              f"(up to {FORMAT_VERSION}); load it with the vqa release that wrote it, or a newer one")
     while version < FORMAT_VERSION:
         d = MIGRATIONS[version](d)
         version += 1

@@ -103,8 +103,7 @@ def check_config(raw: dict, path: str) -> dict:
     if kind not in SUPPORTED:
         arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""
         raise ConfigError(f"{path}: model_type {kind!r}{arch} is not supported: the decoder loads GPT-2-layout "
-                          f"language models (model_type {' or '.join(map(repr, SUPPORTED))}); docs/pretrained.md "
-                          "lists which families map")
+                          f"language models (model_type {' or '.join(map(repr, SUPPORTED))})")
     c = {**GPT2_DEFAULTS, **raw}
     for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
         if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 1:

@@ -12,6 +12,16 @@ saved run; the run folder's files), `trainer` (the loop), `setup` (a new run's t
 
 from .cli import add_arguments, run
 from .runfolder import resolve
-from .trainer import Trainer, read_metrics, train
+
+_LAZY = {"Trainer": "trainer", "train": "trainer", "read_metrics": "plots"}  # torch loads only when one is used
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["add_arguments", "run", "resolve", "Trainer", "train", "read_metrics"]

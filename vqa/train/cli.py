@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import TrainConfig
+from ..data.sources import resolve_splits
 from ..options import add_dataclass_arguments, given
 from .runfolder import resolve
 
@@ -19,9 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg = resolve(given(args, TrainConfig), args.config)  # option errors before torch loads
+    resolve_splits(cfg.data, cfg.train_split, cfg.val_split)  # and a missing data folder or split
     from .trainer import train
 
-    cfg = resolve(given(args, TrainConfig), args.config)
     train(cfg)
     return 0
 

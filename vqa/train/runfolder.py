@@ -15,16 +15,18 @@ the preset (and so the training defaults) is the source run's.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ..config import LENGTH_FIELDS, TrainConfig, check_fields, get_preset, train_defaults
 from ..errors import ConfigError
+from ..logs import get_logger
 from ..options import read_config_file
 
 SAVED = "train_config.json"
 REPEAT = "max_steps_command.txt"  # a time-limited run's step count and the command that repeats it by steps
 FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only")
+
+log = get_logger("train")
 
 
 def _layer(base: dict, top: dict) -> dict:
@@ -70,15 +72,14 @@ def resolve(flags: dict, config_file: str | None = None, quiet: bool = False) ->
                                   f"(got {new[key]!r}); start a new run with --init-from {out} instead")
         changed = [k for k in new if k != "resume" and new[k] != old[k]]
         if changed and not quiet:
-            print("vqa train: resuming with " + ", ".join(f"{k}={new[k]!r} (was {old[k]!r})" for k in changed),
-                  file=sys.stderr)
+            log.info("vqa train: resuming with " + ", ".join(f"{k}={new[k]!r} (was {old[k]!r})" for k in changed))
         return TrainConfig.from_dict(new)
     if top.get("init_from") and "preset" not in top:
         src = _source_preset(top["init_from"])
         if src:
             top["preset"] = src
     if not top.get("data"):
-        raise ConfigError("--data is required (a data folder; see data/README.md)")
+        raise ConfigError("--data is required (a data folder; `vqa data shapes --out data/shapes` builds one to try)")
     name = top.get("preset", TrainConfig.preset)
     get_preset(name)  # an unknown name: the error lists the presets
     cfg = TrainConfig.from_dict(_layer(train_defaults(name), top))

@@ -1,9 +1,9 @@
 """One process trains in a run folder at a time: an exclusive lock on `RUN/.lock`, held for the whole run.
 (`vqa caption / ask --out FILE` locks its output the same way: `RunLock.for_file`.)
 
-The lock is `flock`, which the operating system releases when the process ends however it ends (a kill
-included), so a stale lock never blocks a resume. The file holds the owner's pid and host for the message a
-second process gets. (On a platform without `fcntl` the lock is skipped.)
+The lock is the operating system's (filelock's descriptor lock: `flock` on Unix, `LockFileEx` on Windows), which
+it releases when the process ends however it ends (a kill included), so a stale lock never blocks a resume. The
+file holds the owner's pid and host for the message a second process gets.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ import os
 import socket
 from pathlib import Path
 
-from ..errors import ConfigError
+from filelock import lock_descriptor
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
+from ..errors import ConfigError
 
 
 class RunLock:
@@ -35,14 +32,13 @@ class RunLock:
         return lock
 
     def acquire(self) -> RunLock:
-        if fcntl is None:
-            return self
         f = open(self.path, "a+")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            owner = f.read().strip() or "another process"
+        if not lock_descriptor(f.fileno(), blocking=False):
+            try:
+                f.seek(0)
+                owner = f.read().strip() or "another process"
+            except OSError:  # Windows: the owner's locked byte cannot be read
+                owner = "another process"
             f.close()
             raise ConfigError(f"{self.what} is being {self.doing} by {owner}; wait for it to finish, stop it, "
                               "or choose another --out") from None

@@ -6,7 +6,6 @@ given (images per GPU from a memory estimate, loader workers from the cores)."""
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
@@ -14,10 +13,13 @@ from ..config import ModelConfig, TrainConfig, preset_fields
 from ..data.sources import training_texts
 from ..distributed import Dist
 from ..errors import ConfigError
+from ..logs import get_logger
 from ..model import VQAModel, checkpoint, model_preset
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
+
+log = get_logger("train")
 
 
 def new_tokenizer(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
@@ -34,7 +36,7 @@ def new_tokenizer(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
         texts = (t for batch in training_texts(train_data) for t in batch)
         warning = context_warning(tok, texts, max_len, source)
         if warning:
-            print(f"vqa train: {warning}", file=sys.stderr)
+            log.warning(f"vqa train: {warning}")
         return tok
     if cfg.tokenizer:
         return Tokenizer.load(cfg.tokenizer)
@@ -77,8 +79,8 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     if tok.question_id is None:
         tok = tok.with_prompt_tokens()
         src = grow_embedding(src, tok.vocab_size)
-        print(f"vqa train: {path} is a captioner: its tokenizer gains <question> and <answer> as special tokens "
-              f"(embedding and LM head grown to {tok.vocab_size} rows)", file=sys.stderr)
+        log.info(f"vqa train: {path} is a captioner: its tokenizer gains <question> and <answer> as special tokens "
+                 f"(embedding and LM head grown to {tok.vocab_size} rows)")
     changed = [f"{k}={cfg.model[k]!r}" for k in LM_FIELDS if k in cfg.model and cfg.model[k] != getattr(src.cfg, k)]
     if changed and (src.cfg.dec_pretrained or cfg.model.get("dec_pretrained")):
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} cannot be combined with its decoder "

@@ -33,6 +33,7 @@ from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
+from ..logs import bars_off, get_logger
 from ..model import checkpoint
 from . import state as run_state
 from .budget import TimeBudget, evaluation_due
@@ -42,6 +43,8 @@ from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
 from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
 from .step import StepRunner, TrainingLoss, wrap_ddp
+
+log = get_logger("train")
 
 
 def train(cfg: TrainConfig) -> Trainer:
@@ -74,7 +77,7 @@ class Trainer:
             self.val_data = open_split(cfg.data, self.val_split) if self.val_split else None
             check_ids(self.val_data, cfg.tasks, cfg.eval_images)  # a repeated id stops here, not at the first eval
             if self.val_data is None and self.d.main:
-                print(f"vqa train: no validation split in {cfg.data}; training without evaluation", file=sys.stderr)
+                log.info(f"vqa train: no validation split in {cfg.data}; training without evaluation")
             state = self._build_model()
             self._build_data()
             self._build_optim(state)
@@ -113,11 +116,10 @@ class Trainer:
         elif c.init_from:
             model, self.tok, self.card = init_from(c, c.init_from)
             if self.d.main:
-                print(f"vqa train: starting from the weights of {c.init_from} (a new run: step 0, a new optimizer)",
-                      file=sys.stderr)
+                log.info(f"vqa train: starting from the weights of {c.init_from} (a new run: step 0, a new optimizer)")
         else:
             if c.resume and self.d.main:
-                print(f"vqa train: nothing to resume in {self.out}; starting a new run", file=sys.stderr)
+                log.info(f"vqa train: nothing to resume in {self.out}; starting a new run")
             self.tok = new_tokenizer(c, self.train_data, self.d)
             model = new_model(c, self.tok)
             self.card = {}
@@ -199,7 +201,7 @@ class Trainer:
             self.total_steps = state.get("total_steps")
         warning = run_state.restore_rng(state, d)
         if warning and d.main:
-            print(f"vqa train: {warning}", file=sys.stderr)
+            log.warning(f"vqa train: {warning}")
 
     def _planned_steps(self) -> int | None:
         c = self.cfg
@@ -246,13 +248,14 @@ class Trainer:
         metrics = self.out / "metrics.jsonl"
         if d.main:
             self._trim_metrics(metrics)
-            print(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
-                  f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}", file=sys.stderr)
+            log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
+                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}")
         bar = None
         if d.main:
             from tqdm import tqdm
 
-            bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
+            bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr,
+                       disable=bars_off())
         seen, t_log = 0, time.time()
         # evaluations (--eval-every 0): at each quarter of the planned steps, or of a --time-limit's time (the
         # planned steps of a time-limited run move as it is refitted); a resumed run goes on from its quarter
@@ -261,9 +264,9 @@ class Trainer:
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
             set_lr(self.optimizer, lr_factor(self.step, self._warmup(), self.total_steps or 10**9, schedule=c.schedule))
-            log = (self.step + 1) % c.log_every == 0 or self.step == 0
+            logged = (self.step + 1) % c.log_every == 0 or self.step == 0
             # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
-            decide = budget is not None and (d.world == 1 or log)
+            decide = budget is not None and (d.world == 1 or logged)
             plan = budget.plan(self.step) if decide and budget.due(self.step) else None
             extra = (float(decide and budget.out_of_time()), float(plan or 0), float(plan is not None),
                      float(budget.quarter()) if decide else 0.0)
@@ -273,7 +276,7 @@ class Trainer:
             seen += self.images_per_step
             if budget is not None:
                 budget.record(time.time() - t0)
-            values = stats.tolist() if log else None  # the one host sync, at logged steps only
+            values = stats.tolist() if logged else None  # the one host sync, at logged steps only
             if values is not None and not math.isfinite(values[0]):
                 raise VQAError(f"loss is {values[0] / max(values[1], 1)} at step {self.step}: training stopped "
                                "(try a lower --lr, or --precision fp32)")
@@ -314,8 +317,7 @@ class Trainer:
         if bar is not None:
             bar.close()
         if d.main:
-            print(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}",
-                  file=sys.stderr)
+            log.info(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}")
             if c.time_limit and self.step != halt_at_step:
                 self._write_repeat_command()
         return 0
@@ -328,7 +330,7 @@ class Trainer:
         text = (f"--time-limit {c.time_limit} reached step {self.step} ({self.images_per_step} images a step) on this "
                 f"machine; the same run by steps, on any machine:\n  {cmd}\n")
         (self.out / REPEAT).write_text(text)
-        print("vqa train: " + text, end="", file=sys.stderr)
+        log.info("vqa train: " + text.rstrip("\n"))
 
     def _warmup(self) -> int:
         """--warmup, unless it is as long as the run: then a tenth of the run (said once), so that the run
@@ -338,8 +340,8 @@ class Trainer:
             return c.warmup
         short = max(1, total // 10)
         if not getattr(self, "_warned_warmup", False) and self.d.main:
-            print(f"vqa train: --warmup {c.warmup} is not shorter than the run's {total} steps; warming up over "
-                  f"{short} instead", file=sys.stderr)
+            log.info(f"vqa train: --warmup {c.warmup} is not shorter than the run's {total} steps; warming up over "
+                     f"{short} instead")
         self._warned_warmup = True
         return short
 
@@ -357,7 +359,7 @@ class Trainer:
             scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
                               max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
                               amp_dtype=self.amp_dtype, workers=self.workers,
-                              max_unreadable=self.cfg.max_unreadable)["summary"]
+                              max_unreadable=self.cfg.max_unreadable, need_caption_scores=False)["summary"]
             self.model.train()
         if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
@@ -365,7 +367,7 @@ class Trainer:
                 f.write(json.dumps(rec) + "\n")
             shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
             if shown:
-                print(f"\nvqa train: step {self.step}: " + ", ".join(shown), file=sys.stderr)
+                log.info(f"vqa train: step {self.step}: " + ", ".join(shown))
         rng = run_state.rng_state(d)
         if not d.main:
             d.barrier()
@@ -385,7 +387,7 @@ class Trainer:
         try:
             plot_curves(metrics, self.out / "curves.png")
         except Exception as e:  # a plot is never worth a run
-            print(f"vqa train: could not draw curves.png ({type(e).__name__}: {e})", file=sys.stderr)
+            log.warning(f"vqa train: could not draw curves.png ({type(e).__name__}: {e})")
         d.barrier()
 
 

@@ -2,7 +2,7 @@
 three Shapes scenes rendered at 256 px by `vqa.data.shapes_render`. Writes the PNGs and `samples.json`, the
 list the app shows as examples (file, a question, and for Shapes scenes the true answer).
 
-    python data/samples/make_samples.py          # rewrites data/samples/*.png and samples.json
+    python scripts/make_samples.py          # rewrites vqa/samples/*.png and samples.json (package data)
 
 Deterministic: the same files every run.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "vqa" / "samples"
 
 
 def _gradient(w: int, h: int, top: tuple, bottom: tuple) -> np.ndarray:

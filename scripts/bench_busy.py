@@ -1,5 +1,5 @@
 """Training speed on a busy machine: `vqa train --preset tiny` images/s alone and beside a one-thread job
-started in another session (`setsid`, as a second terminal is: Linux gives each session its own scheduling
+started under `setsid` (as a second terminal is: Linux gives each such process group its own scheduling
 group), for several thread settings of the measured run.
 
     python scripts/bench_busy.py --data data/shapes                      # all variants, 30 steps each
@@ -7,7 +7,7 @@ group), for several thread settings of the measured run.
 
 Variants: default (torch's threads, OpenMP's default waiting, which spins), passive (OMP_WAIT_POLICY=PASSIVE: threads that
 wait sleep instead of spinning), one (OMP_NUM_THREADS=1). The neighbour is `vqa train` with OMP_NUM_THREADS=1
-on the same data, in its own session, killed when the measurement ends.
+on the same data, under its own setsid, killed when the measurement ends.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def train(data: str, out: Path, steps: int, env: dict, timeout: float) -> float 
 
 
 def neighbour(data: str, out: Path) -> subprocess.Popen:
-    """A one-thread `vqa train` in a session of its own (setsid), running until killed."""
+    """A one-thread `vqa train` under its own setsid, running until killed."""
     cmd = [*vqa(), "train", "--data", data, "--out", str(out), "--preset", "tiny", "--max-steps", "1000000",
            "--eval-images", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -88,7 +88,7 @@ def main() -> None:
                 os.killpg(other.pid, signal.SIGTERM)
                 other.wait()
             rows.append(dict(variant=name, alone=alone, beside=beside))
-            print(f"{name:8s} alone {_fmt(alone)} images/s, beside a one-thread job in another session "
+            print(f"{name:8s} alone {_fmt(alone)} images/s, beside a one-thread job under setsid "
                   f"{_fmt(beside)} images/s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -191,7 +191,7 @@ def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_pa
         (tmp_path / "m" / "config.json").write_text(json.dumps({**saved, name: not off}))
         with pytest.raises(CheckpointError) as e:
             VQAModel.from_pretrained(tmp_path / "m")
-        assert f"{name}={not off!r}: vqa no longer has this option (its code is in commit" in str(e.value)
+        assert f"{name}={not off!r}: vqa no longer has this option (docs/tried.md says" in str(e.value)
         assert "\n" not in str(e.value)
         with pytest.raises(ConfigError, match=f"{name}={not off!r}: vqa no longer has this option"):
             preset("tiny", **{name: not off})

@@ -55,7 +55,7 @@ def test_a_rerun_with_other_settings_or_another_model_is_refused(ckpt, tmp_path,
     assert main([*argv, "--checkpoint", str(ckpt)]) == 0  # the same settings: everything is done already
     assert out.read_text() == before and "3 already in" in capsys.readouterr().err
 
-    assert main([*argv, "--checkpoint", str(ckpt), "--method", "beam", "--num-beams", "2"]) == 1
+    assert main([*argv, "--checkpoint", str(ckpt), "--method", "beam", "--num-beams", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "its records were made with other settings" in err and "num_beams=2" in err
     assert len(err.splitlines()) == 1 and out.read_text() == before
@@ -68,7 +68,7 @@ def test_a_rerun_with_other_settings_or_another_model_is_refused(ckpt, tmp_path,
     raw = bytearray(weights.read_bytes())
     raw[-8:] = bytes(8)
     weights.write_bytes(bytes(raw))
-    assert main([*argv, "--checkpoint", str(other)]) == 1
+    assert main([*argv, "--checkpoint", str(other)]) == 2
     assert "other settings" in capsys.readouterr().err and out.read_text() == before
     shutil.copytree(ckpt, tmp_path / "copy")  # a copy of the same checkpoint is the same model
     assert main([*argv, "--checkpoint", str(tmp_path / "copy")]) == 0 and out.read_text() == before

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from PIL import Image
 from predict_fixtures import COLOR_Q, DEMO_WARNINGS, ROOT, SHAPE_Q, demo_predictor, write_pictures
@@ -223,10 +224,34 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
         assert err.title == "Cannot do that" and err.message, (fn.__name__, args)
 
 
+def test_the_explorer_refuses_a_token_layer_head_or_patch_that_does_not_exist(handlers, pred, pictures):
+    """An API caller's 0 or negative row, column, token, layer or head is refused, naming the control and its
+    range: Python's negative indexing would otherwise show another patch, token or layer than the one asked."""
+    ex = Explorer(pred)
+    *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
+    e = ex.explain(state)[0]
+    g, layers, heads = pred.grid, pred.cfg.dec_depth, pred.cfg.dec_heads
+    for fn, args, named in (
+            (ex.redraw_patch, (e, 0, 1), f"patch row must be a whole number from 1 to {g}, got 0"),
+            (ex.redraw_patch, (e, 1, -1), f"patch column must be a whole number from 1 to {g}, got -1"),
+            (ex.redraw_patch, (e, g + 1, 1), "patch row"),
+            (ex.redraw_token, (e, -1, 0, h.MEAN), "token must be a whole number from 0 to 0, got -1"),
+            (ex.redraw_self, (e, 0, -1, h.MEAN), f"layer must be a whole number from 0 to {layers - 1}, got -1"),
+            (ex.redraw_self, (e, 0, 0, -2), f"head ({h.MEAN}: every head) must be a whole number from 0 to "
+                                            f"{heads - 1}, got -2"),
+            (ex.export, (e, 0, 0, h.MEAN, 0, 1), "patch row"),
+            (ex.export, (e, -1, 0, h.MEAN, 1, 1), "token")):
+        err = _error(fn, *args)
+        assert err.title == "Cannot do that" and named in err.message, (fn.__name__, args, err.message)
+    assert isinstance(ex.redraw_patch(e, g, g), Image.Image)  # the last patch is there
+
+
 class _SavedExplanation:
     """Stands in for an Explanation: its save writes one file per call, as fast as can be."""
 
     generated = ["blue"]
+    self_weights = np.zeros((1, 1, 2, 2))  # [L, H, T, T]: one layer, one head
+    grid = 1
 
     def save(self, folder, **_):
         path = folder / "attention.npz"

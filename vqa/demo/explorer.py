@@ -20,6 +20,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from ..config.generation import in_range
 from ..errors import VQAError
 from .handlers import MEAN, display_image
 from .uploads import fail
@@ -75,6 +76,25 @@ def _check(e):
                        title="Nothing to explain yet", print_exception=False)
 
 
+def controls(e, token, layer, head) -> tuple[int, int, int]:
+    """(token, layer, head) as the controls offer them (0-based; head MEAN: every head), each checked against
+    `e`'s bounds: an API caller's -1 would otherwise pick the last one (Python's negative indexing)."""
+    heads = e.self_weights.shape[1]
+    token = in_range("token", 0 if token is None or token == "" else token, 0, max(0, len(e.generated) - 1),
+                     integer=True)
+    layer = in_range("layer", layer, 0, e.self_weights.shape[0] - 1, integer=True)
+    if head != MEAN:
+        head = in_range(f"head ({MEAN}: every head)", head, 0, heads - 1, integer=True)
+    return token, layer, int(head)
+
+
+def patch(e, row, col) -> tuple[int, int]:
+    """The ViT patch (row, column), counted from 1 as the sliders show them, checked against `e`'s grid:
+    0-based (row, column)."""
+    return (in_range("patch row", row, 1, e.grid, integer=True) - 1,
+            in_range("patch column", col, 1, e.grid, integer=True) - 1)
+
+
 class Explorer:
     """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explanation`."""
 
@@ -113,7 +133,7 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
-        token, layer, head = int(token or 0), int(layer), int(head)
+        token, layer, head = controls(e, token, layer, head)
         qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
@@ -123,7 +143,7 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
-        token, layer, head = int(token or 0), int(layer), int(head)
+        token, layer, head = controls(e, token, layer, head)
         row, col = af.top_patch(e, token)
         return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
@@ -134,17 +154,18 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
-        return af.vit_patch_figure(e, int(row) - 1, int(col) - 1)
+        return af.vit_patch_figure(e, *patch(e, row, col))
 
     @_user_errors
     def export(self, e, token, layer, head, row, col):
         """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
         `keep` folders are kept (gradio has copied the older ones into its cache by then)."""
         _check(e)
+        (token, layer, head), where = controls(e, token, layer, head), patch(e, row, col)
         folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
         try:
-            files = e.save(folder, tokens=[int(token or 0)] if e.generated else [], layer=int(layer),
-                           head=0 if int(head) == MEAN else int(head), patch=(int(row) - 1, int(col) - 1))
+            files = e.save(folder, tokens=[token] if e.generated else [], layer=layer,
+                           head=0 if head == MEAN else head, patch=where)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise

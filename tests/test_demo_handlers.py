@@ -66,7 +66,9 @@ def test_ask_returns_the_answer_its_top_answers_and_a_heatmap_per_word(handlers,
     assert state["words"] == ["red"] and len(state["maps"]) == 1 and state["image"] is None
     heat = handlers.heatmap(0, h.MEAN, h.MEAN, state)  # drawn on the picture (48 x 36) scaled to 480 px wide
     assert isinstance(heat, Image.Image) and heat.size == (480, 360)
-    assert state["image"].size == (480, 360)  # the display copy, made on first use and kept
+    # the display copy, made on first use and kept as the session's one copy of the picture: a JPEG
+    assert isinstance(state["image"], bytes) and len(state["image"]) < 100_000
+    assert h.display_image(handlers.pred, state).size == (480, 360)
     one = handlers.heatmap(0, 1, 3, state)  # layer 2, head 4
     assert one.size == heat.size and one.tobytes() != heat.tobytes()
     assert handlers.heatmap(5, None, None, state).size == heat.size  # a word out of range: the first
@@ -205,7 +207,7 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
         assert "Nothing to explain" in _error(redraw, None, *args).title
     *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
     e, token, layer, head, row, col, info, *views = ex.explain(state)
-    assert '"what color is the shape?" → "blue"' in info and e.text == "blue"
+    assert '"what color is the shape?" → "blue"' in info and ex.explanation(e).text == "blue"
     assert token.value == 0 and head.value == h.MEAN and layer.value == pred.cfg.dec_depth - 1
     assert 1 <= row.value <= pred.grid and 1 <= col.value <= pred.grid
     assert all(isinstance(v, Image.Image) and v.width > 300 for v in views)
@@ -244,6 +246,29 @@ def test_the_explorer_refuses_a_token_layer_head_or_patch_that_does_not_exist(ha
         err = _error(fn, *args)
         assert err.title == "Cannot do that" and named in err.message, (fn.__name__, args, err.message)
     assert isinstance(ex.redraw_patch(e, g, g), Image.Image)  # the last patch is there
+
+
+def test_sessions_share_a_few_explanations_and_keep_only_a_handle(handlers, pred, pictures):
+    """A session's explorer state is a handle (its answer, upload and display copy), never the Explanation
+    (~20 MiB with the small model): the explorer keeps the last few for all sessions, and one dropped is built
+    again, the same, when its session draws again."""
+    import pickle
+
+    from vqa.demo.explorer import Explained
+    from vqa.inference.figures import top_patch
+
+    ex = Explorer(pred, explanations=2)
+    sessions = []
+    for name in ("blue_square", "red_circle", "blue_square"):
+        *_, state = handlers.ask(str(pictures[name]), COLOR_Q, 3, None)
+        handle, *_, vit = ex.explain(state)
+        assert isinstance(handle, Explained) and len(pickle.dumps(handle.state)) < 100_000
+        sessions.append((handle, vit))
+    assert len(ex._recent) == 2 and sessions[0][0] not in ex._recent  # the first session's was dropped
+    first, vit = sessions[0]
+    r, c = top_patch(ex.explanation(first), 0)  # built again, on first use: the patch explain showed
+    again = ex.redraw_patch(first, r + 1, c + 1)
+    assert again.tobytes() == vit.tobytes() and first in ex._recent and len(ex._recent) == 2
 
 
 class _SavedExplanation:

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,9 @@ EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains
 # export folders kept on disk, from all sessions: gradio serves its own copy of each file (in its cache, which
 # delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
 EXPORTS_KEPT = 8
+# explanations held in memory, for all sessions together (one of the small model is ~20 MiB, its ViT's attention
+# mostly): a session keeps a handle (`Explained`), and an explanation dropped from here is rebuilt on its next use
+EXPLANATIONS_KEPT = 8
 
 
 def explorer_views(e, token: int, layer: int, head: int, row: int, col: int) -> tuple:
@@ -70,6 +73,16 @@ def _user_errors(method):
     return guarded
 
 
+class Explained:
+    """What a session keeps of its explanation: the state it explains (the result, the upload, the display
+    copy), from which the explorer rebuilds it when it is no longer among the recent ones."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: dict):
+        self.state = state
+
+
 def _check(e):
     if e is None:
         raise gr.Error("Open this tab after asking a question or captioning a picture.",
@@ -96,27 +109,28 @@ def patch(e, row, col) -> tuple[int, int]:
 
 
 class Explorer:
-    """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explanation`."""
+    """The explorer's handlers around `pred` (a `vqa.Predictor`). `e` is the session's `Explained` handle
+    (or an `Explanation`); the last `explanations` explanations used are kept, for all sessions together."""
 
-    def __init__(self, pred, keep: int = EXPORTS_KEPT):
-        self.pred, self.keep = pred, max(1, int(keep))
+    def __init__(self, pred, keep: int = EXPORTS_KEPT, explanations: int = EXPLANATIONS_KEPT):
+        self.pred, self.keep, self.explanations = pred, max(1, int(keep)), max(1, int(explanations))
+        self._recent: OrderedDict[Explained, object] = OrderedDict()  # handle -> Explanation, oldest first
+        self._recent_lock = threading.Lock()
         self._exports: deque[Path] = deque()  # this explorer's export folders, oldest first
         self._exports_lock = threading.Lock()
         weakref.finalize(self, _remove, self._exports)  # the rest go with the explorer, or at exit
 
     def explain(self, state):
-        """Explain the session's last answer or caption: the Explanation, the controls set for it, the views."""
+        """Explain the session's last answer or caption: the session's handle to it (`Explained`), the controls
+        set for it, the views."""
         from ..inference.figures import top_patch
 
-        pred, cfg = self.pred, self.pred.cfg
+        cfg = self.pred.cfg
         if not state or state.get("result") is None:  # opened before any question: say what to do
             return (None, gr.Dropdown(choices=[], value=None), gr.Dropdown(), gr.Dropdown(), gr.Slider(),
                     gr.Slider(), EMPTY_HINT, None, None, None, None)
-        try:
-            e = pred.explain(state["source"], result=state["result"])
-        except VQAError as err:
-            raise fail(err, state["source"]) from None
-        e.image = display_image(pred, state)  # draw on the display copy
+        handle = Explained(state)
+        e = self.explanation(handle)
         layer, head = cfg.dec_depth - 1, MEAN
         row, col = top_patch(e, 0)
         views = explorer_views(e, 0, layer, head, row, col)
@@ -124,8 +138,29 @@ class Explorer:
         info = (f"Explaining {what}: {len(e.tokens)} tokens ({e.prompt_len} of prompt), {cfg.dec_depth} decoder "
                 f"layers x {cfg.dec_heads} heads, a {e.grid}x{e.grid} patch grid.")
         token = gr.Dropdown(choices=explorer_choices(e), value=0 if e.generated else None)
-        return (e, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
+        return (handle, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
                 gr.Slider(value=col + 1), info, *views)
+
+    def explanation(self, e):
+        """The Explanation behind a session's handle: one of the last `explanations` used, or built again
+        (the same teacher-forced pass over the same result); anything else (an Explanation) as it is."""
+        if not isinstance(e, Explained):
+            return e
+        with self._recent_lock:
+            if e in self._recent:
+                self._recent.move_to_end(e)
+                return self._recent[e]
+        state = e.state
+        try:
+            built = self.pred.explain(state["source"], result=state["result"])
+        except VQAError as err:
+            raise fail(err, state["source"]) from None
+        built.image = display_image(self.pred, state)  # draw on the display copy
+        with self._recent_lock:
+            self._recent[e] = built
+            while len(self._recent) > self.explanations:
+                self._recent.popitem(last=False)
+        return built
 
     @_user_errors
     def redraw_self(self, e, token, layer, head):
@@ -133,6 +168,7 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
+        e = self.explanation(e)
         token, layer, head = controls(e, token, layer, head)
         qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
@@ -143,6 +179,7 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
+        e = self.explanation(e)
         token, layer, head = controls(e, token, layer, head)
         row, col = af.top_patch(e, token)
         return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
@@ -154,6 +191,7 @@ class Explorer:
         from ..inference import figures as af
 
         _check(e)
+        e = self.explanation(e)
         return af.vit_patch_figure(e, *patch(e, row, col))
 
     @_user_errors
@@ -161,6 +199,7 @@ class Explorer:
         """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
         `keep` folders are kept (gradio has copied the older ones into its cache by then)."""
         _check(e)
+        e = self.explanation(e)
         (token, layer, head), where = controls(e, token, layer, head), patch(e, row, col)
         folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
         try:

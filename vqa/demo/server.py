@@ -19,7 +19,7 @@ from ..data.images import MAX_PIXELS
 from ..errors import VQAError
 from ..inference.warmup import BackgroundWarmUp, warm_up
 from .examples import SAMPLES, SHAPES
-from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, build_app
+from .layout import BATCH_WAIT_MS, MAX_BATCH, MAX_TOP_K, SESSIONS_KEPT, build_app
 from .uploads import give_back_decoded_memory
 
 DEFAULT_RUN = Path("runs") / "tiny"
@@ -61,7 +61,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, con
             out = demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE,
                               prevent_thread_lock=True, quiet=quiet, show_error=False, theme=theme, css=CSS,
                               footer_links=["api", "gradio"], allowed_paths=[str(SAMPLES), str(SHAPES)],
-                              ssr_mode=False, max_threads=threads)
+                              ssr_mode=False, max_threads=threads, state_session_capacity=SESSIONS_KEPT)
             break
         except ValueError as e:
             # gradio checks its own address (5 tries of 3 s) and, when that fails, says to set share=True:

@@ -4,7 +4,9 @@ without a server) and their wiring (`wire`).
 It explains the session's last answer or caption with the model's own attention weights, read on a separate
 pass (`Predictor.explain`): the masked self-attention matrix, the chosen token's cross-attention in every
 layer and head, its query against every image key, and self-attention inside the ViT from one patch; Export
-writes them as PNG and every array as `.npz`. The pictures are drawn only when the tab is opened.
+writes them as PNG and every array as `.npz`. The pictures are drawn only when the tab is opened. A session
+keeps a handle to its explanation (`Explained`); the explorer holds the last few for all sessions together and
+builds a dropped one again, so memory does not grow with the sessions.
 """
 
 from __future__ import annotations

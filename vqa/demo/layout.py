@@ -25,7 +25,7 @@ BATCH_WAIT_MS = 2  # how long the first request of a batch waits for company (a 
 # a session's last answer and its explorer handle go this long after they were last set (gradio keeps them
 # otherwise for as long as the server runs, and a closed tab's for an hour)
 STATE_TTL = 1800
-# sessions gradio keeps at all (its default: 10,000), the oldest dropped first; each holds ~0.1 MiB of ours
+# sessions gradio keeps at all (its default: 10,000), the oldest dropped first; each holds ~50 KB of ours
 # (the answer, its maps, the display copy as JPEG), the explanations are shared (vqa.demo.explorer)
 SESSIONS_KEPT = 1000
 

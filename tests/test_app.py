@@ -383,4 +383,3 @@ def test_main_serves_on_127_0_0_1_and_prints_the_address(monkeypatch, capsys, tm
         built["demo"].close()
     with pytest.raises(SystemExit):
         srv.main(["--checkpoint", str(shared_checkpoint()), "--max-batch", "0"])
-

@@ -15,17 +15,7 @@ from gradio_client import Client, handle_file  # noqa: E402
 pytestmark = DEMO_WARNINGS
 
 
-@pytest.fixture(scope="module")
-def pred():
-    return demo_predictor()
-
-
-@pytest.fixture(scope="module")
-def pictures(tmp_path_factory):
-    return write_pictures(tmp_path_factory.mktemp("pictures"))
-
-
-def test_sessions_are_bounded_and_their_state_goes_after_its_time_to_live(pred, pictures, monkeypatch):
+def test_sessions_are_bounded_and_their_state_goes_after_its_time_to_live(tmp_path, monkeypatch):
     """Gradio keeps 10,000 sessions and a gr.State for as long as the server runs, unless told otherwise:
     the demo keeps SESSIONS_KEPT, each session's state goes STATE_TTL seconds after it was last set (2 s
     here), and what a session holds is its answer and a handle, never an Explanation."""
@@ -34,11 +24,12 @@ def test_sessions_are_bounded_and_their_state_goes_after_its_time_to_live(pred, 
     from vqa.inference.explain import Explanation
 
     monkeypatch.setattr(layout, "STATE_TTL", 2)
-    demo, url = start_app(pred)
+    picture = write_pictures(tmp_path)["blue_square"]
+    demo, url = start_app(demo_predictor())
     try:
         assert demo.state_session_capacity == layout.SESSIONS_KEPT < 10_000
         client = Client(url, verbose=False)
-        client.predict(handle_file(str(pictures["blue_square"])), COLOR_Q, 3, api_name="/ask")
+        client.predict(handle_file(str(picture)), COLOR_Q, 3, api_name="/ask")
         client.predict(api_name="/explain")
 
         def held():

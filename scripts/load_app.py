@@ -5,6 +5,7 @@
     python scripts/load_app.py --url http://127.0.0.1:7860/                  # an app already running
     python scripts/load_app.py --checkpoint runs/tiny --app OLD/app.py       # another copy of the app (before/after)
     python scripts/load_app.py --checkpoint runs/tiny -- --max-batch 8       # options after `--` go to app.py
+    python scripts/load_app.py --checkpoint runs/tiny --explorer-users 200  # then 200 explorer users
 
 With --checkpoint the app is started as its own process (`python app.py --checkpoint RUN --port P`), so the
 users' threads here do not share an interpreter with the server. Steps, in one run:
@@ -14,6 +15,9 @@ users' threads here do not share an interpreter with the server. Steps, in one r
 3. at once: `--users` users, each its own `gradio_client.Client`, all asking their
    `--questions` questions at the same moment, each user's next question when its previous one returns.
    Pictures and questions are mixed (vqa/samples and, when built, Shapes val scenes).
+
+4. with `--explorer-users N`: N more users, one after another, each asking one question, opening the
+   attention explorer (/explain) and closing; the server's resident memory (RSS) is read before and after.
 
 Every request ends one of three ways: answered; refused with a message meant for a person (the queue is full:
 gradio_client's "Queue is full! Please try again.", the page's "This application is currently busy", or the
@@ -212,6 +216,40 @@ def run_at_once(url: str, users: int, questions: int, top_k: int, server_pid: in
                 cpu_server_s=None if cpu_server is None else cpu_server - cpu_server0, cpu_clients_s=cpu_clients)
 
 
+def rss_mib(pid: int | None) -> float | None:
+    """The resident memory of process `pid` in MiB (Linux /proc), None where it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_explorer_users(url: str, n: int, server_pid: int | None = None) -> dict:
+    """n users one after another, each asking a question, opening the explorer and closing: how many
+    worked and the server's RSS before and after (every user's state is still within its time to live)."""
+    jobs = workload(n, seed=3)
+    before, failed = rss_mib(server_pid), []
+    for pic, q in jobs:
+        client = _client(url)
+        try:
+            if ask(client, pic, q, 3)[0] != "ok":
+                raise RuntimeError("the question was not answered")
+            client.predict(api_name="/explain")
+        except Exception as e:  # count it, go on
+            failed.append(f"{type(e).__name__}: {e}")
+        finally:
+            client.close()
+    after = rss_mib(server_pid)
+    grew = None if before is None or after is None else after - before
+    return dict(explorer_users=n, explorer_failed=len(failed), explorer_failures=sorted(set(failed))[:3],
+                rss_before_users_mib=before, rss_after_users_mib=after, rss_growth_mib=grew)
+
+
 def report(alone: list[float], burst: dict) -> dict:
     single = statistics.median(alone)
     n = burst["requests"]
@@ -236,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=5, help="questions each user asks, one after another (default 5)")
     p.add_argument("--alone", type=int, default=10, help="questions asked alone to time one request (default 10)")
     p.add_argument("--top-k", type=int, default=3, help="the /ask top-k (default 3, the app's own default)")
+    p.add_argument("--explorer-users", type=int, default=0, metavar="N",
+                   help="then N users, one after another, that ask, open the explorer and close; prints the "
+                        "server's memory growth (RSS, with --checkpoint)")
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     p.add_argument("--targets", action="store_true",
                    help="exit 1 unless none is refused, wall <= 0.3 x one-after-another and median <= 1 s")
@@ -249,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         alone = run_alone(url, args.alone, args.top_k)
         burst = run_at_once(url, args.users, args.questions, args.top_k, proc.pid if proc is not None else None)
+        if args.explorer_users > 0:
+            burst.update(run_explorer_users(url, args.explorer_users, proc.pid if proc is not None else None))
     finally:
         if proc is not None:
             proc.terminate()
@@ -269,13 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     if fig["cpu_server_s"] is not None:
         cpu = f"the server {fig['cpu_server_s']:.1f} s, " + cpu
     print(f"CPU time meanwhile: {cpu} ({os.cpu_count()} cores)")
+    if fig.get("explorer_users"):
+        rss = ""
+        if fig["rss_growth_mib"] is not None:
+            rss = (f": server RSS {fig['rss_before_users_mib']:.0f} -> {fig['rss_after_users_mib']:.0f} MiB "
+                   f"({fig['rss_growth_mib']:+.0f} MiB)")
+        print(f"{fig['explorer_users']} explorer users opened and closed, {fig['explorer_failed']} failed{rss}")
+        for d in fig["explorer_failures"]:
+            print(f"  ERROR: {d}")
     for d in fig["refusal_examples"]:
         print(f"  refused: {d}")
     for d in fig["error_examples"]:
         print(f"  ERROR: {d}")
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=2) + "\n")
-    failed = fig["errors"] > 0
+    failed = fig["errors"] > 0 or fig.get("explorer_failed", 0) > 0
     if args.targets:
         misses = []
         if fig["refused"]:

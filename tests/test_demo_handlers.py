@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from PIL import Image
 from predict_fixtures import COLOR_Q, DEMO_WARNINGS, ROOT, SHAPE_Q, demo_predictor, write_pictures
@@ -65,7 +66,9 @@ def test_ask_returns_the_answer_its_top_answers_and_a_heatmap_per_word(handlers,
     assert state["words"] == ["red"] and len(state["maps"]) == 1 and state["image"] is None
     heat = handlers.heatmap(0, h.MEAN, h.MEAN, state)  # drawn on the picture (48 x 36) scaled to 480 px wide
     assert isinstance(heat, Image.Image) and heat.size == (480, 360)
-    assert state["image"].size == (480, 360)  # the display copy, made on first use and kept
+    # the display copy, made on first use and kept as the user's one copy of the picture: a JPEG
+    assert isinstance(state["image"], bytes) and len(state["image"]) < 100_000
+    assert h.display_image(handlers.pred, state).size == (480, 360)
     one = handlers.heatmap(0, 1, 3, state)  # layer 2, head 4
     assert one.size == heat.size and one.tobytes() != heat.tobytes()
     assert handlers.heatmap(5, None, None, state).size == heat.size  # a word out of range: the first
@@ -204,7 +207,7 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
         assert "Nothing to explain" in _error(redraw, None, *args).title
     *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
     e, token, layer, head, row, col, info, *views = ex.explain(state)
-    assert '"what color is the shape?" → "blue"' in info and e.text == "blue"
+    assert '"what color is the shape?" → "blue"' in info and ex.explanation(e).text == "blue"
     assert token.value == 0 and head.value == h.MEAN and layer.value == pred.cfg.dec_depth - 1
     assert 1 <= row.value <= pred.grid and 1 <= col.value <= pred.grid
     assert all(isinstance(v, Image.Image) and v.width > 300 for v in views)
@@ -223,10 +226,57 @@ def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, p
         assert err.title == "Cannot do that" and err.message, (fn.__name__, args)
 
 
+def test_the_explorer_refuses_a_token_layer_head_or_patch_that_does_not_exist(handlers, pred, pictures):
+    """An API caller's 0 or negative row, column, token, layer or head is refused, naming the control and its
+    range: Python's negative indexing would otherwise show another patch, token or layer than the one asked."""
+    ex = Explorer(pred)
+    *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
+    e = ex.explain(state)[0]
+    g, layers, heads = pred.grid, pred.cfg.dec_depth, pred.cfg.dec_heads
+    for fn, args, named in (
+            (ex.redraw_patch, (e, 0, 1), f"patch row must be a whole number from 1 to {g}, got 0"),
+            (ex.redraw_patch, (e, 1, -1), f"patch column must be a whole number from 1 to {g}, got -1"),
+            (ex.redraw_patch, (e, g + 1, 1), "patch row"),
+            (ex.redraw_token, (e, -1, 0, h.MEAN), "token must be a whole number from 0 to 0, got -1"),
+            (ex.redraw_self, (e, 0, -1, h.MEAN), f"layer must be a whole number from 0 to {layers - 1}, got -1"),
+            (ex.redraw_self, (e, 0, 0, -2), f"head ({h.MEAN}: every head) must be a whole number from 0 to "
+                                            f"{heads - 1}, got -2"),
+            (ex.export, (e, 0, 0, h.MEAN, 0, 1), "patch row"),
+            (ex.export, (e, -1, 0, h.MEAN, 1, 1), "token")):
+        err = _error(fn, *args)
+        assert err.title == "Cannot do that" and named in err.message, (fn.__name__, args, err.message)
+    assert isinstance(ex.redraw_patch(e, g, g), Image.Image)  # the last patch is there
+
+
+def test_users_share_a_few_explanations_and_keep_only_a_handle(handlers, pred, pictures):
+    """A user's explorer state is a handle (its answer, upload and display copy), never the Explanation
+    (~20 MiB with the small model): the explorer keeps the last few for all users, and one dropped is built
+    again, the same, when its user draws again."""
+    import pickle
+
+    from vqa.demo.explorer import Explained
+    from vqa.inference.figures import top_patch
+
+    ex = Explorer(pred, explanations=2)
+    users = []
+    for name in ("blue_square", "red_circle", "blue_square"):
+        *_, state = handlers.ask(str(pictures[name]), COLOR_Q, 3, None)
+        handle, *_, vit = ex.explain(state)
+        assert isinstance(handle, Explained) and len(pickle.dumps(handle.state)) < 100_000
+        users.append((handle, vit))
+    assert len(ex._recent) == 2 and users[0][0] not in ex._recent  # the first user's was dropped
+    first, vit = users[0]
+    r, c = top_patch(ex.explanation(first), 0)  # built again, on first use: the patch explain showed
+    again = ex.redraw_patch(first, r + 1, c + 1)
+    assert again.tobytes() == vit.tobytes() and first in ex._recent and len(ex._recent) == 2
+
+
 class _SavedExplanation:
     """Stands in for an Explanation: its save writes one file per call, as fast as can be."""
 
     generated = ["blue"]
+    self_weights = np.zeros((1, 1, 2, 2))  # [L, H, T, T]: one layer, one head
+    grid = 1
 
     def save(self, folder, **_):
         path = folder / "attention.npz"

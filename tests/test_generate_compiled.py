@@ -22,8 +22,8 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
     config = GenerationConfig(max_new_tokens=8)
     eager, compiled = BatchDecoder(model, kv, PROMPTS, config), BatchDecoder(model, kv, PROMPTS, config, compiled=True)
     torch.testing.assert_close(compiled.logits, eager.logits)
-    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache rounded up to 32 slots
-    assert compiled.state.batch == 4 and compiled.state.slots == 32 and compiled.logits.shape[0] == 3
+    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache at its smallest length (MIN_SLOTS, 64)
+    assert compiled.state.batch == 4 and compiled.state.slots == 64 and compiled.logits.shape[0] == 3
     for t in range(8):
         tok = eager.logits.argmax(-1)
         torch.testing.assert_close(compiled.step(tok), eager.step(tok), atol=1e-5, rtol=1e-5, msg=f"step {t}")
@@ -67,3 +67,43 @@ def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monke
         got = generate(model, PROMPTS, images, max_new_tokens=10, compile=True)
     assert got.sequences == want.sequences and got.scores == pytest.approx(want.scores, abs=1e-5)
     assert "no C++ compiler" in step.failed
+
+
+def test_the_compiled_cache_is_as_long_as_the_request_can_write(images):
+    """A compiled decoding caches the prompt plus the longest output the request allows, in a few lengths
+    (MIN_SLOTS, then powers of two): a 1,024-position decoder writing 16 tokens caches 64 slots, not 1,024;
+    the default caption budget (64 tokens) is what a long context caches for a caption."""
+    from helpers import lively_model
+
+    from vqa.decoding.batch import BatchDecoder
+
+    model = lively_model(dec_max_len=1024)
+    kv = model.memory_kv(model.encode(images[:1]))
+
+    def slots(prompt_len: int, config: GenerationConfig) -> int:
+        return BatchDecoder(model, kv, [[1] * prompt_len], config, compiled=True).state.slots
+
+    assert slots(1, GenerationConfig(max_new_tokens=16)) == 64  # 1 + 15 slots written: the smallest cache
+    assert slots(49, GenerationConfig(max_new_tokens=16)) == 64  # 49 + 15 = 64
+    assert slots(50, GenerationConfig(max_new_tokens=16)) == 128
+    assert slots(100, GenerationConfig(max_new_tokens=30)) == 256  # 129 slots
+    caption = GenerationConfig.for_task("caption")
+    assert caption.budget(1023) == 64 and slots(1, caption) == 64
+    assert slots(1000, caption) == 1024  # 1,000 + 23 (the context left): the whole context, no more
+
+
+@torch.inference_mode()
+def test_prompts_of_different_lengths_writing_past_the_context_decode_like_eager(quick_compile):
+    """Left-padded rows share cache slots: a 2-token prompt's budget counts from the 57-token prompt's end, so
+    the batch writes 57 + 39 = 96 slots, more than the 64 that a context of 60 rounds up to. Compiled, greedy
+    and beam search give the eager (uncached-equal) results."""
+    from helpers import lively_model, random_images
+
+    model = lively_model(seed=7, eos_id=3, dec_max_len=60)
+    prompts = [[1, 5], [1] + [4 + i % 40 for i in range(56)]]  # 2 and 57 tokens: budgets 40 and 3
+    images = random_images(2, model.cfg, seed=7)
+    for kw in (dict(), dict(method="beam", num_beams=2)):
+        want = generate(model, prompts, images, max_new_tokens=40, **kw)
+        got = generate(model, prompts, images, max_new_tokens=40, compile=True, **kw)
+        assert got.sequences == want.sequences and max(len(s) for s in want.sequences) > 2, kw
+        assert got.scores == pytest.approx(want.scores, abs=1e-4)

@@ -1,6 +1,7 @@
 """scripts/load_app.py at a small count, as CI runs it: it starts the app in its own process, asks alone and
-then with several users at once, and every question is answered (defaults) or, with a deliberately tiny
-queue, answered or refused with a message meant for a person: never an error."""
+then with several users at once, then opens a few explorer users, and every question is answered
+(defaults) or, with a deliberately tiny queue, answered or refused with a message meant for a person: never an
+error."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ def _run(tmp_path, *args):
 
 
 def test_the_load_script_runs_and_nothing_fails(tmp_path):
-    proc, fig = _run(tmp_path, "--users", "4", "--questions", "2")
+    proc, fig = _run(tmp_path, "--users", "4", "--questions", "2", "--explorer-users", "3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert fig["requests"] == fig["answered"] == 8 and fig["refused"] == fig["errors"] == 0
+    assert fig["explorer_users"] == 3 and fig["explorer_failed"] == 0 and fig["rss_after_users_mib"] > 0
+    assert "3 explorer users opened and closed, 0 failed: server RSS" in proc.stdout
     assert 0 < fig["median_s"] and fig["alone_median_s"] > 0 and fig["wall_s"] > 0
     assert "4 users x 2 questions at once: 8 answered, 0 refused, 0 errors" in proc.stdout
 

@@ -132,3 +132,25 @@ def test_the_demo_compiles_in_the_background_on_a_cpu_and_says_so(monkeypatch, c
     assert "app.py: compiled 3 batch shapes in" in err
     p.compile = False
     assert start_warm_up(p, 4) is None  # an eager Predictor: nothing to do
+
+
+def test_the_warm_up_builds_the_cache_lengths_requests_need():
+    """A 1,024-position captioner's warm-up builds the 64-slot cache its captions use (the default budget of
+    64 tokens after a one-token prompt), not the whole context; answers to questions of up to WARM_PROMPT
+    tokens share it, with and without the answer vocabulary; a 48-position model caches at most 64."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_config
+
+    from vqa.inference.warmup import WARM_PROMPT, cache_lengths
+
+    def pred(limit, tasks, vocab=None):
+        return SimpleNamespace(cfg=tiny_config(dec_max_len=limit), tasks=tasks, answer_vocab=vocab,
+                               tokenizer=SimpleNamespace(caption_prompt=lambda: [1]))
+
+    vocab = torch.tensor([3, 4, 5])
+    assert cache_lengths(pred(1024, ("caption",))) == {64: [None]}
+    lengths = cache_lengths(pred(1024, ("vqa", "caption"), vocab))
+    assert list(lengths) == [64] and lengths[64][0] is None and lengths[64][1] is vocab and len(lengths[64]) == 2
+    assert WARM_PROMPT + 10 - 1 <= 64
+    assert cache_lengths(pred(48, ("vqa", "caption"))) == {64: [None]}

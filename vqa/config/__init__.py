@@ -15,13 +15,13 @@ Files: `base` (JSON I/O, field checks, removed options), `model`, `presets`, `tr
 from __future__ import annotations
 
 from .base import REMOVED_FIELDS, check_fields
-from .generation import ANSWER_TOKENS, DECODING_METHODS, GenerationConfig
+from .generation import ANSWER_TOKENS, CAPTION_TOKENS, DECODING_METHODS, GenerationConfig
 from .model import DEC_ACTIVATIONS, ModelConfig, timm_data_config
 from .presets import GPT2_DECODER, PRESETS, VIT_ARCHITECTURE, Preset, get_preset, preset, preset_fields
 from .train import LENGTH_FIELDS, PARTS, TrainConfig, parse_duration, parse_tasks, train_defaults
 
 __all__ = [
-    "REMOVED_FIELDS", "check_fields", "ANSWER_TOKENS", "DECODING_METHODS", "GenerationConfig",
+    "REMOVED_FIELDS", "check_fields", "ANSWER_TOKENS", "CAPTION_TOKENS", "DECODING_METHODS", "GenerationConfig",
     "DEC_ACTIVATIONS", "ModelConfig", "timm_data_config", "GPT2_DECODER", "PRESETS", "VIT_ARCHITECTURE", "Preset",
     "get_preset", "preset", "preset_fields", "LENGTH_FIELDS", "PARTS", "TrainConfig", "parse_duration",
     "parse_tasks", "train_defaults",

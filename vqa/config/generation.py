@@ -14,6 +14,9 @@ DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its c
 
 
 ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
+# the default caption budget: every preset's whole context (at most 64 positions), a few sentences for a model
+# with a longer one (an imported GPT-2 has 1,024), whose cache is sized to what a request may write
+CAPTION_TOKENS = 64
 SEED_MAX = 2**63 - 1  # seeds the app accepts: 0 .. this (torch.Generator.manual_seed takes any of them)
 # the lowest sampling temperature: logits / 1e-4 stay finite in float32 (decoding divides float32 logits),
 # whereas a temperature near float's smallest makes them infinite and the probabilities NaN
@@ -30,7 +33,8 @@ class GenerationConfig(_Config):
 
     method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
     max_new_tokens: int | None = field(default=None, metadata=_opt(
-        "longest output in tokens (default: 10 for answers, the model's context for captions)"))
+        f"longest output in tokens (default: {ANSWER_TOKENS} for answers, {CAPTION_TOKENS} for captions; at most "
+        "the context the prompt leaves)"))
     min_new_tokens: int = field(default=0, metadata=_opt(
         "<eos> is not allowed before this many tokens (answers and captions: at least 1)"))
     num_beams: int = field(default=3, metadata=_opt("beam: hypotheses kept per prompt", ui=(1, 5, 1)))
@@ -84,9 +88,10 @@ class GenerationConfig(_Config):
 
     @classmethod
     def for_task(cls, task: str, **changes) -> GenerationConfig:
-        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption", then `changes`. Both
-        have min_new_tokens=1: an answer or a caption is never empty (<eos> cannot come first)."""
-        base = dict(max_new_tokens=ANSWER_TOKENS, min_new_tokens=1) if task == "vqa" else dict(min_new_tokens=1)
+        """The defaults for "vqa" (answers: at most ANSWER_TOKENS tokens) or "caption" (CAPTION_TOKENS), then
+        `changes`. Both have min_new_tokens=1: an answer or a caption is never empty (<eos> cannot come first)."""
+        budget = ANSWER_TOKENS if task == "vqa" else CAPTION_TOKENS
+        base = dict(max_new_tokens=budget, min_new_tokens=1)
         return cls.from_dict({**base, **changes})
 
     def budget(self, limit: int) -> int:

@@ -42,10 +42,25 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
     return ids.to(device), valid.to(device)
 
 
-SLOT_MULTIPLE = 32  # compiled: cache slots are padded up to a multiple of this (and rows to a `bucket`)
+# compiled: the smallest cache, every preset's whole context (at most 64 positions), so all their decodings
+# share one length; longer ones are powers of two (`slot_bucket`), and rows are padded to a `bucket`
+MIN_SLOTS = 64
 
 _biases: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # decoder -> {(ids, device): bias}
 _biases_lock = threading.Lock()
+
+
+def slots_needed(prompt_width: int, max_new: int) -> int:
+    """Cache slots a decoding writes: the left-padded prompts, then every generated token but the last (which
+    is chosen and never fed back)."""
+    return prompt_width + max(0, max_new - 1)
+
+
+def slot_bucket(slots: int) -> int:
+    """The cache length a compiled decoding runs at for `slots` slots: MIN_SLOTS or the next power of two, so
+    a few static shapes serve every request (torch.compile builds one graph per shape) while a long context
+    (an imported GPT-2's 1,024 positions) is cached only as far as the request can write."""
+    return max(MIN_SLOTS, bucket(slots))
 
 
 def ban_bias(model: VQAModel, banned: frozenset[int]) -> torch.Tensor | None:
@@ -103,9 +118,10 @@ class BatchDecoder:
             fill = bucket(self.rows) - self.rows
             prompts = list(prompts) + [prompts[0]] * fill
             self.kv = kv = self._pad_rows(kv, self.rows, fill)
-            # one cache length for every decoding of a model (the most its context allows): a batch shape then
-            # has one state and one graph, all of which a server compiles at start-up (vqa.inference.warmup)
-            slots = -(-limit // SLOT_MULTIPLE) * SLOT_MULTIPLE
+            # the cache as long as this request can write, in a few lengths (`slot_bucket`) that a server
+            # compiles at start-up (vqa.inference.warmup); rows padded to the left share slots, so a short
+            # prompt's longer budget counts from the longest prompt
+            slots = slot_bucket(slots_needed(longest, self.max_new))
             self.state, self.kv = self.compiled.state(len(prompts), slots, dtype, device, kv)
         ids, valid = left_pad(prompts, model.cfg.pad_id, device)
         b, p = ids.shape
@@ -190,4 +206,4 @@ class BatchDecoder:
         self.logits = self.logits.index_select(0, index)
 
 
-__all__ = ["Generation", "BatchDecoder", "ban_bias", "left_pad", "SLOT_MULTIPLE"]
+__all__ = ["Generation", "BatchDecoder", "ban_bias", "left_pad", "MIN_SLOTS", "slot_bucket", "slots_needed"]

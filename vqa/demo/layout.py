@@ -21,6 +21,12 @@ from .options import BATCH_WAIT_MS, MAX_BATCH
 from .uploads import picture_input
 
 MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
+# a user's last answer and its explorer handle go this long after they were last set (gradio keeps them
+# otherwise for as long as the server runs, and a closed tab's for an hour)
+STATE_TTL = 1800
+# users gradio keeps at all (its default: 10,000), the oldest dropped first; each holds ~50 KB of ours
+# (the answer, its maps, the display copy as JPEG), the explanations are shared (vqa.demo.explorer)
+USERS_KEPT = 1000
 
 HOW_TO_TRAIN = """
 # vqa demo: no trained model yet
@@ -90,8 +96,8 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     head_choices = [("mean of all heads", MEAN)] + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)]
 
     with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:
-        state = gr.State(None)
-        explained = gr.State(None)
+        state = gr.State(None, time_to_live=STATE_TTL)
+        explained = gr.State(None, time_to_live=STATE_TTL)
         gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question or "
                     "caption it. The heatmap shows where the model looked while it wrote each word; the "
                     "attention explorer shows every step.")

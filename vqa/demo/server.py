@@ -22,7 +22,7 @@ except ImportError as e:
 from ..data.images import MAX_PIXELS  # noqa: E402
 from ..inference.warmup import BackgroundWarmUp, warm_up  # noqa: E402
 from .examples import SAMPLES, SHAPES  # noqa: E402
-from .layout import MAX_TOP_K, build_app  # noqa: E402
+from .layout import MAX_TOP_K, USERS_KEPT, build_app  # noqa: E402
 from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
 from .uploads import give_back_decoded_memory  # noqa: E402
 
@@ -53,7 +53,8 @@ def serve(demo: gr.Blocks, host: str = DEFAULT_HOST, port: int | None = None, co
             out = demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE,
                               prevent_thread_lock=True, quiet=quiet, show_error=False, theme=theme, css=CSS,
                               footer_links=["api", "gradio"], allowed_paths=[str(SAMPLES), str(SHAPES.resolve())],
-                              ssr_mode=False, max_threads=threads)
+                              ssr_mode=False, max_threads=threads,
+                              state_session_capacity=USERS_KEPT)
             break
         except ValueError as e:
             # gradio checks its own address (5 tries of 3 s) and, when that fails, says to set share=True:

@@ -4,7 +4,7 @@ folder (a ViTModel encoder, a GPT2LMHeadModel decoder with cross-attention), whi
 
 Written with transformers' own classes (the `transformers` extra): config.json, model.safetensors (the tied
 LM head stored once), generation_config.json (start, end and pad ids, the caption prompt, greedy decoding up
-to the model's context), preprocessor_config.json (ViTImageProcessor: the model's size, mean, std and
+to `vqa caption`'s default budget), preprocessor_config.json (ViTImageProcessor: the model's size, mean, std and
 resampling; it squashes to the square, so a model trained on letterboxed images should get square pictures,
 or pictures padded to a square, for the same input), the tokenizer (tokenizer.json, tokenizer_config.json),
 card.json and the export marker.
@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..config import CAPTION_TOKENS
 from ..errors import ConfigError, ExtraMissing
 from ..model import checkpoint
 from .hf_layout import vqa_to_hf
@@ -160,7 +161,8 @@ def export_transformers(checkpoint_path: str | Path, out: str | Path) -> Path:  
     prompt = tok.caption_prompt()
     generation = GenerationConfig(
         decoder_start_token_id=tok.bos_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
-        forced_bos_token_id=prompt[1] if len(prompt) > 1 else None, max_length=model.cfg.dec_max_len,
+        forced_bos_token_id=prompt[1] if len(prompt) > 1 else None,
+        max_length=min(model.cfg.dec_max_len, len(prompt) + CAPTION_TOKENS),  # vqa caption's default budget
         min_new_tokens=len(prompt), bad_words_ids=[[i] for i in sorted(tok.never_generated)] or None,
         do_sample=False, num_beams=1)
     out = Path(out)

@@ -8,9 +8,11 @@ compiled step once every shape is built: on a CPU compiling takes minutes for a 
 batch shapes of tiny, more under load), too long to keep the first user waiting.
 
 What a graph depends on: the rows of a decoding padded to a power of two (`vqa.decoding.compiled.bucket`;
-answers run max(top_k, 3) beams a question), the image batch padded the same way, the dtype, and whether
-answers are restricted to an answer vocabulary (`Predictor.set_answer_vocab`). The cache length is the same
-for every decoding of a model (`vqa.decoding.batch`), so that is all."""
+answers run max(top_k, 3) beams a question), the image batch padded the same way, the dtype, whether answers
+are restricted to an answer vocabulary (`Predictor.set_answer_vocab`), and the cache length: the prompt plus
+the longest output the request allows, in a few lengths (`vqa.decoding.batch.slot_bucket`). The warm-up
+builds the length of a caption at the default budget and that of an answer to a question of up to
+WARM_PROMPT tokens; a longer question's first answer compiles its length then."""
 
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import GenerationConfig
+from ..decoding.batch import slot_bucket, slots_needed
 from ..decoding.compiled import bucket
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
+
+WARM_PROMPT = 32  # prompt tokens (a question of 20-odd words) whose answers the warm-up builds a cache for
 
 
 @dataclass
@@ -33,22 +39,44 @@ class WarmUp:
     seconds: float
 
 
+def cache_lengths(pred) -> dict[int, list]:
+    """{cache slots: the heads decoded with them} for `pred`'s requests at their default budgets: a caption
+    (the whole vocabulary) and an answer to a WARM_PROMPT-token question (with and without the answer
+    vocabulary), for the tasks the model was trained for."""
+    limit, out = pred.cfg.dec_max_len, {}
+
+    def add(prompt_len: int, task: str, heads: list) -> None:
+        prompt_len = min(prompt_len, limit - 1)
+        new = GenerationConfig.for_task(task).budget(limit - prompt_len)
+        for head in heads:
+            out.setdefault(slot_bucket(slots_needed(prompt_len, new)), []).append(head)
+
+    if "caption" in pred.tasks:
+        add(len(pred.tokenizer.caption_prompt()), "caption", [None])
+    if "vqa" in pred.tasks:
+        add(WARM_PROMPT, "vqa", [None] + ([pred.answer_vocab] if pred.answer_vocab is not None else []))
+    return {slots: list({id(h): h for h in heads}.values()) for slots, heads in out.items()}
+
+
 def _build(pred, max_batch: int, max_beams: int) -> int:
     """Run every row bucket up to `max_batch` requests x `max_beams` beams, and every image bucket up to
-    `max_batch` images, through `pred`'s compiled encoder and decode step (with and without its answer
-    vocabulary); returns the decode-step shapes run."""
-    s, bos = pred.cfg.vit_image_size, pred.cfg.bos_id
-    heads = [None] + ([pred.answer_vocab] if pred.answer_vocab is not None else [])
+    `max_batch` images, through `pred`'s compiled encoder and decode step at each of its `cache_lengths`;
+    returns the decode-step shapes run."""
+    s, bos, limit = pred.cfg.vit_image_size, pred.cfg.bos_id, pred.cfg.dec_max_len
+    lengths = cache_lengths(pred)
     shapes, rows = 0, 1
     while rows <= bucket(max(1, max_batch) * max(1, max_beams)):
         n_img = min(rows, bucket(max(1, max_batch)))
         with torch.no_grad():  # as the Predictor encodes (grad mode is part of what a graph is built for)
             memory = encode_images(pred.model, torch.zeros(n_img, 3, s, s, device=pred.device,
                                                            dtype=pred.dtype), True)
-        for vocab in heads:
-            generate(pred.model, [[bos]] * rows, memory=memory, image_index=[i % n_img for i in range(rows)],
-                     vocab=vocab, compile=True, max_new_tokens=2, min_new_tokens=2)
-            shapes += 1
+        for slots, heads in lengths.items():
+            # a one-token prompt with `new` tokens to write caches slots_needed(1, new) = new slots: this length
+            new = min(slots, limit - 1)
+            for vocab in heads:
+                generate(pred.model, [[bos]] * rows, memory=memory, image_index=[i % n_img for i in range(rows)],
+                         vocab=vocab, compile=True, max_new_tokens=new, min_new_tokens=2)
+                shapes += 1
         rows *= 2
     return shapes
 
@@ -110,4 +138,4 @@ class BackgroundWarmUp:
         return self.done.wait(timeout)
 
 
-__all__ = ["WarmUp", "warm_up", "BackgroundWarmUp"]
+__all__ = ["WarmUp", "warm_up", "BackgroundWarmUp", "cache_lengths", "WARM_PROMPT"]

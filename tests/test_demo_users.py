@@ -33,7 +33,7 @@ def test_users_are_bounded_and_their_state_goes_after_its_time_to_live(tmp_path,
         client.predict(api_name="/explain")
 
         def held():
-            return [v for s in demo.state_holder.user_data.values() for v in s.state_data.values()
+            return [v for s in demo.state_holder.session_data.values() for v in s.state_data.values()
                     if v is not None]
 
         values = held()

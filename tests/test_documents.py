@@ -17,7 +17,7 @@ LIBRARY_NAMES = re.compile("|".join(map(re.escape, [
     "InferenceSession", "SessionOptions",  # onnxruntime
     'scope="session"',  # pytest's fixture scope
     "start_new_session",  # subprocess
-    "session_hash",  # gradio
+    "session_hash", "session_data", "state_session_capacity",  # gradio
     "requests.Session",
 ])))
 SECTION_CITE = re.compile(r"sections? \d")

@@ -41,7 +41,8 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
+from .setup import (check_model_options, default_batch, default_workers, init_from, memory_advice, memory_options,
+                    new_model, new_tokenizer)
 from .step import StepRunner, TrainingLoss, wrap_ddp
 
 log = get_logger("train")
@@ -111,7 +112,7 @@ class Trainer:
         last = self.out / "last"
         state = None
         if c.resume and (last / "train_state.pt").is_file():
-            model, self.tok, self.card = checkpoint.load(last)
+            model, self.tok, self.card = checkpoint.load(last, merge_adapters=False)
             state = checkpoint.load_train_state(last)
         elif c.init_from:
             model, self.tok, self.card = init_from(c, c.init_from)
@@ -128,12 +129,16 @@ class Trainer:
                          tasks=list(c.tasks))
         torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
         self.model = model.to(self.d.device).train()
+        memory_options(c, self.model)  # --lora-rank, --grad-checkpointing
         return state
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
-        self.batch_size = c.batch_size or default_batch(self.model, d.device)
+        self.batch_size = c.batch_size or default_batch(self.model, d.device, checkpointing=c.grad_checkpointing)
+        if d.device.type == "cuda" and d.main:
+            total = torch.cuda.get_device_properties(d.device).total_memory
+            log.info("vqa train: " + memory_advice(self.model, self.batch_size, total, c.grad_checkpointing, c.lora_rank))
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays

@@ -156,23 +156,23 @@ def memory_advice(model, batch: int, total: int, checkpointing: bool, lora_rank:
     smaller batch with accumulation)."""
     gib = 2**30
     need, room = estimated_bytes(model, batch, checkpointing), share * total
-    line = f"estimated peak training memory {need / gib:.1f} GiB for {batch} images a step, of {total / gib:.1f} GiB"
+    line = f"estimated peak training memory {need / gib:.2f} GiB for {batch} images a step, of {total / gib:.1f} GiB"
     if need <= room:
         return line
     if not checkpointing and estimated_bytes(model, batch, True) <= room:
-        return line + f": it may not fit; --grad-checkpointing would need ~{estimated_bytes(model, batch, True) / gib:.1f} GiB"
+        return line + f": it may not fit; --grad-checkpointing would need ~{estimated_bytes(model, batch, True) / gib:.2f} GiB"
     if not lora_rank:
         with _adapted(model) as adapted:
             for ckpt in (checkpointing, True):
                 if estimated_bytes(adapted, batch, ckpt) <= room:
                     flags = f"--lora-rank {LORA_RANK_ADVICE}" + (" --grad-checkpointing" if ckpt and not checkpointing else "")
-                    return line + f": it may not fit; {flags} would need ~{estimated_bytes(adapted, batch, ckpt) / gib:.1f} GiB"
+                    return line + f": it may not fit; {flags} would need ~{estimated_bytes(adapted, batch, ckpt) / gib:.2f} GiB"
     smaller = batch // 2
     while smaller >= 1 and estimated_bytes(model, smaller, checkpointing) > room:
         smaller //= 2
     if smaller >= 1:
         return line + (f": it may not fit; --batch-size {smaller} --accum {-(-batch // smaller)} trains the same "
-                       f"{batch} images a step in ~{estimated_bytes(model, smaller, checkpointing) / gib:.1f} GiB")
+                       f"{batch} images a step in ~{estimated_bytes(model, smaller, checkpointing) / gib:.2f} GiB")
     return line + ": it may not fit even one image a step; try a smaller preset"
 
 

@@ -176,6 +176,14 @@ def memory_advice(model, batch: int, total: int, checkpointing: bool, lora_rank:
     return line + ": it may not fit even one image a step; try a smaller preset"
 
 
+def memory_line(model, batch: int, device: torch.device, cfg: TrainConfig) -> str | None:
+    """`memory_advice` against a GPU's memory (None elsewhere: a CPU's memory is the machine's)."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    return memory_advice(model, batch, total, cfg.grad_checkpointing, cfg.lora_rank)
+
+
 class _adapted:
     """`model` with LoRA adapters and frozen towers for an estimate, put back as it was on exit (trainable
     flags included): the parameter counts are what the estimate reads."""

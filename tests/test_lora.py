@@ -128,3 +128,14 @@ def test_a_killed_lora_run_resumes_exactly(shapes_dir, tmp_path):
     assert (full / "last" / lora.ADAPTER_WEIGHTS).is_file()
     apart, _, _ = checkpoint.load(full / "last", merge_adapters=False)
     assert not apart.decoder.blocks[0].self_attn.qkv.lora_B.abs().max() == 0  # the adapters trained
+
+
+def test_bad_lora_options_are_one_line_errors():
+    from vqa.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--lora-targets 'mlp,lm_head': name one or more of self_attn, mlp, vit"):
+        TrainConfig(lora_targets="mlp,lm_head")
+    with pytest.raises(ConfigError, match="--lora-rank"):
+        TrainConfig(lora_rank=0)
+    with pytest.raises(ConfigError, match="--train-only"):
+        TrainConfig(train_only="decoder,head")

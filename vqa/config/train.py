@@ -27,13 +27,17 @@ def _tasks(value: Any) -> tuple[str, ...]:
 PARTS = ("cross_attention", "decoder", "encoder")
 
 
-def _parts(value: Any) -> tuple[str, ...]:
+def _names(value: Any, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """'a, b' / ['a'] -> the distinct names, each one of `allowed` (ConfigError naming `flag` otherwise)."""
     items = value.split(",") if isinstance(value, str) else list(value)
-    parts = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
-    bad = [p for p in parts if p not in PARTS]
-    if bad or not parts:
-        raise ConfigError(f"--train-only {value!r}: name one or more of {', '.join(PARTS)} (comma-separated)")
-    return parts
+    names = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
+    if not names or any(n not in allowed for n in names):
+        raise ConfigError(f"{flag} {value!r}: name one or more of {', '.join(allowed)} (comma-separated)")
+    return names
+
+
+def _parts(value: Any) -> tuple[str, ...]:
+    return _names(value, PARTS, "--train-only")
 
 
 # what --lora-targets names: the language model's self-attention and MLP projections, the ViT's linear layers
@@ -41,12 +45,7 @@ LORA_TARGETS = ("self_attn", "mlp", "vit")
 
 
 def parse_targets(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    targets = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
-    bad = [t for t in targets if t not in LORA_TARGETS]
-    if bad or not targets:
-        raise ConfigError(f"--lora-targets {value!r}: name one or more of {', '.join(LORA_TARGETS)} (comma-separated)")
-    return targets
+    return _names(value, LORA_TARGETS, "--lora-targets")
 
 
 def parse_tasks(value: Any) -> tuple[str, ...]:

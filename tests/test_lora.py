@@ -106,6 +106,12 @@ def test_save_then_load_gives_the_same_logits(tmp_path):
     with torch.no_grad():
         assert torch.equal(apart(images, ids).logits, want)
         assert (merged(images, ids).logits - want).abs().max() <= 1e-5
+    from vqa.inference.predict import Predictor
+
+    p = Predictor.from_pretrained(folder, device="cpu")  # one merged model, as vqa export's
+    assert not lora.lora_layers(p.model)
+    with torch.no_grad():
+        assert (p.model(images, ids).logits - want).abs().max() <= 1e-5
 
 
 def test_a_damaged_adapter_file_is_a_checkpoint_error(tmp_path):

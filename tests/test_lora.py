@@ -145,3 +145,16 @@ def test_bad_lora_options_are_one_line_errors():
         TrainConfig(lora_rank=0)
     with pytest.raises(ConfigError, match="--train-only"):
         TrainConfig(train_only="decoder,head")
+
+
+def test_resuming_with_other_adapter_settings_is_refused():
+    from vqa.errors import ConfigError
+
+    model = tiny_model(0)
+    memory_options(TrainConfig(lora_rank=4), model)
+    memory_options(TrainConfig(lora_rank=4), model)  # the same settings: resumes
+    with pytest.raises(ConfigError, match="adapters have rank 4, alpha 8, targets self_attn,mlp; resume it with "
+                                          r"those \(given: --lora-rank 8"):
+        memory_options(TrainConfig(lora_rank=8), model)
+    with pytest.raises(ConfigError, match=r"\(given: none\)"):
+        memory_options(TrainConfig(), model)

@@ -114,6 +114,13 @@ def merge_lora(model: nn.Module) -> nn.Module:
     return model
 
 
+def remove_lora(model: nn.Module) -> nn.Module:
+    """Put every adapted layer's base layer back, dropping its adapter (in place)."""
+    for name, module in lora_layers(model).items():
+        _replace(model, name, module.base())
+    return model
+
+
 @contextlib.contextmanager
 def base_layers(model: nn.Module):
     """The model with its base layers in place of the adapted ones (the same Parameters), for saving the base

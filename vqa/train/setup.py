@@ -126,7 +126,14 @@ LORA_RANK_ADVICE = 16
 def memory_options(cfg: TrainConfig, model: VQAModel) -> None:
     """--lora-rank (adapters on the language model, its other weights and, with `vit`, the ViT's frozen; the
     cross-attention trains in full) and --grad-checkpointing, on a new or resumed model."""
-    if cfg.lora_rank and not lora.lora_layers(model):
+    saved = lora.adapter_settings(model)  # a resumed run's
+    wanted = cfg.lora_rank and dict(rank=cfg.lora_rank, alpha=cfg.lora_alpha, targets=list(cfg.lora_targets))
+    if saved and saved != wanted:
+        given = f"--lora-rank {cfg.lora_rank} --lora-alpha {cfg.lora_alpha:g} --lora-targets " + ",".join(
+            cfg.lora_targets) if cfg.lora_rank else "none"
+        raise ConfigError(f"the run's adapters have rank {saved['rank']}, alpha {saved['alpha']:g}, targets "
+                          f"{','.join(saved['targets'])}; resume it with those (given: {given})")
+    if cfg.lora_rank and not saved:
         lora.add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
     if lora.lora_layers(model):
         adapted = ("decoder", "encoder") if "vit" in (lora.adapter_settings(model) or {})["targets"] else ("decoder",)
@@ -197,8 +204,7 @@ class _adapted:
         return self.model
 
     def __exit__(self, *exc):
-        for name, layer in lora.lora_layers(self.model).items():
-            lora._replace(self.model, name, layer.base())
+        lora.remove_lora(self.model)
         for n, p in self.model.named_parameters():
             p.requires_grad_(self.flags[n])
 

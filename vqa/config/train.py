@@ -172,7 +172,8 @@ class TrainConfig(_Config):
 
     grad_checkpointing: bool = field(default=False, metadata=_opt(
         "activation checkpointing of every decoder and ViT block: the backward pass recomputes each block, so "
-        "a step stores one tensor per block instead of all its activations (less memory, ~30% more compute)"))
+        "a step stores one tensor per block instead of all its activations (less memory, about one more forward "
+        "pass of compute)"))
     lora_rank: int | None = field(default=None, metadata=_opt(
         "train LoRA adapters of this rank on --lora-targets instead of their weights; the cross-attention and "
         "the image projection train in full. Saved beside the model; vqa export and the Predictor merge them",

@@ -27,13 +27,25 @@ def _tasks(value: Any) -> tuple[str, ...]:
 PARTS = ("cross_attention", "decoder", "encoder")
 
 
-def _parts(value: Any) -> tuple[str, ...]:
+def _names(value: Any, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """'a, b' / ['a'] -> the distinct names, each one of `allowed` (ConfigError naming `flag` otherwise)."""
     items = value.split(",") if isinstance(value, str) else list(value)
-    parts = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
-    bad = [p for p in parts if p not in PARTS]
-    if bad or not parts:
-        raise ConfigError(f"--train-only {value!r}: name one or more of {', '.join(PARTS)} (comma-separated)")
-    return parts
+    names = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
+    if not names or any(n not in allowed for n in names):
+        raise ConfigError(f"{flag} {value!r}: name one or more of {', '.join(allowed)} (comma-separated)")
+    return names
+
+
+def _parts(value: Any) -> tuple[str, ...]:
+    return _names(value, PARTS, "--train-only")
+
+
+# what --lora-targets names: the language model's self-attention and MLP projections, the ViT's linear layers
+LORA_TARGETS = ("self_attn", "mlp", "vit")
+
+
+def parse_targets(value: Any) -> tuple[str, ...]:
+    return _names(value, LORA_TARGETS, "--lora-targets")
 
 
 def parse_tasks(value: Any) -> tuple[str, ...]:
@@ -54,6 +66,7 @@ RANGES: dict[str, tuple[float, bool]] = {
     "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
     "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
     "eval_every": (0, False), "eval_images": (0, False), "workers": (-1, False), "max_unreadable": (0, False),
+    "lora_rank": (1, False), "lora_alpha": (0, True),
 }
 # the per-image counts a task needs (0 would leave the task untrained)
 TASK_COUNTS = {"vqa": "questions_per_image", "caption": "captions_per_image"}
@@ -157,8 +170,27 @@ class TrainConfig(_Config):
         "augment with horizontal flips (never for an image whose questions, answers or captions say left or "
         "right)"))
 
+    grad_checkpointing: bool = field(default=False, metadata=_opt(
+        "activation checkpointing of every decoder and ViT block: the backward pass recomputes each block, so "
+        "a step stores one tensor per block instead of all its activations (less memory, about one more forward "
+        "pass of compute)"))
+    lora_rank: int | None = field(default=None, metadata=_opt(
+        "train LoRA adapters of this rank on --lora-targets instead of their weights; the cross-attention and "
+        "the image projection train in full. Saved beside the model; vqa export and the Predictor merge them",
+        metavar="R"))
+    lora_alpha: float = field(default=8.0, metadata=_opt(
+        "LoRA's scale numerator: an adapter adds (alpha / rank) B A x (peft's default, 8)"))
+    lora_targets: tuple = field(default=("self_attn", "mlp"), metadata=_opt(
+        "the layers LoRA adapts: self_attn and mlp of the language model, vit (every linear layer of the "
+        "ViT's blocks, which then freezes the rest of the ViT) (comma-separated)", metavar="TARGETS"))
+    report_to: str = field(default="none", metadata=_opt(
+        "also log the loss, learning rates, evaluation scores and captioned validation pictures to "
+        "tensorboard (RUN/tensorboard; the tensorboard package, extra [tensorboard]); metrics.jsonl is always "
+        "written", choices=("none", "tensorboard")))
+
     def __post_init__(self) -> None:
         self.tasks = _tasks(self.tasks)
+        self.lora_targets = parse_targets(self.lora_targets)
         if not isinstance(self.model, dict):
             raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
         self.model = check_fields(ModelConfig, self.model, "model config")

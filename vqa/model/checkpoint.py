@@ -1,6 +1,7 @@
 """Checkpoints are folders: `model.safetensors` (weights, no pickle), `config.json` (the ModelConfig, which
 includes the preprocessing: image size, mean, std; and the checkpoint format version, `vqa.model.config_file`),
-`tokenizer.json`, `card.json` (what it was trained on, its scores), and for resuming `train_state.pt`
+`tokenizer.json`, `card.json` (what it was trained on, its scores), LoRA adapters where the run trained
+them (`adapter.safetensors`, `adapter_config.json`, `vqa.model.lora`), and for resuming `train_state.pt`
 (optimizer, scheduler, scaler, step, data position, RNG; read with `weights_only=True`).
 
 A run folder holds `best/` and `last/` checkpoints. Writes go to a temporary folder that is then renamed into
@@ -23,6 +24,7 @@ import torch
 from ..errors import CheckpointError
 from ..tokenizer import Tokenizer
 from . import VQAModel
+from .lora import base_layers, load_adapters, merge_lora, save_adapters
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
@@ -66,7 +68,9 @@ def save(
     try:
         model = getattr(model, "module", model)  # unwrap DDP
         model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-        model.save_pretrained(tmp)
+        with base_layers(model):  # base weights under their own names; LoRA adapters beside them
+            model.save_pretrained(tmp)
+        save_adapters(model, tmp)
         tokenizer.save(tmp / "tokenizer.json")
         (tmp / "card.json").write_text(json.dumps(card or {}, indent=2, default=str) + "\n")
         if train_state is not None:
@@ -111,13 +115,17 @@ def _fsync_dir(folder: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[VQAModel, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, card) from a checkpoint or run folder."""
+def load(path: str | Path, device: str | torch.device = "cpu",
+         merge_adapters: bool = True) -> tuple[VQAModel, Tokenizer, dict]:
+    """(model in eval mode, tokenizer, card) from a checkpoint or run folder. LoRA adapters saved beside the
+    weights are merged into them, one plain model (`merge_adapters=False` keeps them apart, to train on)."""
     folder = resolve(path)
     for name in FILES:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}")
     model = VQAModel.from_pretrained(folder, device=device)  # first: its config.json says the format version
+    if load_adapters(model, folder) and merge_adapters:
+        merge_lora(model)
     tokenizer = Tokenizer.load(folder / "tokenizer.json")
     if tokenizer.vocab_size != model.cfg.vocab_size:
         raise CheckpointError(

@@ -11,6 +11,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from .attention import Attention, ImageRoute
@@ -80,6 +81,7 @@ class TextDecoder(nn.Module):
         self.drop = nn.Dropout(cfg.dec_dropout)
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.dec_depth))
         self.ln_f = nn.LayerNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
+        self.grad_checkpointing = False  # training recomputes each block in the backward pass instead of storing it
         if cfg.dec_pretrained and load_pretrained:
             from .pretrained_lm import load_decoder
 
@@ -120,9 +122,13 @@ class TextDecoder(nn.Module):
             x = x * self.embed_scale
         x = _dropout(self.drop, x + pe)
         maps = [] if need_weights else None
+        recompute = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for i, blk in enumerate(self.blocks):
-            x, w = blk(x, memory_kv[i], mask=mask, cache=None if caches is None else caches[i],
-                       need_weights=need_weights, route=route)
+            cache = None if caches is None else caches[i]
+            if recompute:
+                x, w = checkpoint(blk, x, memory_kv[i], mask, cache, need_weights, route, use_reentrant=False)
+            else:
+                x, w = blk(x, memory_kv[i], mask=mask, cache=cache, need_weights=need_weights, route=route)
             if need_weights:
                 maps.append(w)
         return self.ln_f(x), maps

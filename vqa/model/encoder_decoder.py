@@ -128,6 +128,12 @@ class VQAModel(nn.Module):
             loss = F.cross_entropy(self.target_logits(hidden, pos).float(), labels, reduction="sum") / max(n, 1)
         return Output(loss=loss, logits=self.decoder.logits(hidden) if return_logits else None, n_targets=n)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Activation checkpointing of every decoder block and ViT block (timm's own): the backward pass
+        recomputes each block's activations, so training stores one tensor per block instead of all of them."""
+        self.decoder.grad_checkpointing = enable
+        self.vision.vit.set_grad_checkpointing(enable)
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 

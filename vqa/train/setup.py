@@ -14,10 +14,11 @@ from ..data.sources import training_texts
 from ..distributed import Dist
 from ..errors import ConfigError
 from ..logs import get_logger
-from ..model import VQAModel, checkpoint, model_preset
+from ..model import VQAModel, checkpoint, lora, model_preset
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
+from .optim import part_of
 
 log = get_logger("train")
 
@@ -114,25 +115,108 @@ def default_workers(device: torch.device) -> int:
 
 
 # training memory per image, in bytes per (token x width x layer) of the ViT and the decoder: 42-43 measured
-# for small and base on a GPU (bf16 autocast, AdamW, packed rows), with a margin
+# for small and base on a GPU (bf16 autocast, AdamW, packed rows), with a margin; with activation checkpointing
+# a layer keeps only its input (bf16: 2 bytes, fp32 4) and one layer at a time holds its full activations
 BYTES_PER_TOKEN_WIDTH_LAYER = 48
+CHECKPOINTED_BYTES_PER_TOKEN_WIDTH_LAYER = 4
 TEXT_TOKENS = 80  # an image's packed questions and caption
+LORA_RANK_ADVICE = 16
 
 
-def default_batch(model, device: torch.device, share: float = 0.6, most: int = 256) -> int:
+def memory_options(cfg: TrainConfig, model: VQAModel) -> None:
+    """--lora-rank (adapters on the language model, its other weights and, with `vit`, the ViT's frozen; the
+    cross-attention trains in full) and --grad-checkpointing, on a new or resumed model."""
+    saved = lora.adapter_settings(model)  # a resumed run's
+    wanted = cfg.lora_rank and dict(rank=cfg.lora_rank, alpha=cfg.lora_alpha, targets=list(cfg.lora_targets))
+    if saved and saved != wanted:
+        given = f"--lora-rank {cfg.lora_rank} --lora-alpha {cfg.lora_alpha:g} --lora-targets " + ",".join(
+            cfg.lora_targets) if cfg.lora_rank else "none"
+        raise ConfigError(f"the run's adapters have rank {saved['rank']}, alpha {saved['alpha']:g}, targets "
+                          f"{','.join(saved['targets'])}; resume it with those (given: {given})")
+    if cfg.lora_rank and not saved:
+        lora.add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
+    if lora.lora_layers(model):
+        adapted = ("decoder", "encoder") if "vit" in (lora.adapter_settings(model) or {})["targets"] else ("decoder",)
+        lora.freeze_base(model, lambda name: part_of(name) in adapted)
+    model.set_grad_checkpointing(cfg.grad_checkpointing)
+
+
+def estimated_bytes(model, batch: int, checkpointing: bool = False) -> int:
+    """Estimated peak training memory for `batch` images: 16 bytes a trained parameter (weights, gradients,
+    AdamW's two moments), 4 a frozen one, plus the activations (BYTES_PER_TOKEN_WIDTH_LAYER)."""
+    vit, cfg = model.vision.vit, model.cfg
+    towers = (((cfg.grid**2 + model.vision.num_prefix) * vit.embed_dim, len(vit.blocks)),
+              (TEXT_TOKENS * cfg.dec_width, cfg.dec_depth))
+    if checkpointing:
+        per_image = sum(tw * (CHECKPOINTED_BYTES_PER_TOKEN_WIDTH_LAYER * n + BYTES_PER_TOKEN_WIDTH_LAYER)
+                        for tw, n in towers)
+    else:
+        per_image = sum(BYTES_PER_TOKEN_WIDTH_LAYER * tw * n for tw, n in towers)
+    trained = model.num_parameters(trainable_only=True)
+    return 16 * trained + 4 * (model.num_parameters() - trained) + batch * per_image
+
+
+def memory_advice(model, batch: int, total: int, checkpointing: bool, lora_rank: int | None,
+                  share: float = 0.9) -> str:
+    """One line: the estimated peak memory of a step of `batch` images against `total` bytes of device memory,
+    and where it exceeds `share` of it, the option that would make it fit (checkpointing, then LoRA, then a
+    smaller batch with accumulation)."""
+    gib = 2**30
+    need, room = estimated_bytes(model, batch, checkpointing), share * total
+    line = f"estimated peak training memory {need / gib:.2f} GiB for {batch} images a step, of {total / gib:.1f} GiB"
+    if need <= room:
+        return line
+    if not checkpointing and estimated_bytes(model, batch, True) <= room:
+        return line + f": it may not fit; --grad-checkpointing would need ~{estimated_bytes(model, batch, True) / gib:.2f} GiB"
+    if not lora_rank:
+        with _adapted(model) as adapted:
+            for ckpt in (checkpointing, True):
+                if estimated_bytes(adapted, batch, ckpt) <= room:
+                    flags = f"--lora-rank {LORA_RANK_ADVICE}" + (" --grad-checkpointing" if ckpt and not checkpointing else "")
+                    return line + f": it may not fit; {flags} would need ~{estimated_bytes(adapted, batch, ckpt) / gib:.2f} GiB"
+    smaller = batch // 2
+    while smaller >= 1 and estimated_bytes(model, smaller, checkpointing) > room:
+        smaller //= 2
+    if smaller >= 1:
+        return line + (f": it may not fit; --batch-size {smaller} --accum {-(-batch // smaller)} trains the same "
+                       f"{batch} images a step in ~{estimated_bytes(model, smaller, checkpointing) / gib:.2f} GiB")
+    return line + ": it may not fit even one image a step; try a smaller preset"
+
+
+def memory_line(model, batch: int, device: torch.device, cfg: TrainConfig) -> str | None:
+    """`memory_advice` against a GPU's memory (None elsewhere: a CPU's memory is the machine's)."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    return memory_advice(model, batch, total, cfg.grad_checkpointing, cfg.lora_rank)
+
+
+class _adapted:
+    """`model` with LoRA adapters and frozen towers for an estimate, put back as it was on exit (trainable
+    flags included): the parameter counts are what the estimate reads."""
+
+    def __init__(self, model):
+        self.model, self.flags = model, {n: p.requires_grad for n, p in model.named_parameters()}
+
+    def __enter__(self):
+        lora.add_lora(self.model, LORA_RANK_ADVICE, 8.0, ("self_attn", "mlp"))
+        lora.freeze_base(self.model, lambda name: part_of(name) == "decoder")
+        return self.model
+
+    def __exit__(self, *exc):
+        lora.remove_lora(self.model)
+        for n, p in self.model.named_parameters():
+            p.requires_grad_(self.flags[n])
+
+
+def default_batch(model, device: torch.device, share: float = 0.6, most: int = 256,
+                  checkpointing: bool = False) -> int:
     """Images per device when --batch-size is not given: 32 on a CPU; on a GPU the largest power of two up to
-    `most` whose estimated training memory (weights, gradients and AdamW state at 16 bytes a parameter, plus
-    activations by BYTES_PER_TOKEN_WIDTH_LAYER) fits in `share` of the GPU's memory."""
+    `most` whose estimated training memory (`estimated_bytes`) fits in `share` of the GPU's memory."""
     if device.type != "cuda":
         return 32
-    vit, cfg = model.vision.vit, model.cfg
-    per_image = BYTES_PER_TOKEN_WIDTH_LAYER * (
-        (cfg.grid**2 + model.vision.num_prefix) * vit.embed_dim * len(vit.blocks)
-        + TEXT_TOKENS * cfg.dec_width * cfg.dec_depth)
-    free = share * torch.cuda.get_device_properties(device).total_memory - 16 * model.num_parameters()
+    room = share * torch.cuda.get_device_properties(device).total_memory
     batch = 8
-    while batch * 2 <= most and batch * 2 * per_image <= free:
+    while batch * 2 <= most and estimated_bytes(model, batch * 2, checkpointing) <= room:
         batch *= 2
     return batch
-
-

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from .. import distributed
 from ..config import TrainConfig, parse_duration
@@ -35,10 +36,12 @@ from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
 from ..logs import bars_off, get_logger
 from ..model import checkpoint
+from . import setup as run_setup
 from . import state as run_state
 from .budget import TimeBudget, evaluation_due
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
+from .report import Reporter
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
 from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
@@ -111,7 +114,7 @@ class Trainer:
         last = self.out / "last"
         state = None
         if c.resume and (last / "train_state.pt").is_file():
-            model, self.tok, self.card = checkpoint.load(last)
+            model, self.tok, self.card = checkpoint.load(last, merge_adapters=False)
             state = checkpoint.load_train_state(last)
         elif c.init_from:
             model, self.tok, self.card = init_from(c, c.init_from)
@@ -128,12 +131,15 @@ class Trainer:
                          tasks=list(c.tasks))
         torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
         self.model = model.to(self.d.device).train()
+        run_setup.memory_options(c, self.model)  # --lora-rank, --grad-checkpointing
         return state
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
-        self.batch_size = c.batch_size or default_batch(self.model, d.device)
+        self.batch_size = c.batch_size or default_batch(self.model, d.device, checkpointing=c.grad_checkpointing)
+        if d.main and (line := run_setup.memory_line(self.model, self.batch_size, d.device, c)):  # a GPU's fit, printed
+            log.info("vqa train: " + line)
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
@@ -217,6 +223,8 @@ class Trainer:
         """Release the run folder (the lock) and the loader's workers; `train()` does it at the end."""
         if getattr(self, "data", None) is not None:
             self.data.close()
+        if getattr(self, "report", None) is not None:
+            self.report.close()
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -250,10 +258,8 @@ class Trainer:
             self._trim_metrics(metrics)
             log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
                      f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}")
-        bar = None
+        self.report, bar = Reporter(metrics, c.report_to, d.main), None
         if d.main:
-            from tqdm import tqdm
-
             bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr,
                        disable=bars_off())
         seen, t_log = 0, time.time()
@@ -298,9 +304,7 @@ class Trainer:
                            lr=self.optimizer.param_groups[0]["lr"], images_per_s=round(ips, 1),
                            time=round(time.time() - start, 1))
                 seen, t_log = 0, time.time()
-                if d.main:
-                    with open(metrics, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                self.report.log(rec, self.optimizer.param_groups)  # metrics.jsonl (and --report-to)
                 if bar is not None:
                     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{rec['lr']:.2e}", img_s=f"{ips:.0f}")
             if bar is not None:
@@ -353,18 +357,19 @@ class Trainer:
 
     def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d
-        scores = {}
+        scores, result = {}, {}
         if self.val_data is not None and self.cfg.eval_images > 0:  # every rank decodes its share; rank 0 scores
             self.model.eval()
-            scores = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
+            result = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
                               max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
                               amp_dtype=self.amp_dtype, workers=self.workers,
-                              max_unreadable=self.cfg.max_unreadable, need_caption_scores=False)["summary"]
+                              max_unreadable=self.cfg.max_unreadable, need_caption_scores=False)
+            scores = result["summary"]
             self.model.train()
         if scores and d.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
-            with open(metrics, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            self.report.log(rec)
+            self.report.pictures(self.step, result.get("caption_results", []), self.val_data)
             shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
             if shown:
                 log.info(f"vqa train: step {self.step}: " + ", ".join(shown))

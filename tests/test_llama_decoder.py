@@ -36,3 +36,58 @@ def test_logits_equal_transformers_with_the_gates_at_zero(tmp_path, family):
     assert ref.abs().max() > 1.0
     assert (ours[..., :n] - ref).abs().max() < 1e-4
     assert torch.equal(ours, other_images)  # the gates at zero: the image changes nothing yet
+
+
+def open_gates(model) -> None:
+    """Random cross-attention weights and open gates: the image now matters."""
+    with torch.no_grad():
+        for blk in model.decoder.cross:
+            blk.attn_gate.fill_(0.3)
+            blk.mlp_gate.fill_(-0.2)
+            blk.cross_attn.proj.weight.normal_(0, 0.2)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_cached_generation_equals_uncached(tmp_path, family):
+    """Greedy decoding over the rotary-position caches (prompts of several lengths, left-padded) gives what
+    the whole model over prompt + generated gives at every step, gates closed and open."""
+    from test_pretrained_lm import ref_greedy
+
+    from vqa.decoding.generate import generate
+    from vqa.tokenizer import Tokenizer
+
+    folder = save_tiny_llama(tmp_path / family, family)
+    model = llama_model(folder)
+    tok = Tokenizer.for_language_model(folder)
+    prompts = [tok.vqa_prompt("what color is it?"), tok.caption_prompt(),
+               tok.vqa_prompt("Is there a red square left of the blue triangle?")]
+    images = random_images(3, model.cfg)
+    for stage in ("as loaded", "gates open"):
+        out = generate(model, prompts, images, max_new_tokens=12)
+        assert any(len(set(s)) > 2 for s in out.sequences), out.sequences
+        for i, prompt in enumerate(prompts):
+            assert out.sequences[i] == ref_greedy(model, images[i : i + 1], prompt, 12), (stage, i)
+        open_gates(model)
+    assert generate(model, prompts, images.flip(0), max_new_tokens=12).sequences != out.sequences
+
+
+@torch.inference_mode()
+def test_compiled_decode_step_equals_the_eager_one(tmp_path, quick_compile):
+    from vqa.config import GenerationConfig
+    from vqa.decoding.batch import BatchDecoder
+    from vqa.tokenizer import Tokenizer
+
+    folder = save_tiny_llama(tmp_path / "llama", "llama")
+    model = llama_model(folder)
+    open_gates(model)
+    tok = Tokenizer.for_language_model(folder)
+    prompts = [tok.vqa_prompt("what color is it?"), tok.caption_prompt()]
+    images = random_images(2, model.cfg)
+    kv = model.memory_kv(model.encode(images))
+    config = GenerationConfig(max_new_tokens=6)
+    eager, compiled = BatchDecoder(model, kv, prompts, config), BatchDecoder(model, kv, prompts, config, compiled=True)
+    torch.testing.assert_close(compiled.logits, eager.logits)
+    for t in range(6):
+        token = eager.logits.argmax(-1)
+        torch.testing.assert_close(compiled.step(token), eager.step(token), atol=1e-5, rtol=1e-5, msg=f"step {t}")
+    assert compiled.compiled.failed is None  # really compiled, no fallback

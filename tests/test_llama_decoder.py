@@ -17,7 +17,7 @@ from vqa.tokenizer import SPECIAL_TOKENS
 
 def llama_model(folder, seed=0, **overrides) -> VQAModel:
     torch.manual_seed(seed)
-    fields = dict(dec_max_len=64, **VIT, **overrides)
+    fields = {"dec_max_len": 64, **VIT, **overrides}
     return VQAModel(model_preset("tiny", dec_pretrained=str(folder), **fields)).eval()
 
 
@@ -91,3 +91,61 @@ def test_compiled_decode_step_equals_the_eager_one(tmp_path, quick_compile):
         token = eager.logits.argmax(-1)
         torch.testing.assert_close(compiled.step(token), eager.step(token), atol=1e-5, rtol=1e-5, msg=f"step {t}")
     assert compiled.compiled.failed is None  # really compiled, no fallback
+
+
+def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp_path):
+    """One step's gradients: the gates get one at once (tanh'(0) = 1), the language model too; the optimizer
+    puts the gated blocks with the cross-attention (--lr), the language model with the decoder
+    (x dec_lr_scale); the model saves and loads back to the same logits."""
+    from vqa.train.optim import part_of
+
+    folder = save_tiny_llama(tmp_path / "lm", "qwen3")
+    model = llama_model(folder).train()
+    ids = torch.randint(0, text_vocab(folder), (2, 10), generator=torch.Generator().manual_seed(0))
+    images = random_images(2, model.cfg)
+    model(images, ids, loss_mask=torch.ones_like(ids, dtype=torch.bool)).loss.backward()
+    for blk in model.decoder.cross:
+        assert blk.attn_gate.grad.abs() > 0 and blk.mlp_gate.grad.abs() > 0
+    assert model.decoder.blocks[0].self_attn.qkv.weight.grad.abs().sum() > 0
+    parts = {name: part_of(name) for name, _ in model.named_parameters()}
+    assert parts["decoder.cross.0.attn_gate"] == parts["decoder.cross.1.cross_attn.kv.weight"] == "cross_attention"
+    assert parts["decoder.blocks.0.self_attn.qkv.weight"] == parts["decoder.head.weight"] == "decoder"
+    model.eval()
+    with torch.no_grad():
+        open_gates(model)
+        want = model(images, ids).logits
+        back = VQAModel.from_pretrained(model.save_pretrained(tmp_path / "saved"))
+        assert torch.equal(back(images, ids).logits, want)
+
+
+def test_a_llama_decoder_is_refused_by_the_transformers_export_in_one_line(tmp_path):
+    from vqa.export.hf_export import blockers
+
+    why = blockers(llama_model(save_tiny_llama(tmp_path / "lm", "smollm2")))
+    assert len(why) == 1 and why[0].startswith("dec_layout='llama'"), why
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0)), "rope_type 'yarn' is not supported"),
+    (dict(hidden_act="gelu"), "hidden_act 'gelu' is not supported"),
+    (dict(num_key_value_heads=3), "num_attention_heads=4 is not a multiple of num_key_value_heads=3"),
+    (dict(use_sliding_window=True), "use_sliding_window=true is not supported"),
+])
+def test_configs_the_decoder_cannot_hold_are_refused_naming_the_field(tmp_path, change, says):
+    from lm_fixtures import edit_config
+
+    from vqa.errors import ConfigError
+
+    folder = save_tiny_llama(tmp_path / "lm", "llama")
+    edit_config(folder, **change)
+    with pytest.raises(ConfigError, match=str(folder / "config.json")) as e:
+        llama_model(folder)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_context_longer_than_the_language_models_is_refused(tmp_path):
+    from vqa.errors import ConfigError
+
+    folder = save_tiny_llama(tmp_path / "lm", "smollm2")
+    with pytest.raises(ConfigError, match="dec_max_len=200 is longer than the language model's max_position_embeddings=128"):
+        llama_model(folder, dec_max_len=200)

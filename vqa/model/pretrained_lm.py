@@ -120,8 +120,9 @@ def decoder_fields(source: str, dec_max_len: int) -> dict:
     path = folder / "config.json"
     llama = c.get("model_type") in llama_lm.MODEL_TYPES
     if dec_max_len > c["n_positions"]:
+        key = "max_position_embeddings" if llama else "n_positions"
         raise ConfigError(f"{path}: dec_max_len={dec_max_len} is longer than the language model's "
-                          f"n_positions={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
+                          f"{key}={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
     n_params = llama_lm.parameter_count(c) if llama else sum(int(torch.Size(s).numel()) for s in _expected(c).values())
     free = free_memory()
     if free is not None and 4 * n_params > free:

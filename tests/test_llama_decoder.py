@@ -149,3 +149,25 @@ def test_a_context_longer_than_the_language_models_is_refused(tmp_path):
     folder = save_tiny_llama(tmp_path / "lm", "smollm2")
     with pytest.raises(ConfigError, match="dec_max_len=200 is longer than the language model's max_position_embeddings=128"):
         llama_model(folder, dec_max_len=200)
+
+
+SMOLLM2 = {  # the fields of HuggingFaceTB/SmolLM2-135M's and -360M's config.json that shape the decoder
+    "small-smollm2": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                          num_hidden_layers=30),
+    "base-smollm2": dict(hidden_size=960, intermediate_size=2560, num_attention_heads=15, num_key_value_heads=5,
+                         num_hidden_layers=32),
+}
+
+
+@pytest.mark.parametrize("name", list(SMOLLM2))
+def test_the_smollm2_presets_repeat_their_language_models_config(name):
+    """So that `dec_pretrained=None` builds the shapes the language model's folder would (nothing read)."""
+    from vqa.config import preset
+    from vqa.model.llama_lm import architecture, check_config
+
+    raw = dict(model_type="llama", hidden_act="silu", max_position_embeddings=8192, rms_norm_eps=1e-5,
+               rope_theta=100000, rope_scaling=None, tie_word_embeddings=True, vocab_size=49152, **SMOLLM2[name])
+    cfg = preset(name, dec_pretrained=None)
+    lm = architecture(check_config(raw, "config.json"))
+    assert {k: getattr(cfg, k) for k in lm} == lm
+    assert cfg.dec_layout == "llama" and cfg.dec_cross_every > 1

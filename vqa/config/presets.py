@@ -24,6 +24,10 @@ class Preset:
 # the decoder layout of GPT-2 (learned positions, tanh GELU, no embedding scale, no QK-norm)
 GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_embed_scale=False, dec_qk_norm=False)
 
+# the decoder layout of Llama / SmolLM2 (RMSNorm, rotary positions, SwiGLU, a tied head; vqa.model.llama_decoder)
+LLAMA_DECODER = dict(dec_layout="llama", dec_positions="rotary", dec_activation="silu", dec_embed_scale=False,
+                     dec_qk_norm=False, dec_tie_head=True)
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         about="trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images "
@@ -71,6 +75,27 @@ PRESETS: dict[str, Preset] = {
                    dec_pretrained="openai-community/gpt2", dec_max_len=64, **GPT2_DECODER,
                    dec_width=768, dec_depth=12, dec_heads=12),
         lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
+    ),
+    # Llama-layout language models (vqa.model.llama_decoder): gated cross-attention blocks before every
+    # dec_cross_every-th layer, as mllama's one in five; the language model moves at a tenth of the new blocks'
+    # rate, as the *-gpt2 presets' decoder (starting points, not tuned here)
+    "small-smollm2": Preset(
+        about="ViT-S/16 (timm's weights) + SmolLM2-135M (30 layers, 576 wide, HuggingFaceTB/SmolLM2-135M, or its "
+              "folder with --set dec_pretrained=DIR) with a gated cross-attention block every 3 layers (GPU)",
+        model=dict(vit_name="vit_small_patch16_224", vit_patch_size=16, vit_pretrained=True,
+                   dec_pretrained="HuggingFaceTB/SmolLM2-135M", dec_max_len=64, **LLAMA_DECODER,
+                   dec_width=576, dec_depth=30, dec_heads=9, dec_kv_heads=3, dec_mlp_ratio=1536 / 576,
+                   dec_rope_theta=100000.0, dec_cross_every=3),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.1, vit_lr_scale=0.1),
+    ),
+    "base-smollm2": Preset(
+        about="ViT-B/16 (timm's weights) + SmolLM2-360M (32 layers, 960 wide, HuggingFaceTB/SmolLM2-360M, or its "
+              "folder with --set dec_pretrained=DIR) with a gated cross-attention block every 4 layers (GPU)",
+        model=dict(vit_name="vit_base_patch16_224", vit_patch_size=16, vit_pretrained=True,
+                   dec_pretrained="HuggingFaceTB/SmolLM2-360M", dec_max_len=64, **LLAMA_DECODER,
+                   dec_width=960, dec_depth=32, dec_heads=15, dec_kv_heads=5, dec_mlp_ratio=2560 / 960,
+                   dec_rope_theta=100000.0, dec_cross_every=4),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.1, vit_lr_scale=0.1),
     ),
 }
 

@@ -119,7 +119,8 @@ def architecture(c: dict) -> dict:
     return dict(dec_layout="llama", dec_positions="rotary", dec_activation="silu", dec_embed_scale=False,
                 dec_qk_norm=c["model_type"] == "qwen3", dec_width=d, dec_depth=c["num_hidden_layers"],
                 dec_heads=c["num_attention_heads"],
-                dec_kv_heads=c["num_key_value_heads"], dec_head_dim=c["head_dim"],
+                dec_kv_heads=c["num_key_value_heads"],
+                dec_head_dim=None if c["head_dim"] * c["num_attention_heads"] == d else c["head_dim"],
                 dec_mlp_ratio=c["intermediate_size"] / d, dec_norm_eps=float(c["rms_norm_eps"]),
                 dec_rope_theta=c["rope_theta"], dec_rope_scaling=c["rope_llama3"], dec_qkv_bias=c["qkv_bias"],
                 dec_tie_head=c["tie_word_embeddings"])

@@ -171,3 +171,19 @@ def test_the_smollm2_presets_repeat_their_language_models_config(name):
     lm = architecture(check_config(raw, "config.json"))
     assert {k: getattr(cfg, k) for k in lm} == lm
     assert cfg.dec_layout == "llama" and cfg.dec_cross_every > 1
+
+
+def test_attention_maps_and_the_explain_arrays_have_one_layer_per_cross_attention_block(tmp_path):
+    from vqa.decoding.generate import cross_attention_maps
+    from vqa.inference.explain import explain_tokens
+
+    model = llama_model(save_tiny_llama(tmp_path / "lm", "llama"), dec_cross_every=2)
+    open_gates(model)
+    image = random_images(1, model.cfg)
+    with torch.no_grad():
+        maps = cross_attention_maps(model, model.encode(image), [1, 5, 9], [7, 8])  # [G, L, H, N]
+        arrays = explain_tokens(model, image, [1, 5, 9], [7, 8])
+    assert maps.shape[:3] == (2, model.cfg.cross_layers, model.cfg.dec_heads) and model.cfg.cross_layers == 2
+    assert torch.allclose(maps.sum(-1), torch.ones(()))
+    assert arrays["cross_weights"].shape[:2] == (2, model.cfg.dec_heads)
+    assert arrays["self_weights"].shape[:3] == (model.cfg.dec_depth, model.cfg.dec_heads, 5)

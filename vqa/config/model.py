@@ -183,6 +183,11 @@ class ModelConfig(_Config):
             raise ConfigError(f"the head width {self.head_dim} must be even for rotary positions")
 
     @property
+    def cross_layers(self) -> int:
+        """How many cross-attention layers the decoder has: one per block, or the llama layout's gated blocks."""
+        return len(range(0, self.dec_depth, self.dec_cross_every)) if self.dec_layout == "llama" else self.dec_depth
+
+    @property
     def kv_heads(self) -> int:
         """Self-attention's key/value heads (fewer than dec_heads: grouped-query attention)."""
         return self.dec_kv_heads or self.dec_heads

@@ -187,3 +187,35 @@ def test_attention_maps_and_the_explain_arrays_have_one_layer_per_cross_attentio
     assert torch.allclose(maps.sum(-1), torch.ones(()))
     assert arrays["cross_weights"].shape[:2] == (2, model.cfg.dec_heads)
     assert arrays["self_weights"].shape[:3] == (model.cfg.dec_depth, model.cfg.dec_heads, 5)
+
+
+def test_a_run_from_a_saved_llama_trains_resumes_evaluates_and_answers(shapes_dir, tmp_path):
+    import json
+    import shutil
+
+    from conftest import TINY_SET
+
+    from vqa import Predictor
+    from vqa.cli import main
+    from vqa.model import checkpoint
+
+    lm = save_tiny_llama(tmp_path / "lm", "qwen2")
+    run = tmp_path / "run"
+    vit = [a for item in TINY_SET if item.startswith("vit_") for a in ("--set", item)]
+    base = ["--data", str(shapes_dir), "--batch-size", "4", "--warmup", "2", "--log-every", "1",
+            "--eval-images", "4", "--lr", "3e-3", *vit]
+    assert main(["train", *base, "--out", str(run), "--max-steps", "2", "--set", f"dec_pretrained={lm}",
+                 "--set", "dec_max_len=64", "--set", "dec_cross_every=2"]) == 0
+    saved = json.loads((run / "last" / "config.json").read_text())
+    assert (saved["dec_layout"], saved["dec_kv_heads"], saved["dec_qkv_bias"], saved["dec_cross_every"]) == \
+        ("llama", 2, True, 2)
+    shutil.rmtree(lm)  # from here on everything reads the run alone
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "3"]) == 0
+    assert checkpoint.load_train_state(run / "last")["step"] == 3
+    ev = tmp_path / "eval"
+    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--split", "val", "--out", str(ev)]) == 0
+    assert json.loads((ev / "summary.json").read_text())["questions"] > 0
+    pred = Predictor.from_pretrained(run, device="cpu")
+    image = shapes_dir / "val" / sorted(p.name for p in (shapes_dir / "val").iterdir())[0]
+    ans = pred.answer(image, "What color is the circle?", top_k=2, return_attention=True)
+    assert ans.attention.shape[:3] == (len(ans.tokens), 2, 4)  # a map per generated token, cross block and head

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import random_images
-from lm_fixtures import VIT, text_vocab
 from llama_fixtures import FAMILIES, hf_llama_logits, save_tiny_llama
+from lm_fixtures import VIT, text_vocab
 
 from vqa.model import VQAModel, model_preset
 from vqa.tokenizer import SPECIAL_TOKENS

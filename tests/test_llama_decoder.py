@@ -109,13 +109,35 @@ def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp
     assert model.decoder.blocks[0].self_attn.qkv.weight.grad.abs().sum() > 0
     parts = {name: part_of(name) for name, _ in model.named_parameters()}
     assert parts["decoder.cross.0.attn_gate"] == parts["decoder.cross.1.cross_attn.kv.weight"] == "cross_attention"
-    assert parts["decoder.blocks.0.self_attn.qkv.weight"] == parts["decoder.head.weight"] == "decoder"
+    assert parts["decoder.blocks.0.self_attn.qkv.weight"] == parts["decoder.head"] == "decoder"
     model.eval()
     with torch.no_grad():
         open_gates(model)
         want = model(images, ids).logits
         back = VQAModel.from_pretrained(model.save_pretrained(tmp_path / "saved"))
         assert torch.equal(back(images, ids).logits, want)
+
+
+def test_int8_quantizes_the_layers_and_answers_with_the_untied_head_in_float(tmp_path):
+    from vqa.decoding.generate import generate
+    from vqa.decoding.quantize import int8_unavailable, quantize_int8
+    from vqa.tokenizer import Tokenizer
+
+    if int8_unavailable("cpu"):
+        pytest.skip(int8_unavailable("cpu"))
+    folder = save_tiny_llama(tmp_path / "lm", "llama")
+    model = llama_model(folder)
+    open_gates(model)
+    tok = Tokenizer.for_language_model(folder)
+    prompts = [tok.vqa_prompt("what color is it?"), tok.caption_prompt()]
+    images = random_images(2, model.cfg)
+    quantize_int8(model)
+    int8 = [n for n, m in model.decoder.named_modules() if type(getattr(m, "weight", None)).__name__ == "Int8Tensor"]
+    assert len(int8) == 3 * 4 + 3 * 5  # per layer qkv, proj, gate_up, down; per gated block q, kv, proj, gate_up, down
+    assert type(model.decoder.head) is torch.nn.Parameter
+    for vocab in (None, [*range(40), model.cfg.eos_id]):  # the whole head, and its rows for a vocabulary
+        out = generate(model, prompts, images, max_new_tokens=6, vocab=vocab).sequences
+        assert all(len(s) > 0 for s in out) and (vocab is None or all(t in vocab for s in out for t in s))
 
 
 def test_a_llama_decoder_is_refused_by_the_transformers_export_in_one_line(tmp_path):

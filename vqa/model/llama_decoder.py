@@ -110,7 +110,8 @@ class LlamaDecoder(nn.Module):
         self.blocks = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.dec_depth))
         self.cross = nn.ModuleList(CrossBlock(cfg) for _ in range(0, cfg.dec_depth, cfg.dec_cross_every))
         self.ln_f = nn.RMSNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
-        self.head = None if cfg.dec_tie_head else nn.Linear(cfg.dec_width, cfg.vocab_size, bias=False)
+        # an untied head is a plain matrix [V, D], not an nn.Linear: int8 leaves it in float, as the tied one
+        self.head = None if cfg.dec_tie_head else nn.Parameter(torch.randn(cfg.vocab_size, cfg.dec_width) * cfg.dec_width**-0.5)
         inv = inverse_frequencies(cfg.head_dim, cfg.dec_rope_theta, cfg.dec_rope_scaling)
         angles = torch.arange(cfg.dec_max_len, dtype=torch.float32)[:, None] * inv  # [L, Dh/2]
         angles = torch.cat((angles, angles), dim=-1)  # [L, Dh]: dimension i and i + Dh/2 turn together
@@ -124,7 +125,7 @@ class LlamaDecoder(nn.Module):
     @property
     def head_weight(self) -> torch.Tensor:
         """The LM head's matrix [V, D]."""
-        return self.embed.weight if self.head is None else self.head.weight
+        return self.embed.weight if self.head is None else self.head
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each cross-attention block's keys/values of the image tokens, computed once per image."""

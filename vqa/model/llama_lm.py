@@ -6,7 +6,7 @@ Face layout: SmolLM2, Llama 3.x, Qwen2 / Qwen2.5 (biases on q, k, v) and Qwen3 (
 
 The weights map one to one (nn.Linear on both sides, nothing transposed):
 
-    model.embed_tokens -> embed               lm_head -> head (absent when tie_word_embeddings)
+    model.embed_tokens -> embed               lm_head -> head, a [V, D] matrix (absent when tie_word_embeddings)
     model.layers.i.input_layernorm -> blocks.i.ln1     post_attention_layernorm -> blocks.i.ln2
     self_attn.{q,k,v}_proj -> blocks.i.self_attn.qkv (rows q | k | v)       self_attn.o_proj -> self_attn.proj
     self_attn.{q,k}_norm -> self_attn.{q,k}_norm      mlp.{gate,up}_proj -> mlp.gate_up (rows gate | up)
@@ -197,7 +197,7 @@ def load_llama(decoder, source: str) -> None:
 
         put_vocab(decoder.embed.weight, "model.embed_tokens.weight")
         if decoder.head is not None:
-            put_vocab(decoder.head.weight, "lm_head.weight")
+            put_vocab(decoder.head, "lm_head.weight")
         for i, blk in enumerate(decoder.blocks):
             p, a = f"model.layers.{i}.", blk.self_attn
             put(blk.ln1.weight, p + "input_layernorm.weight")

@@ -211,7 +211,8 @@ def test_attention_maps_and_the_explain_arrays_have_one_layer_per_cross_attentio
     assert arrays["self_weights"].shape[:3] == (model.cfg.dec_depth, model.cfg.dec_heads, 5)
 
 
-def test_a_run_from_a_saved_llama_trains_resumes_evaluates_and_answers(shapes_dir, tmp_path):
+def test_a_run_from_a_saved_llama_trains_resumes_evaluates_answers_and_is_refused_by_exports(shapes_dir, tmp_path,
+                                                                                            capsys):
     import json
     import shutil
 
@@ -241,3 +242,9 @@ def test_a_run_from_a_saved_llama_trains_resumes_evaluates_and_answers(shapes_di
     image = shapes_dir / "val" / sorted(p.name for p in (shapes_dir / "val").iterdir())[0]
     ans = pred.answer(image, "What color is the circle?", top_k=2, return_attention=True)
     assert ans.attention.shape[:3] == (len(ans.tokens), 2, 4)  # a map per generated token, cross block and head
+    # the export formats that cannot hold the gated blocks refuse in one line naming the field
+    capsys.readouterr()
+    for fmt in ("--onnx", "--transformers"):
+        assert main(["export", "--checkpoint", str(run), fmt, str(tmp_path / fmt.strip("-"))]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "dec_layout='llama'" in err and len(err.splitlines()) == 1, err

@@ -248,3 +248,13 @@ def test_a_run_from_a_saved_llama_trains_resumes_evaluates_answers_and_is_refuse
         assert main(["export", "--checkpoint", str(run), fmt, str(tmp_path / fmt.strip("-"))]) == 2
         err = capsys.readouterr().err.strip()
         assert "dec_layout='llama'" in err and len(err.splitlines()) == 1, err
+
+
+def test_the_llama_layouts_fields_are_refused_in_the_gpt_layout():
+    from vqa.config import preset
+    from vqa.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dec_kv_heads=2, dec_cross_every=2 need dec_layout='llama'"):
+        preset("tiny", dec_cross_every=2, dec_kv_heads=2)
+    with pytest.raises(ConfigError, match="dec_layout='llama' has rotary positions, SwiGLU"):
+        preset("tiny", dec_layout="llama")  # tiny's sinusoidal positions and GELU

@@ -40,6 +40,9 @@ PRETRAINED_FIXED = {
     "dec_positions": ("learned", "the language model's positions are its learned table (wpe)"),
     "dec_embed_scale": (False, "the language model adds its token embeddings unscaled"),
 }
+# the llama layout's own fields at their defaults, which the gpt layout keeps
+LLAMA_ONLY = dict(dec_kv_heads=None, dec_head_dim=None, dec_rope_theta=10000.0, dec_rope_scaling=None,
+                  dec_qkv_bias=False, dec_tie_head=True, dec_cross_every=1)
 
 # the numeric fields' ranges on their own: field -> (the lowest value, whether a value must be above it, the
 # value it must stay below); `check_field` applies them, `ModelConfig` the rules that join fields
@@ -146,6 +149,10 @@ class ModelConfig(_Config):
             raise ConfigError(f"dec_layout must be one of {', '.join(map(repr, DEC_LAYOUTS))}, not {self.dec_layout!r}")
         if self.dec_layout == "llama":
             self._check_llama()
+        elif [k for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]:
+            wrong = [f"{k}={getattr(self, k)!r}" for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]
+            raise ConfigError(f"{', '.join(wrong)} need dec_layout='llama' (a Llama-layout language model's "
+                              "dec_pretrained sets it); the gpt layout has none of them")
         elif self.dec_positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
         for key, allowed in (("vit_resize", VIT_RESIZE), ("vit_resample", VIT_RESAMPLE)):

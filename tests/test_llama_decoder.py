@@ -242,6 +242,9 @@ def test_a_run_from_a_saved_llama_trains_resumes_evaluates_answers_and_is_refuse
     image = shapes_dir / "val" / sorted(p.name for p in (shapes_dir / "val").iterdir())[0]
     ans = pred.answer(image, "What color is the circle?", top_k=2, return_attention=True)
     assert ans.attention.shape[:3] == (len(ans.tokens), 2, 4)  # a map per generated token, cross block and head
+    e = pred.explain(image, "What color is the circle?", result=ans)  # self: 3 layers, cross: 2 blocks
+    assert (e.self_weights.shape[0], e.cross_weights.shape[0]) == (3, 2)
+    assert any("query_keys" in p.name for p in e.save(tmp_path / "explained"))  # the last cross block's figure
     # the export formats that cannot hold the gated blocks refuse in one line naming the field
     capsys.readouterr()
     for fmt in ("--onnx", "--transformers"):

@@ -23,7 +23,9 @@ Vocabulary: the language model's own tokenizer with vqa's seven special tokens a
 the model's rows plus a small random offset (so their logits start ordinary and <question> differs from
 <answer> even with the decoder frozen). Rows the model has beyond its tokenizer (padding) are dropped.
 
-Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
+A folder whose model_type is a Llama layout's (`llama_lm.MODEL_TYPES`: Llama, SmolLM2, Qwen2, Qwen3) gets the
+llama-layout decoder instead: `decoder_fields` then returns `llama_lm.architecture`, and `vqa.model.llama_lm`
+maps its weights. Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
 naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
 """
 

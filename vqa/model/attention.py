@@ -138,23 +138,27 @@ class Attention(nn.Module):
             causal = mask is None and past == 0
             if mask is None and past > 0 and t > 1:
                 raise ValueError("a multi-token step over a cache needs an explicit mask")
-        if self.kv_heads != self.heads:  # each key/value head serves `groups` consecutive query heads
-            groups = self.heads // self.kv_heads
-            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)  # [B, H, S, Dh]
+        groups = self.heads // self.kv_heads  # each key/value head serves `groups` consecutive query heads
         dropout = self.dropout if self.training else 0.0
         if need_weights or self.capture is not None:
-            out, weights, scores = _attention_with_weights(q, k, v, mask, causal)
+            out, weights, scores = _attention_with_weights(q, *_expand(k, v, groups), mask, causal)
             if self.capture is not None:
                 self.capture.append(AttentionRecord(weights, scores))
         elif tq == 1 and not causal and dropout == 0.0 and torch.compiler.is_compiling():
-            out, weights = _one_query_attention(q, k, v, mask), None
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            out, weights = _one_query_attention(q, *_expand(k, v, groups), mask), None
+        else:  # SDPA reads the shared key/value heads in place (enable_gqa)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
+                                                 enable_gqa=groups > 1)
             weights = None
         out = out.transpose(1, 2).reshape(bq, tq, d)  # [bq, H, tq, Dh] -> [bq, tq, D]
         if route is not None:  # the image-major [M * L, D] back to the packed [B * T, D] -> [B, T, D]
             out = gather_rows(out.reshape(bq * tq, d), route.slots).view(b, t, d)
         return self.proj(out), weights
+
+
+def _expand(k: torch.Tensor, v: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query keys/values [B, Hkv, S, Dh] -> [B, Hkv * groups, S, Dh], each head repeated for its group."""
+    return (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

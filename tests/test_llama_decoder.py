@@ -261,3 +261,37 @@ def test_the_llama_layouts_fields_are_refused_in_the_gpt_layout():
         preset("tiny", dec_cross_every=2, dec_kv_heads=2)
     with pytest.raises(ConfigError, match="dec_layout='llama' has rotary positions, SwiGLU"):
         preset("tiny", dec_layout="llama")  # tiny's sinusoidal positions and GELU
+
+
+REAL = {  # the decoder-shaping fields of published config.json files (written out here: nothing is downloaded)
+    "Llama-3.2-1B": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+                         num_key_value_heads=8, num_hidden_layers=16, head_dim=64, max_position_embeddings=131072,
+                         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True, vocab_size=128256,
+                         rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                                           original_max_position_embeddings=8192, rope_type="llama3")),
+    "Qwen2.5-0.5B": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_attention_heads=14,
+                         num_key_value_heads=2, num_hidden_layers=24, max_position_embeddings=32768,
+                         rms_norm_eps=1e-6, rope_theta=1000000.0, sliding_window=32768, use_sliding_window=False,
+                         tie_word_embeddings=True, vocab_size=151936),
+    "Qwen3-0.6B": dict(model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_attention_heads=16,
+                       num_key_value_heads=8, num_hidden_layers=28, head_dim=128, max_position_embeddings=40960,
+                       rms_norm_eps=1e-6, rope_theta=1000000, rope_scaling=None, attention_bias=False,
+                       tie_word_embeddings=True, vocab_size=151936),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_published_configurations_build_a_decoder_of_their_shapes(name):
+    """Each published configuration gives a valid ModelConfig, and the decoder built from it (on the meta
+    device: no memory) holds exactly the language model's parameters plus the new blocks."""
+    from vqa.config import preset
+    from vqa.model.llama_decoder import LlamaDecoder
+    from vqa.model.llama_lm import architecture, check_config, parameter_count
+
+    c = check_config({"hidden_act": "silu", **REAL[name]}, "config.json")
+    cfg = preset("tiny", dec_pretrained=None, vocab_size=c["vocab_size"], dec_cross_every=4, **architecture(c))
+    with torch.device("meta"):
+        dec = LlamaDecoder(cfg)
+    lm = sum(p.numel() for n, p in dec.named_parameters() if not n.startswith("cross."))
+    assert lm == parameter_count(c)
+    assert len(dec.cross) == c["num_hidden_layers"] // 4

@@ -47,6 +47,17 @@ def open_gates(model) -> None:
             blk.cross_attn.proj.weight.normal_(0, 0.2)
 
 
+def gates_open(tmp_path):
+    """A Llama (grouped-query attention, untied head) with open gates, two prompts and two images."""
+    from vqa.tokenizer import Tokenizer
+
+    folder = save_tiny_llama(tmp_path / "llama", "llama")
+    model = llama_model(folder)
+    open_gates(model)
+    tok = Tokenizer.for_language_model(folder)
+    return model, [tok.vqa_prompt("what color is it?"), tok.caption_prompt()], random_images(2, model.cfg)
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_cached_generation_equals_uncached(tmp_path, family):
     """Greedy decoding over the rotary-position caches (prompts of several lengths, left-padded) gives what
@@ -75,14 +86,8 @@ def test_cached_generation_equals_uncached(tmp_path, family):
 def test_compiled_decode_step_equals_the_eager_one(tmp_path, quick_compile):
     from vqa.config import GenerationConfig
     from vqa.decoding.batch import BatchDecoder
-    from vqa.tokenizer import Tokenizer
 
-    folder = save_tiny_llama(tmp_path / "llama", "llama")
-    model = llama_model(folder)
-    open_gates(model)
-    tok = Tokenizer.for_language_model(folder)
-    prompts = [tok.vqa_prompt("what color is it?"), tok.caption_prompt()]
-    images = random_images(2, model.cfg)
+    model, prompts, images = gates_open(tmp_path)
     kv = model.memory_kv(model.encode(images))
     config = GenerationConfig(max_new_tokens=6)
     eager, compiled = BatchDecoder(model, kv, prompts, config), BatchDecoder(model, kv, prompts, config, compiled=True)
@@ -121,16 +126,10 @@ def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp
 def test_int8_quantizes_the_layers_and_answers_with_the_untied_head_in_float(tmp_path):
     from vqa.decoding.generate import generate
     from vqa.decoding.quantize import int8_unavailable, quantize_int8
-    from vqa.tokenizer import Tokenizer
 
     if int8_unavailable("cpu"):
         pytest.skip(int8_unavailable("cpu"))
-    folder = save_tiny_llama(tmp_path / "lm", "llama")
-    model = llama_model(folder)
-    open_gates(model)
-    tok = Tokenizer.for_language_model(folder)
-    prompts = [tok.vqa_prompt("what color is it?"), tok.caption_prompt()]
-    images = random_images(2, model.cfg)
+    model, prompts, images = gates_open(tmp_path)
     quantize_int8(model)
     int8 = [n for n, m in model.decoder.named_modules() if type(getattr(m, "weight", None)).__name__ == "Int8Tensor"]
     assert len(int8) == 3 * 4 + 3 * 5  # per layer qkv, proj, gate_up, down; per gated block q, kv, proj, gate_up, down

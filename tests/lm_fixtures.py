@@ -27,18 +27,10 @@ def save_tiny_gpt2(folder: str | Path, texts: list[str] | None = None, *, n_embd
                    rows: int | None = None, **config) -> Path:
     """Write a random GPT-2 of the given size into `folder`; `rows` overrides its vocabulary size (the
     embedding's rows) to make a tokenizer / weights mismatch; `config` adds GPT2Config fields."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(texts or []) + [WORDS] * 4, trainer=trainer)
-    tok.save(str(folder / "tokenizer.json"))
+    tok = save_tokenizer(folder, texts, vocab)
     end = tok.token_to_id("<|endoftext|>")
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=rows or tok.get_vocab_size(), n_positions=n_positions, n_embd=n_embd,
@@ -52,6 +44,21 @@ def save_tiny_gpt2(folder: str | Path, texts: list[str] | None = None, *, n_embd
                 p.normal_(0.0, std)
     model.save_pretrained(folder)
     return folder
+
+
+def save_tokenizer(folder: Path, texts: list[str] | None, vocab: int):
+    """A byte-level BPE tokenizer.json like GPT-2's (and SmolLM2's, Llama 3's, Qwen's) in `folder`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(texts or []) + [WORDS] * 4, trainer=trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    return tok
 
 
 def edit_config(folder: Path, **changes) -> None:

@@ -207,7 +207,7 @@ def test_preset_parameter_counts(name, low, high):
 
 
 def test_preset_overrides_and_names():
-    assert set(PRESETS) == {"tiny", "small", "base", "small-gpt2", "base-gpt2"}
+    assert set(PRESETS) == {"tiny", "small", "base", "small-gpt2", "base-gpt2", "small-smollm2", "base-smollm2"}
     cfg = preset("tiny", vocab_size=77, dec_depth=1)
     assert (cfg.vocab_size, cfg.dec_depth, cfg.dec_width) == (77, 1, 96)
 

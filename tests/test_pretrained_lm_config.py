@@ -25,8 +25,9 @@ def lm_copy(gpt2_dir, tmp_path):
 
 
 @pytest.mark.parametrize("changes, match", [
-    (dict(model_type="llama", architectures=["LlamaForCausalLM"]),
-     r"config\.json: model_type 'llama' \(LlamaForCausalLM\) is not supported"),
+    (dict(model_type="gemma", architectures=["GemmaForCausalLM"]),
+     r"config\.json: model_type 'gemma' \(GemmaForCausalLM\) is not supported"),
+    (dict(model_type="llama"), r"config\.json: hidden_size must be a positive integer"),
     (dict(activation_function="relu"), r"config\.json: activation_function 'relu' is not supported"),
     (dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx=True is not supported"),
     (dict(tie_word_embeddings=False), "tie_word_embeddings=False is not supported"),

@@ -29,7 +29,10 @@ def timm_data_config(vit_name: str) -> dict:
     return resolve_data_config(pretrained_cfg=cfg.to_dict() if cfg is not None else {})
 
 
-DEC_ACTIVATIONS = ("gelu", "gelu_tanh")
+DEC_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
+# "gpt": LayerNorm blocks with added positions, a cross-attention in every block; "llama": RMSNorm, rotary
+# positions, grouped-query attention, SwiGLU, gated cross-attention blocks every dec_cross_every layers
+DEC_LAYOUTS = ("gpt", "llama")
 VIT_RESIZE, VIT_RESAMPLE = ("letterbox", "squash"), ("bicubic", "bilinear")
 # what every pretrained (GPT-2-layout) decoder fixes whatever its config.json says, and why (`dec_pretrained`)
 PRETRAINED_FIXED = {
@@ -37,12 +40,17 @@ PRETRAINED_FIXED = {
     "dec_positions": ("learned", "the language model's positions are its learned table (wpe)"),
     "dec_embed_scale": (False, "the language model adds its token embeddings unscaled"),
 }
+# the llama layout's own fields at their defaults, which the gpt layout keeps
+LLAMA_ONLY = dict(dec_kv_heads=None, dec_head_dim=None, dec_rope_theta=10000.0, dec_rope_scaling=None,
+                  dec_qkv_bias=False, dec_tie_head=True, dec_cross_every=1)
 
 # the numeric fields' ranges on their own: field -> (the lowest value, whether a value must be above it, the
 # value it must stay below); `check_field` applies them, `ModelConfig` the rules that join fields
 RANGES: dict[str, tuple[float, bool, float | None]] = {
     **dict.fromkeys(("vit_image_size", "vit_patch_size", "vit_width", "vit_depth", "vit_heads", "dec_width",
-                     "dec_depth", "dec_heads", "dec_max_len", "vocab_size"), (1, False, None)),
+                     "dec_depth", "dec_heads", "dec_max_len", "vocab_size", "dec_kv_heads", "dec_head_dim",
+                     "dec_cross_every"), (1, False, None)),
+    "dec_rope_theta": (0, True, None),
     **dict.fromkeys(("pad_id", "bos_id", "eos_id"), (0, False, None)),
     **dict.fromkeys(("vit_mlp_ratio", "vit_norm_eps", "dec_mlp_ratio", "dec_norm_eps"), (0, True, None)),
     "dec_dropout": (0, False, 1),
@@ -61,6 +69,12 @@ def check_field(name: str, value: Any) -> str | None:
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
         if not ok or (name == "vit_std" and min(value) <= 0):
             return f"{name} must be three finite numbers{' > 0' if name == 'vit_std' else ''} (red, green, blue) or null"
+    if name == "dec_rope_scaling" and value is not None:
+        ok = isinstance(value, (list, tuple)) and len(value) == 4 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value)
+        if not ok:
+            return ("dec_rope_scaling must be four positive numbers (Llama 3's factor, low_freq_factor, "
+                    "high_freq_factor, original_max_position_embeddings) or null")
     if name in RANGES:
         lo, above, below = RANGES[name]
         integer = scalar_type(ModelConfig, name)[0] is int
@@ -101,7 +115,15 @@ class ModelConfig(_Config):
     dec_qk_norm: bool = False  # LayerNorm on each head's queries and keys (self- and cross-attention)
     dec_activation: str = "gelu"  # the MLP's: "gelu" (exact) or "gelu_tanh" (GPT-2's gelu_new)
     dec_embed_scale: bool = True  # token embeddings x sqrt(dec_width) before the positions are added (GPT-2: no)
-    dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon
+    dec_norm_eps: float = 1e-5  # the decoder's LayerNorm epsilon (RMSNorm's in the llama layout)
+    dec_layout: str = "gpt"  # "gpt" (GPT-2's blocks) or "llama" (Llama / Qwen blocks, vqa.model.llama_decoder)
+    dec_kv_heads: int | None = None  # llama: key/value heads (grouped-query attention); None: dec_heads
+    dec_head_dim: int | None = None  # llama: width of one head; None: dec_width // dec_heads
+    dec_rope_theta: float = 10000.0  # llama: the rotary positions' base
+    dec_rope_scaling: tuple[float, float, float, float] | None = None  # llama: Llama 3's rotary frequency scaling
+    dec_qkv_bias: bool = False  # llama: biases on the query, key and value projections (Qwen2)
+    dec_tie_head: bool = True  # llama: the LM head is the token embedding; False: its own matrix
+    dec_cross_every: int = 1  # llama: a gated cross-attention block before every k-th language model layer
     vocab_size: int = 1024  # set from the tokenizer when a model is built for a data set
     pad_id: int = 0  # the tokenizer's <pad> id (set with vocab_size)
     bos_id: int = 1  # the tokenizer's <bos> id
@@ -119,9 +141,19 @@ class ModelConfig(_Config):
             self.vit_std = self.vit_std or data["std"]
         self.vit_mean = tuple(float(m) for m in self.vit_mean)
         self.vit_std = tuple(float(s) for s in self.vit_std)
-        if self.dec_width % self.dec_heads:
+        if self.dec_rope_scaling is not None:
+            self.dec_rope_scaling = tuple(float(v) for v in self.dec_rope_scaling)
+        if self.dec_width % self.dec_heads and not (self.dec_layout == "llama" and self.dec_head_dim):
             raise ConfigError(f"dec_width={self.dec_width} is not divisible by dec_heads={self.dec_heads}")
-        if self.dec_positions not in ("sinusoidal", "learned"):
+        if self.dec_layout not in DEC_LAYOUTS:
+            raise ConfigError(f"dec_layout must be one of {', '.join(map(repr, DEC_LAYOUTS))}, not {self.dec_layout!r}")
+        if self.dec_layout == "llama":
+            self._check_llama()
+        elif [k for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]:
+            wrong = [f"{k}={getattr(self, k)!r}" for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]
+            raise ConfigError(f"{', '.join(wrong)} need dec_layout='llama' (a Llama-layout language model's "
+                              "dec_pretrained sets it); the gpt layout has none of them")
+        elif self.dec_positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"dec_positions must be 'sinusoidal' or 'learned', not {self.dec_positions!r}")
         for key, allowed in (("vit_resize", VIT_RESIZE), ("vit_resample", VIT_RESAMPLE)):
             if getattr(self, key) not in allowed:
@@ -134,7 +166,7 @@ class ModelConfig(_Config):
         if self.dec_activation not in DEC_ACTIVATIONS:
             raise ConfigError(f"dec_activation must be one of {', '.join(map(repr, DEC_ACTIVATIONS))}, "
                               f"not {self.dec_activation!r}")
-        for key, (want, why) in PRETRAINED_FIXED.items() if self.dec_pretrained else ():
+        for key, (want, why) in PRETRAINED_FIXED.items() if self.dec_pretrained and self.dec_layout == "gpt" else ():
             if getattr(self, key) != want:
                 raise ConfigError(f"{key}={getattr(self, key)!r} cannot be combined with dec_pretrained="
                                   f"{self.dec_pretrained!r}: {why}, so the decoder would not start as that model")
@@ -144,6 +176,33 @@ class ModelConfig(_Config):
             raise ConfigError(
                 f"vit_image_size={self.vit_image_size} is not a multiple of vit_patch_size={self.vit_patch_size}"
             )
+
+    def _check_llama(self) -> None:
+        """The llama layout's fields agree with each other."""
+        fixed = dict(dec_positions="rotary", dec_activation="silu", dec_embed_scale=False)
+        wrong = [f"{k}={getattr(self, k)!r}" for k, v in fixed.items() if getattr(self, k) != v]
+        if wrong:
+            raise ConfigError(f"dec_layout='llama' has rotary positions, SwiGLU and unscaled embeddings: "
+                              f"{', '.join(wrong)} must be " + ", ".join(f"{k}={v!r}" for k, v in fixed.items()))
+        if self.dec_heads % self.kv_heads:
+            raise ConfigError(f"dec_heads={self.dec_heads} is not a multiple of dec_kv_heads={self.dec_kv_heads}")
+        if self.head_dim % 2:
+            raise ConfigError(f"the head width {self.head_dim} must be even for rotary positions")
+
+    @property
+    def cross_layers(self) -> int:
+        """How many cross-attention layers the decoder has: one per block, or the llama layout's gated blocks."""
+        return len(range(0, self.dec_depth, self.dec_cross_every)) if self.dec_layout == "llama" else self.dec_depth
+
+    @property
+    def kv_heads(self) -> int:
+        """Self-attention's key/value heads (fewer than dec_heads: grouped-query attention)."""
+        return self.dec_kv_heads or self.dec_heads
+
+    @property
+    def head_dim(self) -> int:
+        """The decoder's width of one attention head."""
+        return self.dec_head_dim or self.dec_width // self.dec_heads
 
     @property
     def grid(self) -> int:

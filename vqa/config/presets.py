@@ -24,6 +24,28 @@ class Preset:
 # the decoder layout of GPT-2 (learned positions, tanh GELU, no embedding scale, no QK-norm)
 GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_embed_scale=False, dec_qk_norm=False)
 
+# the decoder layout of Llama / SmolLM2 (RMSNorm, rotary positions, SwiGLU, a tied head; vqa.model.llama_decoder)
+LLAMA_DECODER = dict(dec_layout="llama", dec_positions="rotary", dec_activation="silu", dec_embed_scale=False,
+                     dec_qk_norm=False, dec_tie_head=True)
+
+
+
+def _smollm2(vit: str, size: str, *, width: int, depth: int, heads: int, kv_heads: int, hidden: int,
+             every: int) -> Preset:
+    """ViT-`vit`/16 (timm's weights) + SmolLM2-`size`; the decoder fields repeat its config.json."""
+    name = {"S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}[vit]
+    return Preset(
+        about=f"ViT-{vit}/16 (timm's weights) + SmolLM2-{size} ({depth} layers, {width} wide, HuggingFaceTB/"
+              f"SmolLM2-{size}, or its folder with --set dec_pretrained=DIR) with a gated cross-attention block "
+              f"every {every} layers (GPU)",
+        model=dict(vit_name=name, vit_patch_size=16, vit_pretrained=True, dec_pretrained=f"HuggingFaceTB/SmolLM2-{size}",
+                   dec_max_len=64, **LLAMA_DECODER, dec_width=width, dec_depth=depth, dec_heads=heads,
+                   dec_kv_heads=kv_heads, dec_mlp_ratio=hidden / width, dec_rope_theta=100000.0,
+                   dec_cross_every=every),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.1, vit_lr_scale=0.1),
+    )
+
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         about="trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images "
@@ -72,6 +94,11 @@ PRESETS: dict[str, Preset] = {
                    dec_width=768, dec_depth=12, dec_heads=12),
         lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
     ),
+    # Llama-layout language models (vqa.model.llama_decoder): gated cross-attention blocks before every
+    # dec_cross_every-th layer (mllama: one in five); the language model and the ViT at a tenth of the new
+    # blocks' rate (starting points, not tuned here)
+    "small-smollm2": _smollm2("S", "135M", width=576, depth=30, heads=9, kv_heads=3, hidden=1536, every=3),
+    "base-smollm2": _smollm2("B", "360M", width=960, depth=32, heads=15, kv_heads=5, hidden=2560, every=4),
 }
 
 # naming another timm model brings its own architecture: these preset fields then give way to timm's

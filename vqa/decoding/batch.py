@@ -110,7 +110,7 @@ class BatchDecoder:
             self.vocab = vocab.to(device)
             self.vocab_list = self.vocab.tolist()
             self.eos = self.vocab_list.index(model.cfg.eos_id)
-            self.head = decoder.embed.weight.index_select(0, self.vocab)  # [V', D]: the tied head's rows
+            self.head = decoder.head_weight.index_select(0, self.vocab)  # [V', D]: the head's rows
         self.padded = len({len(q) for q in prompts}) > 1
         self.rows = len(prompts)
         self.compiled = compiled_step(decoder) if compiled else None

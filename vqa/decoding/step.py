@@ -60,7 +60,7 @@ class DecodeState:
     def allocate(cls, cfg, batch: int, slots: int, dtype, device) -> DecodeState:
         """Empty state for `batch` rows and `slots` cache slots of a decoder built from ModelConfig `cfg`."""
         c = cfg
-        shape = (batch, c.dec_heads, slots, c.dec_width // c.dec_heads)
+        shape = (batch, c.kv_heads, slots, c.head_dim)  # grouped-query attention caches its key/value heads only
         return cls(k=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.dec_depth)],
                    v=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.dec_depth)],
                    key_valid=torch.zeros(batch, slots, dtype=torch.bool, device=device),

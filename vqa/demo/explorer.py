@@ -133,7 +133,7 @@ class Explorer:
                     gr.Slider(), EMPTY_HINT, None, None, None, None)
         handle = Explained(state)
         e = self.explanation(handle)
-        layer, head = cfg.dec_depth - 1, MEAN
+        layer, head = cfg.cross_layers - 1, MEAN
         row, col = top_patch(e, 0)
         views = explorer_views(e, 0, layer, head, row, col)
         what = f'"{e.question}" → "{e.text}"' if e.question is not None else f'caption: "{e.text}"'
@@ -249,8 +249,8 @@ def build_tab(cfg, grid: int) -> ExplorerTab:
         gr.Markdown(EXPLORER_INTRO)
         with gr.Row(equal_height=True):
             token = gr.Dropdown([], label="Generated token (its query)", elem_id="ex-token", scale=2)
-            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.dec_depth)],
-                                value=cfg.dec_depth - 1, label="Decoder layer", elem_id="ex-layer")
+            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.cross_layers)],
+                                value=cfg.cross_layers - 1, label="Decoder layer", elem_id="ex-layer")
             head = gr.Dropdown([("every head and the mean", MEAN)]
                                + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)],
                                value=MEAN, label="Head", elem_id="ex-head")

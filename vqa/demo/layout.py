@@ -92,7 +92,7 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
     reference_note = start_reference(server, pred, reference)
     handlers, explorer = Handlers(pred, server), ex.Explorer(pred)
-    layer_choices = [("mean of all layers", MEAN)] + [(f"layer {i + 1}", i) for i in range(cfg.dec_depth)]
+    layer_choices = [("mean of all layers", MEAN)] + [(f"layer {i + 1}", i) for i in range(cfg.cross_layers)]
     head_choices = [("mean of all heads", MEAN)] + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)]
 
     with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:

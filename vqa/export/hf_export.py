@@ -59,7 +59,11 @@ def blockers(model) -> list[str]:  # pragma: no mutate block (a check, not the m
         ("vit_conv_stem", "ViTModel embeds patches with one convolution"),
         ("vit_qk_norm", "ViTModel has no LayerNorm on queries and keys"),
         ("vit_memory_pos", "VisionEncoderDecoderModel adds no positions to the image tokens"),
-        ("dec_qk_norm", "GPT-2 has no LayerNorm on queries and keys")) if getattr(cfg, k)]
+        ("dec_qk_norm", "GPT-2 has no LayerNorm on queries and keys")) if getattr(cfg, k) and cfg.dec_layout == "gpt"]
+    if cfg.dec_layout == "llama":
+        out.append("dec_layout='llama' (VisionEncoderDecoderModel's decoder must hold a cross-attention inside every "
+                   "layer, which transformers' Llama, Qwen2 and Qwen3 layers lack; the gated cross-attention blocks "
+                   "between layers have no place in that format)")
     if cfg.vit_conv_stem or cfg.vit_qk_norm:
         return out
     odd = []  # what the timm model named by vit_name has that ViTModel has not

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ExtraMissing
+from ..errors import ConfigError, ExtraMissing
 from ..model.masks import causal_mask
 from . import output
 from .output import MARKER, _check_apart, check_output  # noqa: F401 (vqa.export.onnx's API)
@@ -100,6 +100,10 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
 
     _check_apart(checkpoint_path, out)
     model, tok, card = checkpoint.load(checkpoint_path)
+    if model.cfg.dec_layout != "gpt":
+        raise ConfigError(f"{checkpoint_path}: dec_layout={model.cfg.dec_layout!r} cannot be exported to ONNX: the "
+                          "graphs and vqa's ONNX runtime hold one cross-attention per layer and dec_heads key/value "
+                          "heads, not gated blocks between layers and grouped-query caches")
     model = model.float().eval()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -123,16 +123,17 @@ class Explanation:
 def decoder_capture(decoder: nn.Module) -> Iterator[tuple[list[list[AttentionRecord]], list[list[AttentionRecord]]]]:
     """While active, every decoder layer's self- and cross-attention record their weights and raw scores:
     yields (self records, cross records), one list per layer."""
-    blocks = list(decoder.blocks)
-    selfs = [[] for _ in blocks]
-    crosses = [[] for _ in blocks]
-    for blk, s, c in zip(blocks, selfs, crosses, strict=True):
-        blk.self_attn.capture, blk.cross_attn.capture = s, c
+    # the llama layout's cross-attention sits in blocks of its own (`decoder.cross`), fewer than the layers
+    attns = [blk.self_attn for blk in decoder.blocks], [blk.cross_attn for blk in getattr(decoder, "cross", decoder.blocks)]
+    selfs, crosses = ([[] for _ in layers] for layers in attns)
+    for layers, records in zip(attns, (selfs, crosses), strict=True):
+        for attn, r in zip(layers, records, strict=True):
+            attn.capture = r
     try:
         yield selfs, crosses
     finally:
-        for blk in blocks:
-            blk.self_attn.capture = blk.cross_attn.capture = None
+        for attn in (*attns[0], *attns[1]):
+            attn.capture = None
 
 
 @contextlib.contextmanager

@@ -229,7 +229,7 @@ def save_figures(e, folder: str | Path, tokens: Sequence[int] | None = None, lay
         out.append(folder / name)
 
     n_layers = e.self_weights.shape[0]
-    layer = n_layers - 1 if layer is None else int(layer)
+    layer = e.cross_weights.shape[0] - 1 if layer is None else int(layer)  # the query/keys figure's cross layer
     for i in range(n_layers):
         put(f"self_attention_layer{i + 1}.png", self_attention_figure(e, i))
     chosen = range(len(e.generated)) if tokens is None else tokens

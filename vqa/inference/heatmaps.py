@@ -26,7 +26,7 @@ def patch_maps(model, memory: torch.Tensor, index, prompts, generated) -> list[t
     are those of its own pass (`vqa.decoding.generate.cross_attention_maps`)."""
     cfg = model.cfg
     g = cfg.grid
-    out = [torch.zeros(0, cfg.dec_depth, cfg.dec_heads, g, g) for _ in generated]
+    out = [torch.zeros(0, cfg.cross_layers, cfg.dec_heads, g, g) for _ in generated]
     rows = [b for b, seq in enumerate(generated) if seq]
     if not rows:
         return out

@@ -4,6 +4,9 @@
 
 Self-attention projects Q, K, V from the text in one fused matmul; cross-attention projects Q from the text
 and K, V from the image tokens (`project_kv`, done once per image and reused for every generated token).
+The llama layout's decoder (`vqa.model.llama_decoder`) adds rotary positions (`rotary`: cos/sin per query
+position, applied to queries and keys before the keys are cached), grouped-query attention (`kv_heads` < `heads`:
+each key/value head serves heads / kv_heads query heads), a head width of its own and RMSNorm on queries and keys.
 Training's rows may hold text of several images (`vqa.data.packing`): an `ImageRoute` then runs the
 cross-attention core image-major, each image's queries against its own keys/values, projections staying in
 the packed layout.
@@ -60,27 +63,37 @@ class Attention(nn.Module):
     # by default, so answering never pays for it; `vqa.inference.explain` sets and clears it around one forward.
     capture: list | None = None
 
-    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False):
+    def __init__(self, dim: int, heads: int, cross: bool = False, dropout: float = 0.0, qk_norm: bool = False,
+                 *, kv_heads: int | None = None, head_dim: int | None = None, bias: bool = True,
+                 out_bias: bool = True, rms_eps: float | None = None):
+        """`kv_heads`: key/value heads (default `heads`); `head_dim`: default dim // heads; `bias`: on the
+        query/key/value projections, `out_bias` on the output's; `rms_eps`: RMSNorm (not LayerNorm) for qk_norm."""
         super().__init__()
-        if dim % heads:
+        if head_dim is None and dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
-        self.heads, self.head_dim, self.cross, self.dropout = heads, dim // heads, cross, dropout
+        self.head_dim = head_dim or dim // heads
+        self.kv_heads = kv_heads or heads
+        if heads % self.kv_heads:
+            raise ValueError(f"heads={heads} is not a multiple of kv_heads={self.kv_heads}")
+        self.heads, self.cross, self.dropout = heads, cross, dropout
+        inner, kv_inner = heads * self.head_dim, self.kv_heads * self.head_dim
         if cross:
-            self.q = nn.Linear(dim, dim)
-            self.kv = nn.Linear(dim, 2 * dim)
+            self.q = nn.Linear(dim, inner, bias=bias)
+            self.kv = nn.Linear(dim, 2 * kv_inner, bias=bias)
         else:
-            self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
+            self.qkv = nn.Linear(dim, inner + 2 * kv_inner, bias=bias)
+        self.proj = nn.Linear(inner, dim, bias=out_bias)
         # optional LayerNorm of each head's queries and keys (Dehghani et al. 2023, "ViT-22B"; timm's qk_norm):
         # logits start at unit scale instead of near 0, so attention turns selective sooner when training from
         # scratch. The keys are normalized before they are cached, so cached and uncached decoding agree.
-        self.q_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = nn.LayerNorm(self.head_dim) if qk_norm else nn.Identity()
+        norm = (lambda: nn.RMSNorm(self.head_dim, eps=rms_eps)) if rms_eps else (lambda: nn.LayerNorm(self.head_dim))
+        self.q_norm = norm() if qk_norm else nn.Identity()
+        self.k_norm = norm() if qk_norm else nn.Identity()
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of the image tokens: [B, N, D] -> 2 x [B, H, N, Dh]."""
         b, n, _ = memory.shape
-        k, v = self.kv(memory).view(b, n, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        k, v = self.kv(memory).view(b, n, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return self.k_norm(k), v
 
     def forward(
@@ -91,10 +104,12 @@ class Attention(nn.Module):
         cache=None,  # self-attention: past keys/values (`len`, `append`; a StaticKVCache), extended in place
         need_weights: bool = False,
         route: ImageRoute | None = None,  # cross: packed rows of several images (kv then per image, [M, ...])
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,  # self: cos, sin [B or 1, 1, T, Dh] per query
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(output [B, T, D], weights [B, H, T, S] or None; with a route [M, H, L, S], image-major)."""
         # einops-free head split/merge: plain views, a few microseconds less per call on the decode path
-        b, t, d = x.shape
+        b, t, _ = x.shape
+        d = self.heads * self.head_dim  # the attention's inner width (the model width unless head_dim is set)
         bq, tq = b, t  # the attention core's rows and queries: [B, T], or [M, L] image-major with a route
         if self.cross:
             q = self.q(x)  # [B, T, D]
@@ -105,8 +120,15 @@ class Attention(nn.Module):
             k, v = kv
             causal = False
         else:
-            q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            if self.kv_heads == self.heads:
+                q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            else:  # [B, T, (H + 2 Hkv) Dh] -> [B, H, T, Dh], 2 x [B, Hkv, T, Dh]
+                kv_inner = self.kv_heads * self.head_dim
+                q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2)
+                           for z in self.qkv(x).split([d, kv_inner, kv_inner], -1))
             q, k = self.q_norm(q), self.k_norm(k)
+            if rotary is not None:
+                q, k = rotate(q, *rotary), rotate(k, *rotary)
             past = 0
             if cache is not None:
                 past = cache.len
@@ -116,20 +138,35 @@ class Attention(nn.Module):
             causal = mask is None and past == 0
             if mask is None and past > 0 and t > 1:
                 raise ValueError("a multi-token step over a cache needs an explicit mask")
+        groups = self.heads // self.kv_heads  # each key/value head serves `groups` consecutive query heads
         dropout = self.dropout if self.training else 0.0
         if need_weights or self.capture is not None:
-            out, weights, scores = _attention_with_weights(q, k, v, mask, causal)
+            out, weights, scores = _attention_with_weights(q, *_expand(k, v, groups), mask, causal)
             if self.capture is not None:
                 self.capture.append(AttentionRecord(weights, scores))
         elif tq == 1 and not causal and dropout == 0.0 and torch.compiler.is_compiling():
-            out, weights = _one_query_attention(q, k, v, mask), None
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            out, weights = _one_query_attention(q, *_expand(k, v, groups), mask), None
+        else:  # SDPA reads the shared key/value heads in place (enable_gqa)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal,
+                                                 enable_gqa=groups > 1)
             weights = None
         out = out.transpose(1, 2).reshape(bq, tq, d)  # [bq, H, tq, Dh] -> [bq, tq, D]
         if route is not None:  # the image-major [M * L, D] back to the packed [B * T, D] -> [B, T, D]
             out = gather_rows(out.reshape(bq * tq, d), route.slots).view(b, t, d)
         return self.proj(out), weights
+
+
+def _expand(k: torch.Tensor, v: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query keys/values [B, Hkv, S, Dh] -> [B, Hkv * groups, S, Dh], each head repeated for its group."""
+    return (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions (Su et al. 2021) in Llama's layout: dimension i pairs with i + Dh/2.
+    x [B, H, T, Dh]; cos, sin [B or 1, 1, T, Dh]."""
+    half = x.shape[-1] // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # [B, H, T, Dh]
+    return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
 
 
 class AttentionRecord(NamedTuple):

@@ -133,6 +133,11 @@ class TextDecoder(nn.Module):
                 maps.append(w)
         return self.ln_f(x), maps
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's matrix [V, D]: the token embedding (tied)."""
+        return self.embed.weight
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head, tied to the token embedding: [..., D] -> [..., V]."""
         return hidden @ self.embed.weight.t()

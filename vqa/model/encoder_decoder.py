@@ -15,6 +15,7 @@ from ..errors import CheckpointError, InputError
 from . import config_file
 from .attention import ImageRoute, gather_rows
 from .decoder import TextDecoder
+from .llama_decoder import LlamaDecoder
 from .vision import VisionEncoder
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -49,7 +50,8 @@ class VQAModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.vision = VisionEncoder(cfg)
-        self.decoder = TextDecoder(cfg, load_pretrained=load_pretrained)
+        layout = LlamaDecoder if cfg.dec_layout == "llama" else TextDecoder
+        self.decoder = layout(cfg, load_pretrained=load_pretrained)
 
     # ---- the parts ----
     def encode(self, images: torch.Tensor) -> torch.Tensor:

@@ -23,15 +23,15 @@ Vocabulary: the language model's own tokenizer with vqa's seven special tokens a
 the model's rows plus a small random offset (so their logits start ordinary and <question> differs from
 <answer> even with the decoder frozen). Rows the model has beyond its tokenizer (padding) are dropped.
 
-Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
+A folder whose model_type is a Llama layout's (`llama_lm.MODEL_TYPES`: Llama, SmolLM2, Qwen2, Qwen3) gets the
+llama-layout decoder instead: `decoder_fields` then returns `llama_lm.architecture`, and `vqa.model.llama_lm`
+maps its weights. Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
 naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import re
 from pathlib import Path
 
@@ -41,9 +41,10 @@ from ..config import GPT2_DECODER, ModelConfig, preset_fields
 from ..errors import ConfigError
 from ..jsonfile import read_object
 from ..tokenizer import Tokenizer, read_tokenizer_json
+from . import llama_lm
+from .lm_folder import NEW_ROW_OFFSET, _natural, free_memory, new_rows, resolve  # noqa: F401
+from .lm_folder import Weights as _Weights
 
-HUB_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
-             "tokenizer.json"]
 SUPPORTED = ("gpt2",)  # config.json model_type values whose blocks are this decoder's
 # GPT-2's defaults (transformers' GPT2Config) for fields a config.json may leave out
 GPT2_DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
@@ -52,48 +53,20 @@ GPT2_DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
 # activation_function -> dec_activation (gelu_new, gelu_fast and the pytorch tanh GELU are one formula)
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_python_tanh": "gelu_tanh"}
-NEW_ROW_OFFSET = 0.1  # added token rows: mean + this x (per-dimension std) x N(0, 1)
-_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 # ----------------------------------------------------------------------------------------- finding the files
 
 
-def resolve(source: str) -> Path:
-    """The folder of `source`: a local folder, or a Hub name fetched by huggingface_hub (cached there)."""
-    source = str(source)
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise ConfigError(f"dec_pretrained={source!r} is a file: give the folder that holds config.json, "
-                          "model.safetensors and tokenizer.json")
-    if source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
-        raise ConfigError(f"dec_pretrained={source!r}: no such folder")
-    return _hub_snapshot(source)
-
-
-@functools.lru_cache(maxsize=8)
-def _hub_snapshot(name: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
-    except Exception as e:  # offline, unknown name, gated: all end the same way for the user
-        reason = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ConfigError(
-            f"dec_pretrained={name!r}: no such folder here, and fetching it from the Hugging Face Hub failed "
-            f"({type(e).__name__}: {reason}). Offline: on a machine with internet run `hf download {name} "
-            f"config.json model.safetensors tokenizer.json --local-dir DIR`, copy DIR here and pass "
-            f"--set dec_pretrained=DIR") from None
-
-
 def read_config(folder: Path) -> dict:
-    """config.json with GPT-2's defaults for absent fields, checked: ConfigError naming the field otherwise."""
+    """config.json with GPT-2's defaults for absent fields, checked: ConfigError naming the field otherwise.
+    A Llama-layout model's (`llama_lm.MODEL_TYPES`) is checked by `llama_lm.check_config`."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ConfigError(f"{path}: missing (a pretrained decoder needs config.json, model.safetensors and "
                           "tokenizer.json in its folder)")
+    if llama_lm.model_type(folder) in llama_lm.MODEL_TYPES:
+        return llama_lm.read_config(folder)
     return check_config(read_object(path, ConfigError), str(path))
 
 
@@ -103,7 +76,8 @@ def check_config(raw: dict, path: str) -> dict:
     if kind not in SUPPORTED:
         arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""
         raise ConfigError(f"{path}: model_type {kind!r}{arch} is not supported: the decoder loads GPT-2-layout "
-                          f"language models (model_type {' or '.join(map(repr, SUPPORTED))})")
+                          f"and Llama-layout language models (model_type "
+                          f"{', '.join(map(repr, SUPPORTED + llama_lm.MODEL_TYPES))})")
     c = {**GPT2_DEFAULTS, **raw}
     for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
         if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 1:
@@ -146,22 +120,25 @@ def decoder_fields(source: str, dec_max_len: int) -> dict:
     folder = resolve(source)
     c = read_config(folder)
     path = folder / "config.json"
+    llama = c.get("model_type") in llama_lm.MODEL_TYPES
     if dec_max_len > c["n_positions"]:
+        key = "max_position_embeddings" if llama else "n_positions"
         raise ConfigError(f"{path}: dec_max_len={dec_max_len} is longer than the language model's "
-                          f"n_positions={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
-    n_params = sum(int(torch.Size(s).numel()) for s in _expected(c).values())
+                          f"{key}={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
+    n_params = llama_lm.parameter_count(c) if llama else sum(int(torch.Size(s).numel()) for s in _expected(c).values())
     free = free_memory()
     if free is not None and 4 * n_params > free:
-        emb = c["vocab_size"] * c["n_embd"] * 4
+        emb = c["vocab_size"] * c["hidden_size" if llama else "n_embd"] * 4
         raise ConfigError(
             f"{path}: {n_params / 1e6:.0f} M parameters need {4 * n_params / 1e9:.1f} GB as float32 (the "
             f"{c['vocab_size']}-token vocabulary alone {emb / 1e9:.2f} GB), more than the {free / 1e9:.1f} GB of "
             "memory free here: choose a smaller language model (distilgpt2: 82 M, gpt2: 124 M parameters)")
-    return {**architecture(c), **tokenizer(source).model_ids()}
+    return {**(llama_lm.architecture(c) if llama else architecture(c)), **tokenizer(source).model_ids()}
 
 
 # the ModelConfig fields a language model fixes (`architecture`): a run whose decoder started from one keeps them
-LM_FIELDS = ("dec_pretrained", *GPT2_DECODER, "dec_width", "dec_depth", "dec_heads", "dec_mlp_ratio", "dec_norm_eps")
+LM_FIELDS = ("dec_pretrained", *GPT2_DECODER, "dec_width", "dec_depth", "dec_heads", "dec_mlp_ratio", "dec_norm_eps",
+             *llama_lm.LLAMA_FIELDS)
 
 
 def model_preset(name: str, **overrides) -> ModelConfig:
@@ -204,54 +181,6 @@ def context_warning(tok: Tokenizer, texts, max_len: int, source: str, sample: in
 # ----------------------------------------------------------------------------------------- the weights
 
 
-class _Weights:
-    """The tensors of model.safetensors (or of the shards an index names), by GPT-2 name without the
-    `transformer.` prefix that GPT2LMHeadModel.save_pretrained writes."""
-
-    def __init__(self, folder: Path, stack: contextlib.ExitStack):
-        from safetensors import safe_open
-
-        single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
-        if single.is_file():
-            files = {None: single}
-        elif index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ConfigError(f"{index}: not a safetensors index ({e})") from None
-            files = {name: folder / shard for name, shard in weight_map.items()}
-        else:
-            pickled = [n for n in ("pytorch_model.bin", "model.bin") if (folder / n).is_file()]
-            hint = (f" (there is {pickled[0]}: a pickle, which vqa does not load; convert it to safetensors)"
-                    if pickled else "")
-            raise ConfigError(f"{single}: missing{hint}")
-        self.label = single.name if None in files else index.name
-        handles = {}
-        for path in sorted(set(files.values())):
-            if not path.is_file():
-                raise ConfigError(f"{path}: missing (named by {index.name})")
-            try:
-                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
-            except Exception as e:  # safetensors raises its own error type for a bad header
-                raise ConfigError(f"{path}: not a safetensors file ({e})") from None
-        self.where: dict[str, tuple] = {}
-        for path, h in handles.items():
-            for key in h.keys():
-                self.where[key.removeprefix("transformer.")] = (h, key, path)
-        self.folder = folder
-
-    def keys(self) -> set[str]:
-        return set(self.where)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        h, key, _ = self.where[name]
-        return tuple(h.get_slice(key).get_shape())
-
-    def get(self, name: str) -> torch.Tensor:
-        h, key, _ = self.where[name]
-        return h.get_tensor(key)
-
-
 def _expected(c: dict) -> dict[str, tuple[int, ...]]:
     """Every tensor a GPT-2 of config `c` has, with its shape (Conv1D weights are [in, out])."""
     d, h = c["n_embd"], c["hidden"]
@@ -289,24 +218,6 @@ CROSS_KEYS = (
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
 
 
-def new_rows(wte: torch.Tensor, n: int) -> torch.Tensor:
-    """`n` embedding rows for added tokens: the mean of `wte`'s rows plus NEW_ROW_OFFSET x (per-dimension std)
-    x N(0, 1), so their logits start ordinary and each differs from the others."""
-    wte = wte.float()
-    return wte.mean(0) + torch.randn(n, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
-
-
-def free_memory() -> int | None:
-    """Bytes of memory available to a new allocation (Linux's MemAvailable), or None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _check_decoder_config(cfg, c: dict, path: Path) -> None:
     """The decoder must have been built for this language model (vqa.config.preset does that)."""
     wrong = [f"{k}={getattr(cfg, k)!r} (config.json gives {v!r})" for k, v in architecture(c).items()
@@ -325,6 +236,9 @@ def load_decoder(decoder, source: str) -> None:
     dec_pretrained=source)`), and zero every cross-attention output projection."""
     folder = resolve(source)
     c = read_config(folder)
+    if c.get("model_type") in llama_lm.MODEL_TYPES:
+        raise ConfigError(f"{folder / 'config.json'}: a {c['model_type']} model needs dec_layout='llama'; build the "
+                          "config with vqa.model.model_preset(..., dec_pretrained=...)")
     _check_decoder_config(decoder.cfg, c, folder / "config.json")
     if not (folder / "tokenizer.json").is_file():
         tokenizer(source)  # the missing-tokenizer error
@@ -374,10 +288,6 @@ def load_decoder(decoder, source: str) -> None:
             blk.cross_attn.proj.bias.zero_()
         put(decoder.ln_f.weight, "ln_f.weight")
         put(decoder.ln_f.bias, "ln_f.bias")
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 __all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",

@@ -21,13 +21,14 @@ OPTIMIZERS = ("adamw", "muon")
 # than AdamW, at 10x far faster
 MUON_LR_SCALE = 10.0
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
-_CROSS = re.compile(r"decoder\.blocks\.\d+\.(cross_attn|ln2)\.")
+# the gpt layout's cross-attention sits in every block; the llama layout's in blocks of their own
+_CROSS = re.compile(r"decoder\.(blocks\.\d+\.(cross_attn|ln2)|cross)\.")
 
 
 def part_of(name: str) -> str:
     """The part (`vqa.config.PARTS`) of the VQAModel parameter `name`: "encoder" (the timm ViT),
-    "cross_attention" (what joins the towers: every decoder block's cross-attention and its LayerNorm, and
-    the projection of the image tokens to the decoder's width) or "decoder" (the rest of the decoder: token
+    "cross_attention" (what joins the towers: every decoder block's cross-attention and its LayerNorm, or
+    the llama layout's gated cross-attention blocks, and the projection of the image tokens to the decoder's width) or "decoder" (the rest of the decoder: token
     and position embeddings, self-attention, MLP, LayerNorms, the tied LM head)."""
     if name.startswith("vision.vit."):
         return "encoder"

@@ -1,0 +1,119 @@
+"""A language model's folder in the Hugging Face layout: finding it (a local folder, or the Hub's cache) and
+reading its safetensors weights by name, for the pretrained decoders (`vqa.model.pretrained_lm` for GPT-2,
+`vqa.model.llama_lm` for Llama-layout models)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from ..errors import ConfigError
+
+HUB_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
+             "tokenizer.json"]
+NEW_ROW_OFFSET = 0.1  # added token rows: mean + this x (per-dimension std) x N(0, 1)
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def resolve(source: str) -> Path:
+    """The folder of `source`: a local folder, or a Hub name fetched by huggingface_hub (cached there)."""
+    source = str(source)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ConfigError(f"dec_pretrained={source!r} is a file: give the folder that holds config.json, "
+                          "model.safetensors and tokenizer.json")
+    if source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
+        raise ConfigError(f"dec_pretrained={source!r}: no such folder")
+    return _hub_snapshot(source)
+
+
+@functools.lru_cache(maxsize=8)
+def _hub_snapshot(name: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, allow_patterns=HUB_FILES))
+    except Exception as e:  # offline, unknown name, gated: all end the same way for the user
+        reason = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(
+            f"dec_pretrained={name!r}: no such folder here, and fetching it from the Hugging Face Hub failed "
+            f"({type(e).__name__}: {reason}). Offline: on a machine with internet run `hf download {name} "
+            f"config.json model.safetensors tokenizer.json --local-dir DIR`, copy DIR here and pass "
+            f"--set dec_pretrained=DIR") from None
+
+
+class Weights:
+    """The tensors of model.safetensors (or of the shards an index names), by GPT-2 name without the
+    `transformer.` prefix that GPT2LMHeadModel.save_pretrained writes."""
+
+    def __init__(self, folder: Path, stack: contextlib.ExitStack):
+        from safetensors import safe_open
+
+        single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+        if single.is_file():
+            files = {None: single}
+        elif index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ConfigError(f"{index}: not a safetensors index ({e})") from None
+            files = {name: folder / shard for name, shard in weight_map.items()}
+        else:
+            pickled = [n for n in ("pytorch_model.bin", "model.bin") if (folder / n).is_file()]
+            hint = (f" (there is {pickled[0]}: a pickle, which vqa does not load; convert it to safetensors)"
+                    if pickled else "")
+            raise ConfigError(f"{single}: missing{hint}")
+        self.label = single.name if None in files else index.name
+        handles = {}
+        for path in sorted(set(files.values())):
+            if not path.is_file():
+                raise ConfigError(f"{path}: missing (named by {index.name})")
+            try:
+                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
+            except Exception as e:  # safetensors raises its own error type for a bad header
+                raise ConfigError(f"{path}: not a safetensors file ({e})") from None
+        self.where: dict[str, tuple] = {}
+        for path, h in handles.items():
+            for key in h.keys():
+                self.where[key.removeprefix("transformer.")] = (h, key, path)
+        self.folder = folder
+
+    def keys(self) -> set[str]:
+        return set(self.where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        h, key, _ = self.where[name]
+        return tuple(h.get_slice(key).get_shape())
+
+    def get(self, name: str) -> torch.Tensor:
+        h, key, _ = self.where[name]
+        return h.get_tensor(key)
+
+
+def new_rows(wte: torch.Tensor, n: int) -> torch.Tensor:
+    """`n` embedding rows for added tokens: the mean of `wte`'s rows plus NEW_ROW_OFFSET x (per-dimension std)
+    x N(0, 1), so their logits start ordinary and each differs from the others."""
+    wte = wte.float()
+    return wte.mean(0) + torch.randn(n, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
+
+
+def free_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable), or None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]

@@ -294,3 +294,26 @@ def test_published_configurations_build_a_decoder_of_their_shapes(name):
     lm = sum(p.numel() for n, p in dec.named_parameters() if not n.startswith("cross."))
     assert lm == parameter_count(c)
     assert len(dec.cross) == c["num_hidden_layers"] // 4
+
+
+def test_checkpointed_gradients_equal_plain_ones_in_the_llama_layout(tmp_path):
+    """--grad-checkpointing recomputes the language model's layers and the gated blocks: the same gradients."""
+    folder = save_tiny_llama(tmp_path / "llama", "llama")
+    ids = torch.randint(0, text_vocab(folder), (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, 6:] = True
+    grads, calls = [], []
+    for on in (False, True):
+        model = llama_model(folder, dec_cross_every=2).train()
+        open_gates(model)
+        model.set_grad_checkpointing(on)
+        n = [0]
+        for blk in [*model.decoder.blocks, *model.decoder.cross]:
+            blk.register_forward_pre_hook(lambda *_: n.__setitem__(0, n[0] + 1))
+        model(random_images(2, model.cfg), ids, mask).loss.backward()
+        grads.append({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
+        calls.append(n[0])
+    assert grads[0].keys() == grads[1].keys() and any("decoder.cross" in k for k in grads[0])
+    for k, g in grads[0].items():
+        assert torch.allclose(grads[1][k], g, atol=1e-6, rtol=0), k
+    assert calls[1] > calls[0]  # the blocks ran again in the backward pass

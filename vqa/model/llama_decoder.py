@@ -19,6 +19,7 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from .attention import Attention, ImageRoute
@@ -108,6 +109,7 @@ class LlamaDecoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dec_width)
         nn.init.normal_(self.embed.weight, std=cfg.dec_width**-0.5)
         self.blocks = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.dec_depth))
+        self.grad_checkpointing = False  # training recomputes each block in the backward pass instead of storing it
         self.cross = nn.ModuleList(CrossBlock(cfg) for _ in range(0, cfg.dec_depth, cfg.dec_cross_every))
         self.ln_f = nn.RMSNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
         # an untied head is a plain matrix [V, D], not an nn.Linear: int8 leaves it in float, as the tied one
@@ -147,12 +149,21 @@ class LlamaDecoder(nn.Module):
         x = self.embed(ids)
         maps = [] if need_weights else None
         k = self.cfg.dec_cross_every
+        recompute = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for i, blk in enumerate(self.blocks):
             if i % k == 0:
-                x, w = self.cross[i // k](x, memory_kv[i // k], need_weights=need_weights, route=route)
+                cross = self.cross[i // k]
+                if recompute:
+                    x, w = checkpoint(cross, x, memory_kv[i // k], need_weights, route, use_reentrant=False)
+                else:
+                    x, w = cross(x, memory_kv[i // k], need_weights=need_weights, route=route)
                 if need_weights:
                     maps.append(w)
-            x = blk(x, rotary, mask=mask, cache=None if caches is None else caches[i])
+            cache = None if caches is None else caches[i]
+            if recompute:  # the backward pass recomputes the block instead of storing its activations
+                x = checkpoint(blk, x, rotary, mask, cache, use_reentrant=False)
+            else:
+                x = blk(x, rotary, mask=mask, cache=cache)
         return self.ln_f(x), maps
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

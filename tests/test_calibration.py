@@ -3,8 +3,14 @@
 
 import pytest
 
-from vqa.evaluation.calibration import (accuracy_at_coverage, bin_index, calibration_summary,
-                                        expected_calibration_error, plot_reliability, reliability)
+from vqa.evaluation.calibration import (
+    accuracy_at_coverage,
+    bin_index,
+    calibration_summary,
+    expected_calibration_error,
+    plot_reliability,
+    reliability,
+)
 
 
 def test_bins_are_closed_on_the_right_and_zero_goes_to_the_first():

@@ -26,7 +26,6 @@ from .records import CaptionBuilder, Strings, VQABuilder
 from .split import ImageFinder, SplitData
 from .vqa_v2 import VQA_QUESTIONS, load_vqa
 
-
 _PATTERNS = (("vqa", VQA_QUESTIONS), ("coco", COCO_CAPTIONS), ("jsonl", JSONL), ("textvqa", TEXTVQA), ("gqa", GQA),
              ("vizwiz", VIZWIZ))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import DataError
-from .json_files import decode_fast, get_list, read_bytes, read_json, required
+from .json_files import decode_fast, get_list, read_bytes, read_json, read_list, required
 from .records import VQABuilder
 from .split import ImageFinder, SplitData
 
@@ -92,28 +92,22 @@ class _TextVQA(msgspec.Struct):
 _TEXTVQA = msgspec.json.Decoder(_TextVQA)
 
 
-def _read_textvqa(path: Path) -> list[_TextVQAItem]:
-    fast = decode_fast(read_bytes(path), _TEXTVQA)
-    if fast is not None:
-        return fast.data
-    out = []
-    for i, q in enumerate(get_list(read_json(path), "data", path, "TextVQA")):
-        where = f"{path}: data[{i}]"
-        answers = required(q, "answers", list, where) if isinstance(q, dict) and "answers" in q else None
-        bad = next((j for j, a in enumerate(answers or []) if not isinstance(a, str)), None)
-        if bad is not None:
-            raise DataError(f"{where}: answers[{bad}] must be str, got {answers[bad]!r:.60}")
-        out.append(_TextVQAItem(required(q, "question_id", (int, str), where), required(q, "image_id", str, where),
-                                required(q, "question", str, where), answers))
-    return out
+def _textvqa_item(q, where: str) -> _TextVQAItem:
+    answers = required(q, "answers", list, where) if isinstance(q, dict) and "answers" in q else None
+    bad = next((j for j, a in enumerate(answers or []) if not isinstance(a, str)), None)
+    if bad is not None:
+        raise DataError(f"{where}: answers[{bad}] must be str, got {answers[bad]!r:.60}")
+    return _TextVQAItem(required(q, "question_id", (int, str), where), required(q, "image_id", str, where),
+                        required(q, "question", str, where), answers)
 
 
 def load_textvqa(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: VQABuilder,
                  require_answers: bool) -> None:
     root = sd.data_dir
     folders = [root / f"{split}_images", root / "train_images", root / "images"]
-    _add((_Question(q.question_id, q.image_id, f"{q.image_id}.jpg", q.question, q.answers)
-          for q in _read_textvqa(path)), folders, finder, sd, out, require_answers)
+    items = read_list(path, _TEXTVQA, "data", "TextVQA", _textvqa_item)
+    _add((_Question(q.question_id, q.image_id, f"{q.image_id}.jpg", q.question, q.answers) for q in items),
+         folders, finder, sd, out, require_answers)
 
 
 # --- VizWiz -----------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from .json_files import decode_fast, get_list, read_bytes, read_json, required
+from .json_files import read_list, required
 from .records import CaptionBuilder
 from .split import ImageFinder, SplitData
 
@@ -50,23 +50,16 @@ class _Karpathy(msgspec.Struct):
 _KARPATHY = msgspec.json.Decoder(_Karpathy)
 
 
-def _read(path: Path) -> list[_Image]:
-    fast = decode_fast(read_bytes(path), _KARPATHY)
-    if fast is not None:
-        return fast.images
-    out = []  # the slow way, to name the first problem
-    for i, im in enumerate(get_list(read_json(path), "images", path, "Karpathy split")):
-        where = f"{path}: images[{i}]"
-        sentences = [_Sentence(required(s, "raw", str, f"{where}.sentences[{j}]"), s.get("sentid"))
-                     for j, s in enumerate(required(im, "sentences", list, where))]
-        out.append(_Image(required(im, "filename", str, where), required(im, "split", str, where), sentences,
-                          im.get("filepath") or "", im.get("cocoid"), im.get("imgid")))
-    return out
+def _image(im, where: str) -> _Image:
+    sentences = [_Sentence(required(s, "raw", str, f"{where}.sentences[{j}]"), s.get("sentid"))
+                 for j, s in enumerate(required(im, "sentences", list, where))]
+    return _Image(required(im, "filename", str, where), required(im, "split", str, where), sentences,
+                  im.get("filepath") or "", im.get("cocoid"), im.get("imgid"))
 
 
 def load_karpathy(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: CaptionBuilder) -> None:
     root, wanted = sd.data_dir, SPLITS[split]
-    for im in _read(path):
+    for im in read_list(path, _KARPATHY, "images", "Karpathy split", _image):
         if im.split not in wanted:
             continue
         folders = [root / im.filepath, root / "images" / im.filepath] if im.filepath else [root / "images", root]

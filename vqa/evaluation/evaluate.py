@@ -30,7 +30,7 @@ from ..decoding.generate import generate
 from ..errors import DataError, ExtraMissing
 from ..logs import bars_off, get_logger
 from .calibration import calibration_summary
-from .metrics import caption_scores, vqa_scores
+from .metrics import caption_scores, start_meteor, vqa_scores
 
 
 def generation_for(tasks, generation: GenerationConfig | Mapping[str, GenerationConfig] | None) -> dict:
@@ -77,6 +77,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         from tqdm import tqdm
 
         it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr, disable=bars_off())
+    # METEOR's Java loads its tables (tens of seconds) while the model decodes
+    meteor = (start_meteor() or False) if paper and "caption" in tasks and rank == 0 and _has_scorers() else None
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -128,7 +130,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                                                          [scores["per_question"][q] / 100 for q in qids])
     if cap_pred:
         try:
-            summary.update(caption_scores(cap_pred, cap_refs, paper=paper))
+            summary.update(caption_scores(cap_pred, cap_refs, paper=paper, meteor=meteor))
         except ExtraMissing as e:
             if need_caption_scores:
                 raise
@@ -138,6 +140,14 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         vqa_results=[{"question_id": q, "answer": a} for q, a in vqa_pred.items()],
         caption_results=[{"image_id": i, "caption": c} for i, c in cap_pred.items()],
     )
+
+
+def _has_scorers() -> bool:
+    try:
+        import pycocoevalcap  # noqa: F401
+    except ImportError:
+        return False  # caption_scores says which extra is missing
+    return True
 
 
 def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:

@@ -50,6 +50,7 @@ import re
 import shutil
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ExtraMissing
 from ..logs import get_logger
@@ -254,9 +255,11 @@ def _few(ids) -> str:
     return ", ".join(map(repr, ids[:5])) + (f" (and {len(ids) - 5} more)" if len(ids) > 5 else "")
 
 
-def caption_scores(predictions: Mapping, references: Mapping, paper: bool = False) -> dict:
+def caption_scores(predictions: Mapping, references: Mapping, paper: bool = False, meteor: Any = None) -> dict:
     """Corpus BLEU-1..4 and CIDEr-D of one predicted caption per image against its references; with
     `paper`, METEOR and ROUGE-L too (METEOR only where Java runs: else a warning line and no METEOR).
+    `meteor`: a scorer from `start_meteor` (started early, its Java loads while the model decodes), False for
+    none (its absence already said), None to start one here.
 
     ``predictions``: image_id -> caption; ``references``: image_id -> list of captions. Both are
     tokenized with :func:`ptb_tokenize` and scored with pycocoevalcap's Bleu(4) and Cider, exactly as
@@ -288,9 +291,10 @@ def caption_scores(predictions: Mapping, references: Mapping, paper: bool = Fals
     if paper:
         from pycocoevalcap.rouge.rouge import Rouge
 
-        meteor = meteor_score(gts, res)
-        if meteor is not None:
-            scores["METEOR"] = meteor
+        scorer = start_meteor() if meteor is None else meteor
+        value = meteor_score(scorer, gts, res) if scorer else None
+        if value is not None:
+            scores["METEOR"] = value
         scores["ROUGE-L"] = float(Rouge().compute_score(gts, res)[0])
     scores["CIDEr-D"] = float(cider)
     return scores
@@ -301,9 +305,9 @@ def java() -> str | None:
     return shutil.which("java")
 
 
-def meteor_score(gts: dict, res: dict) -> float | None:
-    """pycocoevalcap's corpus METEOR of the tokenized captions; None (and one warning line) when Java is not
-    there or its METEOR process fails."""
+def start_meteor() -> Any:
+    """pycocoevalcap's METEOR scorer, its Java process started (it loads its paraphrase tables, some 30 s of a
+    CPU, while the caller goes on); None, and one warning line, when Java is missing or does not start."""
     log = get_logger("eval")
     if java() is None:
         log.warning("vqa eval: METEOR needs Java (no 'java' on PATH); the other caption scores are written")
@@ -311,15 +315,21 @@ def meteor_score(gts: dict, res: dict) -> float | None:
     from pycocoevalcap.meteor.meteor import Meteor
 
     try:
-        scorer = Meteor()
+        return Meteor()
     except OSError as e:
         log.warning("vqa eval: METEOR's Java process did not start (%s); the other caption scores are written", e)
         return None
+
+
+def meteor_score(scorer: Any, gts: dict, res: dict) -> float | None:
+    """The corpus METEOR of the tokenized captions from a `start_meteor` scorer, its process then stopped; None
+    (and one warning line) when the process fails."""
     try:
         return float(scorer.compute_score(gts, res)[0])
     except (OSError, ValueError) as e:  # the jar answered nothing: it died (no memory for its -Xmx2G, say)
         scorer.meteor_p.kill()
         if scorer.lock.locked():
             scorer.lock.release()  # compute_score holds it when the answer is missing; __del__ takes it again
-        log.warning("vqa eval: METEOR's Java process failed (%s); the other caption scores are written", e)
+        get_logger("eval").warning("vqa eval: METEOR's Java process failed (%s); the other caption scores are "
+                                   "written", e)
         return None

@@ -14,14 +14,22 @@ from vqa.evaluation.evaluate import evaluate
 from vqa.model import checkpoint
 
 
-def test_eval_results_live_beside_the_checkpoint_and_survive_the_next_save(shapes_dir, tmp_path):
+def test_eval_results_live_beside_the_checkpoint_and_survive_the_next_save(shapes_dir, tmp_path, capsys):
     run = tmp_path / "run"
     base = ["--data", str(shapes_dir), "--out", str(run), "--batch-size", "4", "--eval-images", "4", *tiny_set_flags()]
     assert main(["train", *base, "--max-steps", "1"]) == 0
+    capsys.readouterr()
     assert main(["eval", "--checkpoint", str(run / "last"), "--data", str(shapes_dir), "--max-images", "4"]) == 0
     out = run / "last-eval-val"  # not inside last/: a save replaces that folder whole
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 1 and summary["checkpoint"] == str((run / "last").resolve())
+    # the paper's table, the answers' calibration and its reliability diagram
+    printed = capsys.readouterr().out
+    assert "BLEU-4  METEOR  ROUGE-L  CIDEr" in printed and "ECE" in printed and "ROUGE-L" in summary
+    cal = summary["calibration"]
+    assert cal["bins"] == 15 and sum(b["count"] for b in cal["reliability"]) == summary["questions"]
+    assert cal["accuracy_at_coverage"]["100%"] == pytest.approx(summary["vqa_accuracy"], abs=0.01)
+    assert (out / "reliability.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["train", *base, "--max-steps", "2", "--resume"]) == 0  # last/ is saved again
     assert checkpoint.load_train_state(run / "last")["step"] == 2
     assert json.loads((out / "summary.json").read_text()) == summary and (out / "vqa_results.json").is_file()

@@ -203,3 +203,45 @@ def test_caption_scores_print_nothing(capsys):
 ])
 def test_ptb_tokenize_rules(raw, expected):
     assert ptb_tokenize(raw) == expected
+
+
+# --- METEOR and ROUGE-L (paper=True) ----------------------------------------------------------------
+def test_rouge_l_by_hand():
+    pytest.importorskip("pycocoevalcap")
+    from vqa.evaluation import metrics
+
+    # image 1: LCS("a red circle", "a big red circle") = 3: precision 1, recall 3/4 (the best over both
+    # references); F = (1 + 1.2^2) P R / (R + 1.2^2 P) = 2.44 x 0.75 / 2.19. Image 2: identical, 1.
+    got = metrics.caption_scores({1: "a red circle", 2: "two blue squares"},
+                                 {1: ["a big red circle", "a red circle on gray"], 2: ["two blue squares"]},
+                                 paper=True)
+    assert got["ROUGE-L"] == pytest.approx((2.44 * 0.75 / 2.19 + 1.0) / 2)
+    assert "ROUGE-L" not in metrics.caption_scores({1: "a red circle"}, {1: ["a red circle"]})
+
+
+def test_without_java_meteor_is_left_out_in_one_line(monkeypatch, caplog):
+    pytest.importorskip("pycocoevalcap")
+    from vqa.evaluation import metrics
+
+    monkeypatch.setattr(metrics.shutil, "which", lambda name: None)
+    with caplog.at_level("WARNING", logger="vqa"):
+        got = metrics.caption_scores({1: "a red circle"}, {1: ["a red circle", "a big red circle"]}, paper=True)
+    assert "METEOR" not in got and {"BLEU-4", "ROUGE-L", "CIDEr-D"} <= set(got)
+    lines = [r.getMessage() for r in caplog.records if "METEOR" in r.getMessage()]
+    assert len(lines) == 1 and "Java" in lines[0] and "\n" not in lines[0]
+
+
+def test_with_java_meteor_is_scored(monkeypatch):
+    pytest.importorskip("pycocoevalcap")
+    from vqa.evaluation import metrics
+
+    if metrics.java() is None:
+        pytest.skip("no Java here")
+    found = []
+    monkeypatch.setattr(metrics.shutil, "which", lambda name: found.append(name) or "/usr/bin/java")
+    refs = {1: ["a red circle on a gray background"], 2: ["two blue squares"]}
+    same = metrics.caption_scores({1: "a red circle on a gray background", 2: "two blue squares"}, refs, paper=True)
+    other = metrics.caption_scores({1: "a green triangle", 2: "two blue squares"}, refs, paper=True)
+    assert found == ["java", "java"]
+    # identical captions: METEOR's fragmentation penalty alone (one chunk) keeps it just under 1
+    assert 0.9 < same["METEOR"] <= 1.0 and other["METEOR"] < same["METEOR"] - 0.2

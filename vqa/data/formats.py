@@ -1,5 +1,5 @@
-"""The data set formats and the splits of a data folder: VQA v2 / OK-VQA (`vqa_v2`), COCO captions (`coco`) and
-the project's JSONL schema (`jsonl`).
+"""The data set formats and the splits of a data folder: VQA v2 / OK-VQA (`vqa_v2`), COCO captions (`coco`), the
+Karpathy split file (`karpathy`), TextVQA, VizWiz and GQA (`benchmarks`) and the project's JSONL schema (`jsonl`).
 
 A data set is a folder; its splits are found from the file names (see `find_splits`), and one split may mix
 formats (the Shapes set has VQA v2 questions and COCO captions for the same images). Every reader turns its
@@ -18,24 +18,33 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import DataError
+from .benchmarks import GQA, TEXTVQA, VIZWIZ, is_vizwiz, load_gqa, load_textvqa, load_vizwiz
 from .coco import COCO_CAPTIONS, load_coco
 from .jsonl import JSONL, load_jsonl
+from .karpathy import KARPATHY, SPLITS, load_karpathy
 from .records import CaptionBuilder, Strings, VQABuilder
 from .split import ImageFinder, SplitData
 from .vqa_v2 import VQA_QUESTIONS, load_vqa
 
+_PATTERNS = (("vqa", VQA_QUESTIONS), ("coco", COCO_CAPTIONS), ("jsonl", JSONL), ("textvqa", TEXTVQA), ("gqa", GQA),
+             ("vizwiz", VIZWIZ))
+
 
 def _data_files(data_dir: Path) -> Iterator[tuple[str, str, Path]]:
-    """(kind, split, path) of every data file at the top level of `data_dir` or under `annotations/`."""
-    for folder in (data_dir, data_dir / "annotations"):
+    """(kind, split, path) of every data file at the top level of `data_dir` or under `annotations/` (VizWiz's
+    `Annotations/` too); the Karpathy file gives one of each of its splits."""
+    for folder in (data_dir, data_dir / "annotations", data_dir / "Annotations"):
         if not folder.is_dir():
             continue
         for p in sorted(folder.iterdir()):
             if not p.is_file():
                 continue
-            for kind, pattern in (("vqa", VQA_QUESTIONS), ("coco", COCO_CAPTIONS), ("jsonl", JSONL)):
+            if KARPATHY.match(p.name):
+                yield from (("karpathy", split, p) for split in SPLITS)
+                continue
+            for kind, pattern in _PATTERNS:
                 m = pattern.match(p.name)
-                if m:
+                if m and (kind != "vizwiz" or is_vizwiz(p)):
                     yield kind, m["split"], p
                     break
 
@@ -43,7 +52,8 @@ def _data_files(data_dir: Path) -> Iterator[tuple[str, str, Path]]:
 def find_splits(data_dir: str | Path) -> list[str]:
     """The splits of a data folder, from its file names: `v2_OpenEnded_mscoco_<split>_questions.json`
     (or OK-VQA's `OpenEnded_mscoco_<split>_questions.json`), `captions_<split>.json` (top level or under
-    `annotations/`) and `<split>.jsonl`."""
+    `annotations/`), `<split>.jsonl`, `dataset_coco.json` (train, val, test), `TextVQA_0.5.1_<split>.json`,
+    VizWiz's `Annotations/<split>.json` and GQA's `<split>_balanced_questions.json`."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: no such data folder")
@@ -65,6 +75,9 @@ def pick_split(splits: list[str], role: str, where: str, flag: str) -> str | Non
     return None
 
 
+_BENCHMARKS = {"textvqa": load_textvqa, "vizwiz": load_vizwiz, "gqa": load_gqa}
+
+
 def load_split(
     data_dir: str | Path,
     split: str,
@@ -80,7 +93,8 @@ def load_split(
     data_dir = Path(data_dir)
     splits = find_splits(data_dir)
     if split not in splits:
-        found = ", ".join(splits) if splits else "none (expected VQA v2, COCO captions or <split>.jsonl files)"
+        found = ", ".join(splits) if splits else ("none (expected VQA v2, COCO captions, Karpathy, TextVQA, VizWiz, GQA "
+                                                  "or <split>.jsonl files)")
         raise DataError(f"{data_dir}: no split {split!r}; the splits found are: {found}")
     sd = SplitData(split=split, data_dir=data_dir)
     finder = ImageFinder(data_dir, split, check_images)
@@ -93,6 +107,10 @@ def load_split(
             load_vqa(path, finder, sd, vqa, require_answers)
         elif kind == "coco":
             load_coco(path, finder, sd, caps)
+        elif kind == "karpathy":
+            load_karpathy(path, split, finder, sd, caps)
+        elif kind in _BENCHMARKS:
+            _BENCHMARKS[kind](path, split, finder, sd, vqa, require_answers)
         else:
             load_jsonl(path, sd, vqa, caps, check_images)
     sd.vqa, sd.captions = vqa.freeze(), caps.freeze()

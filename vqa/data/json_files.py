@@ -8,6 +8,7 @@ the file again with the standard library (`read_json`, `get_list`, `required`) t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,12 @@ def required(obj: Any, key: str, types: type | tuple[type, ...], where: str) -> 
         names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
         raise DataError(f"{where}: field {key!r} must be {names}, got {json.dumps(v)[:60]}")
     return v
+
+
+def read_list(path: Path, decoder: msgspec.json.Decoder, key: str, fmt: str, item: Callable[[Any, str], Any]) -> list:
+    """The `key` list of a JSON object file, typed by `decoder` (a struct with that list field); when that fails,
+    read the slow way with `item(element, where)` per element, which raises DataError at the first problem."""
+    fast = decode_fast(read_bytes(path), decoder)
+    if fast is not None:
+        return getattr(fast, key)
+    return [item(obj, f"{path}: {key}[{i}]") for i, obj in enumerate(get_list(read_json(path), key, path, fmt))]

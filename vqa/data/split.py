@@ -83,6 +83,13 @@ class ImageFinder:
                         return d / (prefix + stem + ext)
         return None if self.check else self.default_dir / f"COCO_{self.split}_{stem}.jpg"
 
+    def named(self, name: str, folders: list[Path]) -> Path | None:
+        """`<folder>/<name>` in the first of `folders` that holds it (the benchmarks' own image folders)."""
+        for d in folders:
+            if d.is_dir() and (("/" in name and (d / name).is_file()) or name in self._listing(d)):
+                return d / name
+        return None if self.check else folders[0] / name
+
     def file(self, file_name: str) -> Path | None:
         """`<split>/<file_name>` (or `<split>2014/`, `images/<split>/`, `images/`)."""
         for d in self.dirs:

@@ -4,7 +4,8 @@
     vqa eval ... --int8                  # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
-[{"image_id", "caption"}]) and `summary.json` to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
+[{"image_id", "caption"}]), `summary.json` (with the answers' calibration) and `reliability.png` (its
+reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
@@ -17,7 +18,7 @@ import json
 from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
-from ..errors import ConfigError
+from ..errors import ConfigError, ExtraMissing
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
 
@@ -87,7 +88,7 @@ def run(args) -> int:
     check_ids(split, tasks, args.max_images)  # a repeated id stops here, before any decoding
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
                    batch_images=args.batch_size, generation=generation,
-                   compile=precision == "int8" if args.compile is None else args.compile)
+                   compile=precision == "int8" if args.compile is None else args.compile, paper=True)
     label = name if not is_pattern(name) else "shards"
     folder = checkpoint.resolve(args.checkpoint)
     # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)
@@ -100,6 +101,13 @@ def run(args) -> int:
         if res[name]:
             (out / f"{name}.json").write_text(json.dumps(res[name]))
     (out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+    if "calibration" in s:
+        from .calibration import plot_reliability
+
+        try:
+            plot_reliability(s["calibration"], out / "reliability.png")
+        except ExtraMissing as e:
+            get_logger("eval").warning("vqa eval: %s; no reliability.png", e)
     print(format_summary(s))
     print(f"results written to {out}")
     return 0

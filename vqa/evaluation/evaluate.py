@@ -4,11 +4,13 @@
 `evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
 default, never generating a special token but <eos> (the tokenizer's `never_generated`), and returns the
 summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4, CIDEr-D) with the result lists
-in the official formats.
+in the official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L and the calibration of the answers'
+confidence (`vqa.evaluation.calibration`). `format_summary` prints the table papers print.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import Counter
@@ -27,7 +29,8 @@ from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError, ExtraMissing
 from ..logs import bars_off, get_logger
-from .metrics import caption_scores, vqa_scores
+from .calibration import calibration_summary
+from .metrics import caption_scores, start_meteor, vqa_scores
 
 
 def generation_for(tasks, generation: GenerationConfig | Mapping[str, GenerationConfig] | None) -> dict:
@@ -42,7 +45,7 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
              compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
-             max_unreadable: float | None = None, need_caption_scores: bool = True) -> dict:
+             max_unreadable: float | None = None, need_caption_scores: bool = True, paper: bool = False) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
     with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
@@ -55,7 +58,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     torch.compile (`vqa.decoding.compiled`; the weights are frozen in, so not for a model still in training).
     `amp_dtype`: run the model under autocast in that dtype (training's, when it evaluates); `workers`: loader
     worker processes that decode the images (a shard split is read by one); `max_unreadable`: skip unreadable
-    pictures up to that share (`vqa.data.unreadable`; training's), else stop at the first."""
+    pictures up to that share (`vqa.data.unreadable`; training's), else stop at the first. `paper`: the scores
+    training's evaluations leave out (METEOR, ROUGE-L, the calibration of the answers' confidence)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
@@ -67,12 +71,14 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                         generator=torch.Generator().manual_seed(0), num_workers=workers,
                         pin_memory=torch.device(device).type == "cuda")
     autocast = torch.autocast(torch.device(device).type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
-    vqa_pred, vqa_recs, cap_pred, cap_refs = {}, [], {}, {}
+    vqa_pred, vqa_recs, cap_pred, cap_refs, vqa_conf = {}, [], {}, {}, {}
     it = loader
     if progress:
         from tqdm import tqdm
 
         it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr, disable=bars_off())
+    # METEOR's Java loads its tables (tens of seconds) while the model decodes
+    meteor = (start_meteor() or False) if paper and "caption" in tasks and rank == 0 and _has_scorers() else None
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -86,10 +92,11 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
             with autocast:
                 out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
                                config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
-            for meta, seq in zip(group.meta, out.sequences, strict=True):
+            for meta, seq, score in zip(group.meta, out.sequences, out.scores, strict=True):
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":
                     vqa_pred[meta["question_id"]] = text
+                    vqa_conf[meta["question_id"]] = min(1.0, math.exp(float(score)))  # P(answer, <eos>)
                     vqa_recs.append(SimpleNamespace(**meta))
                 else:
                     cap_pred[meta["image_id"]] = text
@@ -97,12 +104,13 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     model.train(was_training)
     if world > 1:  # rank 0 gathers every rank's results
         shards = [None] * world
-        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images))
+        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf))
         if rank != 0:
             return dict(summary={}, vqa_results=[], caption_results=[])
         vqa_pred, vqa_recs, cap_pred, cap_refs, n_images = {}, [], {}, {}, 0
-        for vp, vr, cp, cr, n in shards:
+        for vp, vr, cp, cr, n, vc in shards:
             vqa_pred.update(vp)
+            vqa_conf.update(vc)
             vqa_recs += vr
             cap_pred.update(cp)
             cap_refs.update(cr)
@@ -116,9 +124,13 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         scores = vqa_scores(vqa_pred, vqa_recs)
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],
                        per_answer_type=scores["per_answer_type"], per_question_type=scores["per_question_type"])
+        if paper:
+            qids = list(scores["per_question"])
+            summary["calibration"] = calibration_summary([vqa_conf[q] for q in qids],
+                                                         [scores["per_question"][q] / 100 for q in qids])
     if cap_pred:
         try:
-            summary.update(caption_scores(cap_pred, cap_refs))
+            summary.update(caption_scores(cap_pred, cap_refs, paper=paper, meteor=meteor))
         except ExtraMissing as e:
             if need_caption_scores:
                 raise
@@ -128,6 +140,14 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         vqa_results=[{"question_id": q, "answer": a} for q, a in vqa_pred.items()],
         caption_results=[{"image_id": i, "caption": c} for i, c in cap_pred.items()],
     )
+
+
+def _has_scorers() -> bool:
+    try:
+        import pycocoevalcap  # noqa: F401
+    except ImportError:
+        return False  # caption_scores says which extra is missing
+    return True
 
 
 def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
@@ -141,17 +161,42 @@ def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
     return out
 
 
+ANSWER_TYPES = ("yes/no", "number", "other")  # VQA v2's, in the order its papers print them
+CAPTION_COLUMNS = (("BLEU-4", "BLEU-4"), ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr", "CIDEr-D"))
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  " + "  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows]
+
+
 def format_summary(s: dict) -> str:
+    """The summary as papers print it: VQA accuracy overall and per answer type; captions' BLEU-4, METEOR,
+    ROUGE-L and CIDEr (x100, "-" for a score not computed); then the calibration and the question types."""
     precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
     lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
     if "vqa_accuracy" in s:
-        lines.append(f"VQA accuracy: {s['vqa_accuracy']:.2f}  ({s['questions']} questions)")
-        for title, key in (("answer type", "per_answer_type"), ("question type", "per_question_type")):
-            lines.append(f"  per {title}:")
-            lines += [f"    {k:<24} {v:6.2f}" for k, v in sorted(s[key].items())]
-    for k in ("BLEU-4", "CIDEr-D"):
-        if k in s:
-            lines.append(f"caption {k}: {s[k]:.3f}")
+        types = [t for t in ANSWER_TYPES if t in s["per_answer_type"]]
+        types += sorted(t for t in s["per_answer_type"] if t not in ANSWER_TYPES)
+        lines.append(f"VQA accuracy ({s['questions']} questions):")
+        lines += _table([["", "overall", *types],
+                         ["", f"{s['vqa_accuracy']:.2f}", *(f"{s['per_answer_type'][t]:.2f}" for t in types)]])
+    if "CIDEr-D" in s:
+        cols = [(name, key) for name, key in CAPTION_COLUMNS if key in s or key in ("METEOR", "ROUGE-L")]
+        lines.append("captions (x100):")
+        lines += _table([["", *(name for name, _ in cols)],
+                         ["", *(f"{100 * s[key]:.1f}" if key in s else "-" for _, key in cols)]])
+    cal = s.get("calibration")
+    if cal:
+        lines.append(f"calibration: ECE {cal['ece']:.2f}% ({cal['bins']} bins), mean confidence "
+                     f"{cal['mean_confidence']:.2f}%")
+        cov = cal["accuracy_at_coverage"]
+        lines.append("  accuracy at coverage:")
+        lines += _table([["", *cov], ["", *(f"{v:.2f}" for v in cov.values())]])
+    if s.get("per_question_type"):
+        lines.append("  per question type:")
+        lines += [f"    {k:<24} {v:6.2f}" for k, v in sorted(s["per_question_type"].items())]
     return "\n".join(lines)
 
 

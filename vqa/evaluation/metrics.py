@@ -1,4 +1,4 @@
-"""Evaluation metrics: VQA accuracy (official VQA v2 rules) and caption BLEU-1..4 / CIDEr-D.
+"""Evaluation metrics: VQA accuracy (official VQA v2 rules) and caption BLEU-1..4 / METEOR / ROUGE-L / CIDEr-D.
 
 VQA accuracy
     A port of the official evaluation code, GT-Vision-Lab/VQA,
@@ -16,7 +16,11 @@ Caption metrics
     BLEU-1..4 and CIDEr-D are pycocoevalcap's own ``Bleu(4)`` and ``Cider()`` scorers (the Cider
     class is the CIDEr-D of the COCO evaluation server: sigma=6 length penalty, clipped counts,
     x10), fed the same tokenized dicts the official ``COCOEvalCap`` builds. BLEU is in 0..1, CIDEr-D
-    in 0..10 (1.0 is what papers print as "100").
+    in 0..10 (1.0 is what papers print as "100"). With ``paper=True``, METEOR and ROUGE-L join them, the
+    table every captioning paper prints: pycocoevalcap's ``Meteor()`` (METEOR 1.5, ``-l en -norm``, run
+    by its jar under Java) and ``Rouge()`` (ROUGE-L: the longest common subsequence's F-measure with
+    beta=1.2, best precision and best recall over the references, averaged over images). Without a
+    ``java`` on PATH, one warning line says so and the other scores are returned.
 
 Tokenization (:func:`ptb_tokenize`)
     The official pipeline (pycocoevalcap ``tokenizer/ptbtokenizer.py``) runs Stanford CoreNLP
@@ -43,10 +47,13 @@ Tokenization (:func:`ptb_tokenize`)
 from __future__ import annotations
 
 import re
+import shutil
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ExtraMissing
+from ..logs import get_logger
 
 # --- official VQA normalization tables (vqaEval.py, reproduced exactly) ---------------------------
 CONTRACTIONS = {
@@ -248,8 +255,11 @@ def _few(ids) -> str:
     return ", ".join(map(repr, ids[:5])) + (f" (and {len(ids) - 5} more)" if len(ids) > 5 else "")
 
 
-def caption_scores(predictions: Mapping, references: Mapping) -> dict:
-    """Corpus BLEU-1..4 and CIDEr-D of one predicted caption per image against its references.
+def caption_scores(predictions: Mapping, references: Mapping, paper: bool = False, meteor: Any = None) -> dict:
+    """Corpus BLEU-1..4 and CIDEr-D of one predicted caption per image against its references; with
+    `paper`, METEOR and ROUGE-L too (METEOR only where Java runs: else a warning line and no METEOR).
+    `meteor`: a scorer from `start_meteor` (started early, its Java loads while the model decodes), False for
+    none (its absence already said), None to start one here.
 
     ``predictions``: image_id -> caption; ``references``: image_id -> list of captions. Both are
     tokenized with :func:`ptb_tokenize` and scored with pycocoevalcap's Bleu(4) and Cider, exactly as
@@ -278,5 +288,48 @@ def caption_scores(predictions: Mapping, references: Mapping) -> dict:
     # Cider's idf needs at least one reference n-gram in the corpus; with none every score is 0.
     cider = Cider().compute_score(gts, res)[0] if any(r for refs in gts.values() for r in refs) else 0.0
     scores = {f"BLEU-{n + 1}": float(b) for n, b in enumerate(bleu)}
+    if paper:
+        from pycocoevalcap.rouge.rouge import Rouge
+
+        scorer = start_meteor() if meteor is None else meteor
+        value = meteor_score(scorer, gts, res) if scorer else None
+        if value is not None:
+            scores["METEOR"] = value
+        scores["ROUGE-L"] = float(Rouge().compute_score(gts, res)[0])
     scores["CIDEr-D"] = float(cider)
     return scores
+
+
+def java() -> str | None:
+    """The `java` that pycocoevalcap's METEOR starts (it runs `java` from PATH), or None."""
+    return shutil.which("java")
+
+
+def start_meteor() -> Any:
+    """pycocoevalcap's METEOR scorer, its Java process started (it loads its paraphrase tables, some 30 s of a
+    CPU, while the caller goes on); None, and one warning line, when Java is missing or does not start."""
+    log = get_logger("eval")
+    if java() is None:
+        log.warning("vqa eval: METEOR needs Java (no 'java' on PATH); the other caption scores are written")
+        return None
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    try:
+        return Meteor()
+    except OSError as e:
+        log.warning("vqa eval: METEOR's Java process did not start (%s); the other caption scores are written", e)
+        return None
+
+
+def meteor_score(scorer: Any, gts: dict, res: dict) -> float | None:
+    """The corpus METEOR of the tokenized captions from a `start_meteor` scorer, its process then stopped; None
+    (and one warning line) when the process fails."""
+    try:
+        return float(scorer.compute_score(gts, res)[0])
+    except (OSError, ValueError) as e:  # the jar answered nothing: it died (no memory for its -Xmx2G, say)
+        scorer.meteor_p.kill()
+        if scorer.lock.locked():
+            scorer.lock.release()  # compute_score holds it when the answer is missing; __del__ takes it again
+        get_logger("eval").warning("vqa eval: METEOR's Java process failed (%s); the other caption scores are "
+                                   "written", e)
+        return None

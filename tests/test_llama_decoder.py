@@ -309,7 +309,7 @@ def test_checkpointed_gradients_equal_plain_ones_in_the_llama_layout(tmp_path):
         model.set_grad_checkpointing(on)
         n = [0]
         for blk in [*model.decoder.blocks, *model.decoder.cross]:
-            blk.register_forward_pre_hook(lambda *_: n.__setitem__(0, n[0] + 1))
+            blk.register_forward_pre_hook(lambda *_, n=n: n.__setitem__(0, n[0] + 1))
         model(random_images(2, model.cfg), ids, mask).loss.backward()
         grads.append({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
         calls.append(n[0])

@@ -80,5 +80,5 @@ def test_a_corpus_of_other_settings_in_the_folder_is_refused(pretrained, capsys)
 
 def test_help_says_how_long_it_takes_and_what_it_makes():
     text = " ".join(build_parser(["pretrain"]).commands["pretrain"].format_help().split())
-    assert "minutes on an idle 2-core CPU" in text and "--init-from DIR" in text and "--schedule" in text
+    assert "minutes on a 2-core CPU" in text and "--init-from DIR" in text and "--schedule" in text
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..options import check_out_folder
 
-DEFAULT_STEPS = 9000
+DEFAULT_STEPS = 2500  # what the fine-tuning results in docs/pretraining.md started from
 DEFAULT_IMAGES = 40000
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
@@ -33,9 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Build the pretraining corpus (procedural pictures: 12 kinds of objects, fills, textures, backgrounds, "
         "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
         f"and train the tiny preset's encoder and decoder on it from random weights. The defaults ({DEFAULT_IMAGES:,} "
-        f"pictures, {DEFAULT_STEPS:,} steps) are sized for about 70 minutes on an idle 2-core CPU: ~4 minutes "
-        "for the corpus, ~0.4 s a step (an estimate from the tiny preset's speed; a CPU shared with other jobs "
-        "is several times slower: docs/pretraining.md). It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
+        f"pictures, {DEFAULT_STEPS:,} steps) take about 45 minutes on a 2-core CPU shared with other jobs (~8 "
+        "minutes for the corpus, ~0.8 s a step), less on an idle one. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
         "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
         "command again continues an interrupted run.")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")

@@ -99,7 +99,7 @@ def test_short_fine_tune_on_shapes_trains_both_tasks(imported, shapes_dir, tmp_p
     img = next((shapes_dir / "val").rglob("*.png"))
     capsys.readouterr()
     assert main(["ask", "--checkpoint", str(out), str(img), "how many shapes are there?"]) == 0
-    assert main(["ask", "--checkpoint", str(imported), str(img), "how many shapes are there?"]) == 2
+    assert main(["ask", "--checkpoint", str(imported), str(img), "how many shapes are there?"]) == 1
     err = capsys.readouterr().err.strip()
     assert "captioner" in err and "--init-from" in err and "\n" not in err
     # the model trained here, exported: transformers' generate() gives `vqa caption`'s caption

@@ -93,3 +93,27 @@ def gpt2_dir(tmp_path_factory, shapes_dir):
 
     texts = list(corpus_texts(load_split(shapes_dir, "train")))
     return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "lm", texts)
+
+
+# the demo's handlers without a server (tests/test_demo_handlers.py, test_demo_explorer.py); files with a
+# predictor of their own define `pred` themselves
+@pytest.fixture(scope="module")
+def pred():
+    from predict_fixtures import demo_predictor
+
+    return demo_predictor()
+
+
+@pytest.fixture(scope="module")
+def handlers(pred):
+    from vqa.demo import handlers as h
+    from vqa.inference.serving import BatchedPredictor
+
+    return h.Handlers(pred, BatchedPredictor(pred, max_wait=0.0, attention=True))
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory):
+    from predict_fixtures import write_pictures
+
+    return write_pictures(tmp_path_factory.mktemp("pictures"))

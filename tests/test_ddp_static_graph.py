@@ -45,6 +45,8 @@ def _train(rank: int, world: int, init_file: str, static: bool, out: str) -> Non
         weights = _steps(model, ddp, [rank], world, ddp)
         if rank == 0:
             torch.save(weights, out)
+        del ddp  # the reducer's threads end before the process group they use
+        dist.barrier()  # neither rank tears gloo down while the other still talks (SIGABRT at exit otherwise)
     finally:
         dist.destroy_process_group()
 

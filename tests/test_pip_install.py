@@ -7,6 +7,7 @@ downloads: this machine may be offline); vqa itself comes only from the wheel, w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,8 @@ import venv
 from pathlib import Path
 
 import pytest
+
+from vqa.model import shipped
 
 pytestmark = pytest.mark.slow
 gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is not installed (pip install '.[dev]')")
@@ -92,6 +95,11 @@ def test_the_wheel_works_from_any_folder(installed, tmp_path):
     run(installed, tmp_path, command(lines["vqa data shapes"], train="48", val="8") + ["--workers", "1"])
     train = command(lines["vqa train --data"], time_limit=None)
     run(installed, tmp_path, train + ["--max-steps", "2", "--eval-images", "4", "--workers", "0"])
+    # the wheel carries the tiny preset's pretrained towers, and the README's run started from them
+    card = json.loads((tmp_path / train[train.index("--out") + 1] / "last" / "card.json").read_text())
+    assert card["init_from"]["sha256"] == shipped.sha256(shipped.folder("tiny") / "model.safetensors")
+    code = "from vqa.model import shipped; print(shipped.sha256(shipped.folder('tiny') / 'model.safetensors'))"
+    assert run(installed, tmp_path, ["python", "-c", code]).stdout.strip() == card["init_from"]["sha256"]
     run(installed, tmp_path, command(lines["vqa data samples"]))
     ask = run(installed, tmp_path, command(lines["vqa ask --checkpoint"]))
     assert ask.stdout.strip(), ask

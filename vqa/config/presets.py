@@ -19,6 +19,7 @@ class Preset:
     optimizer: str
     train: dict = field(default_factory=dict)  # any other TrainConfig field, e.g. vit_lr_scale
     about: str = ""
+    weights: str | None = None  # the shipped towers a new run starts from (vqa/weights/<name>), if any
 
 
 # the decoder layout of GPT-2 (learned positions, tanh GELU, no embedding scale, no QK-norm)
@@ -48,7 +49,8 @@ def _smollm2(vit: str, size: str, *, width: int, depth: int, heads: int, kv_head
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
-        about="trains on 2 CPU cores in minutes: a narrow 3-layer ViT on 64 px images "
+        about="starts from the pretrained towers that ship in the package and trains on 2 CPU cores in "
+              "minutes: a narrow 3-layer ViT on 64 px images "
               "with a conv stem down to 8 px patches, a 3-layer decoder, QK-norm everywhere, fixed 2-D "
               "positions on the memory",
         model=dict(
@@ -59,7 +61,7 @@ PRESETS: dict[str, Preset] = {
         # a from-scratch encoder that moves more slowly than the decoder lets the cross-attention settle
         # sooner; Muon learns the from-scratch model in far fewer steps; a second caption of each image a step
         # shows the listing captions that teach position twice as often, for ~20% more decoder tokens
-        lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2),
+        lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2), weights="tiny",
     ),
     "small": Preset(
         about="ViT-S/16 at 224 px + a 6-layer decoder (GPU); timm's layout, so pretrained weights load",

@@ -142,6 +142,9 @@ class TrainConfig(_Config):
     vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
     init_from: str | None = field(default=None, metadata=_opt(
         "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies", metavar='RUN'))
+    from_scratch: bool = field(default=False, metadata=_opt(
+        "random weights instead of the preset's pretrained towers (the tiny preset starts from the ones that "
+        "ship in the package, vqa/weights/tiny, which fix its shape and tokenizer; docs/pretraining.md)"))
     resume: bool = field(default=False, metadata=_opt(
         "continue the run in --out where it stopped; options given now win over the saved ones"))
     seed: int = field(default=0, metadata=_opt("seed of the weights, data order and augmentation"))

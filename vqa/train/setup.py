@@ -9,12 +9,12 @@ import os
 
 import torch
 
-from ..config import ModelConfig, TrainConfig, preset_fields
+from ..config import ModelConfig, TrainConfig, get_preset, preset_fields
 from ..data.sources import training_texts
 from ..distributed import Dist
 from ..errors import ConfigError
 from ..logs import get_logger
-from ..model import VQAModel, checkpoint, lora, model_preset
+from ..model import VQAModel, checkpoint, lora, model_preset, shipped
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
@@ -102,6 +102,30 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
                           f"weights cannot be reused ({str(e).splitlines()[0]})") from None
     return model, tok, dict(init_from=str(path))
+
+
+def shipped_towers(cfg: TrainConfig) -> str | None:
+    """The shipped pretrained towers a new run of this preset starts from: none with --from-scratch, or where
+    --set names other pretrained weights (a language model, timm's ViT), which then start from those."""
+    own = any(cfg.model.get(k) for k in ("dec_pretrained", "vit_pretrained", "vit_weights"))
+    return None if cfg.from_scratch or own else get_preset(cfg.preset).weights
+
+
+def init_from_shipped(cfg: TrainConfig) -> tuple[VQAModel, Tokenizer, dict]:
+    """The preset's shipped towers, with this run's --set applied (those that keep their shape: dropout, say).
+    Options that contradict them (a shape, another tokenizer) are refused with the way out, --from-scratch."""
+    name = shipped_towers(cfg)
+    if cfg.tokenizer:
+        raise ConfigError(f"--tokenizer {cfg.tokenizer}: the {cfg.preset} preset starts from pretrained towers "
+                          f"that bring their own tokenizer (vqa/weights/{name}); leave --tokenizer out, or add "
+                          "--from-scratch to train from random weights")
+    try:
+        model, tok, _ = init_from(cfg, str(shipped.folder(name)))
+    except ConfigError as e:
+        why = str(e).split(": ", 1)[1]
+        raise ConfigError(f"the {cfg.preset} preset starts from pretrained towers (vqa/weights/{name}): {why}; add "
+                          "--from-scratch to train this shape from random weights") from None
+    return model, tok, dict(init_from=shipped.describe(name))
 
 
 def default_workers(device: torch.device) -> int:

@@ -44,7 +44,8 @@ from .plots import plot_curves, read_metrics
 from .report import Reporter
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import check_model_options, default_batch, default_workers, init_from, new_model, new_tokenizer
+from .setup import (check_model_options, default_batch, default_workers, init_from, init_from_shipped, new_model,
+                    new_tokenizer, shipped_towers)
 from .step import StepRunner, TrainingLoss, wrap_ddp
 
 log = get_logger("train")
@@ -120,6 +121,11 @@ class Trainer:
             model, self.tok, self.card = init_from(c, c.init_from)
             if self.d.main:
                 log.info(f"vqa train: starting from the weights of {c.init_from} (a new run: step 0, a new optimizer)")
+        elif shipped_towers(c):
+            model, self.tok, self.card = init_from_shipped(c)
+            if self.d.main:
+                log.info(f"vqa train: starting from the {c.preset} preset's pretrained towers "
+                         f"({self.card['init_from']['weights']}; --from-scratch for random weights)")
         else:
             if c.resume and self.d.main:
                 log.info(f"vqa train: nothing to resume in {self.out}; starting a new run")

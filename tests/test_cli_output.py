@@ -13,7 +13,7 @@ import pytest
 from conftest import tiny_set_flags
 
 from vqa.cli import main
-from vqa.logs import set_quiet
+from vqa.logs import get_logger, set_quiet
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,9 @@ def test_a_log_file_gets_status_lines_and_no_bar_frames(shapes_dir, tmp_path):
     assert "vqa train: " in text and " M parameters, " in text and "vqa train: 3 steps in " in text, text
 
 
-def test_quiet_keeps_warnings_only(shapes_dir, tmp_path, caplog):
+def test_quiet_keeps_warnings_only(shapes_dir, tmp_path, caplog, monkeypatch):
+    get_logger("test")  # vqa's handler in place: it would turn propagation off again
+    monkeypatch.setattr(logging.getLogger("vqa"), "propagate", True)  # caplog listens at the root logger
     caplog.set_level(logging.DEBUG)
     assert main(train_args(shapes_dir, tmp_path / "run", "--quiet")) == 0
     said = [r.getMessage() for r in caplog.records if r.name.startswith("vqa") and r.levelno < logging.WARNING]
@@ -50,3 +52,28 @@ def test_quiet_keeps_warnings_only(shapes_dir, tmp_path, caplog):
     set_quiet(False)
     assert main(train_args(shapes_dir, tmp_path / "run2")) == 0
     assert any("M parameters" in r.getMessage() for r in caplog.records if r.name == "vqa.train")
+
+
+def test_a_program_with_its_own_logging_sees_each_line_once(capsys, monkeypatch):
+    """vqa's lines go to stderr once, not again through the root logger's handlers; use_root_logging() sends
+    them to the root logger's handlers instead of stderr."""
+    from vqa import logs
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    keep, vqa_root = Keep(), logging.getLogger("vqa")
+    monkeypatch.setattr(vqa_root, "handlers", list(vqa_root.handlers))
+    monkeypatch.setattr(vqa_root, "propagate", vqa_root.propagate)
+    logging.getLogger().addHandler(keep)
+    try:
+        logs.get_logger("test").info("vqa test: one")
+        assert capsys.readouterr().err.count("vqa test: one") == 1 and seen == []
+        logs.use_root_logging()
+        logs.get_logger("test").warning("vqa test: two")
+        assert "vqa test: two" not in capsys.readouterr().err and seen == ["vqa test: two"]
+    finally:
+        logging.getLogger().removeHandler(keep)

@@ -1,6 +1,7 @@
 """The command line's status lines and progress bars. Status lines go through `logging`: the "vqa" logger
-writes INFO and above to stderr (a program that wants them elsewhere removes its handler; records propagate to
-the root logger too); `--quiet` keeps warnings and errors only and hides the bars, which are drawn only on a
+writes INFO and above to stderr and does not pass them on to the root logger, so a program that configures
+logging itself does not see each line twice (as transformers does; `use_root_logging()` hands them to the
+root logger's handlers instead); `--quiet` keeps warnings and errors only and hides the bars, which are drawn only on a
 terminal (a log file gets no bar frames)."""
 
 from __future__ import annotations
@@ -27,12 +28,22 @@ class _StderrHandler(logging.StreamHandler):
 def get_logger(name: str) -> logging.Logger:
     """The logger `vqa.<name>`; the first call gives "vqa" its stderr handler and level."""
     root = logging.getLogger(ROOT)
-    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    if not root.handlers:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))  # each line names its command: "vqa train: ..."
         root.addHandler(handler)
         root.setLevel(logging.WARNING if _state["quiet"] else logging.INFO)
+        root.propagate = False
     return logging.getLogger(f"{ROOT}.{name}")
+
+
+def use_root_logging() -> None:
+    """For a program with its own logging set-up: vqa's lines go to the root logger's handlers, not stderr."""
+    root = logging.getLogger(ROOT)
+    for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(h)
+    root.addHandler(logging.NullHandler())  # marks the set-up as done: get_logger adds no stderr handler again
+    root.propagate = True
 
 
 def set_quiet(quiet: bool) -> None:

@@ -44,8 +44,16 @@ from .plots import plot_curves, read_metrics
 from .report import Reporter
 from .runfolder import REPEAT, SAVED, command_line
 from .runlock import RunLock
-from .setup import (check_model_options, default_batch, default_workers, init_from, init_from_shipped, new_model,
-                    new_tokenizer, shipped_towers)
+from .setup import (
+    check_model_options,
+    default_batch,
+    default_workers,
+    init_from,
+    init_from_shipped,
+    new_model,
+    new_tokenizer,
+    shipped_towers,
+)
 from .step import StepRunner, TrainingLoss, wrap_ddp
 
 log = get_logger("train")

@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"pictures, {DEFAULT_STEPS:,} steps) take about 45 minutes on a 2-core CPU shared with other jobs (~8 "
         "minutes for the corpus, ~0.8 s a step), less on an idle one. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
         "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
-        "command again continues an interrupted run.")
+        "command again continues an interrupted run. The tiny preset's shipped towers (vqa/weights/tiny) were "
+        "made by it with the defaults; `python scripts/ship_weights.py DIR` replaces them in a checkout.")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--max-steps", type=int, default=None,

@@ -31,7 +31,7 @@ def private_cache_home(tmp_path_factory):
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory):
     """A 24-image train / 8-image val Shapes set in the VQA v2 + COCO layout."""
-    from vqa.data.shapes import generate_shapes
+    from vqa.data.synthetic.shapes import generate_shapes
 
     out = tmp_path_factory.mktemp("shapes")
     generate_shapes(out, n_train=24, n_val=8, size=64, seed=0, progress=False, workers=1)

@@ -16,7 +16,7 @@ _LAZY = {
     "build_transform": "transforms", "ImageTransform": "transforms",
     "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "Batch": "collate",
     "TaskGroup": "collate",
-    "generate_shapes": "shapes", "generate_scenes": "scenes",
+    "generate_shapes": "synthetic.shapes", "generate_scenes": "synthetic.scenes",
 }
 
 

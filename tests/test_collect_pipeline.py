@@ -74,7 +74,7 @@ def test_every_position_is_read_once_by_its_rank_and_worker_and_every_shard_by_o
 
 
 def test_eight_workers_read_a_shard_once(tmp_path, monkeypatch):
-    import vqa.data.shards as shards
+    import vqa.data.readers.shards as shards
 
     opened, read = [], []
     groups = shards._tar_groups
@@ -156,7 +156,7 @@ def test_a_parquet_shard_is_cut_at_row_groups_each_read_by_one_worker(tmp_path, 
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    import vqa.data.shards as shards
+    import vqa.data.readers.shards as shards
 
     rows = [dict(key=f"r{i:02d}", image=png(NAMES[i % 2], (8, 8)), caption="x") for i in range(40)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "00000.parquet", row_group_size=10)

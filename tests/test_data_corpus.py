@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from vqa.data.formats import find_splits, load_split
+from vqa.data.readers.formats import find_splits, load_split
 from vqa.data.synthetic import generator
 from vqa.data.synthetic.corpus import CORPUS_SET
 from vqa.data.synthetic.corpus_layout import BACKGROUNDS, COLOURS, KINDS

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vqa.data.formats import find_splits, load_split
+from vqa.data.readers.formats import find_splits, load_split
 from vqa.data.synthetic.generator import FAMILIES, PARALLEL_FROM
 from vqa.data.synthetic.scenes import build_split, generate_scenes
 from vqa.data.synthetic.scenes_layout import COLOURS

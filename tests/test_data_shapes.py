@@ -12,7 +12,7 @@ from data_fixtures import build_shapes
 from PIL import Image
 
 from vqa.cli import main
-from vqa.data.formats import find_splits, load_split
+from vqa.data.readers.formats import find_splits, load_split
 from vqa.data.synthetic.shapes import build_split, prior_baselines
 from vqa.data.synthetic.shapes_layout import COLORS
 from vqa.data.synthetic.shapes_text import FAMILIES

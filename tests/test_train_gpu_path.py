@@ -109,7 +109,7 @@ def test_every_precision_and_optimizer_resumes_exactly(shapes_dir, tmp_path, pre
 def test_two_processes_share_the_evaluation_and_resume_on_one(shapes_dir, tmp_path):
     """Both ranks decode half the val images; rank 0's scores equal a single-process evaluation of the same
     checkpoint. The run then resumes on one process with twice the batch: it continues at the same image."""
-    from vqa.data.formats import load_split
+    from vqa.data.readers.formats import load_split
     from vqa.evaluation.evaluate import evaluate
 
     run = tmp_path / "ddp"

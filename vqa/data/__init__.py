@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .formats import corpus_texts, find_splits, load_split
+from .readers.formats import find_splits, load_split
 from .records import CaptionRecord, VQARecord
-from .split import SplitData
+from .split import SplitData, corpus_texts
 
 _LAZY = {
     "load_image": "images", "MAX_PIXELS": "images", "Preprocess": "preprocess", "model_input": "preprocess",

@@ -158,7 +158,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from .images import check_image
-    from .shards import ShardSplit, describe
+    from .readers.shards import ShardSplit, describe
     from .sources import list_splits, open_split
 
     found = list_splits(args.dir)

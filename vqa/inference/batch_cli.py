@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..data.shards import SHARD_EXTS
+from ..data.readers.shards import SHARD_EXTS
 from ..data.sources import is_pattern
 from ..errors import ConfigError, InputError
 from ..logs import get_logger

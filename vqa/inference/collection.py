@@ -5,7 +5,7 @@ An INPUT is an image file; a folder (walked recursively: its image files by exte
 the .parquet shards that are not img2dataset's metadata twin of a .tar); a glob (`photos/**/*.jpg`: what it
 matches, by the same rules as a folder's files, a matched folder walked as one); a text
 file of image paths (.txt / .lst / .list: one a line, relative to the file's folder, `#` comments); or shards
-read by the training reader (`vqa.data.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
+read by the training reader (`vqa.data.readers.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
 (`shards/{00000..00099}.tar`) or a URL. A shard counts its samples up front (img2dataset's NNNNN_stats.json,
 parquet metadata, or a scan), so every position is known before reading, which is what dealing them to
 ranks and DataLoader workers needs (`vqa.inference.batch_loader`).
@@ -29,8 +29,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.jsonl import json_objects, text_field
-from ..data.shards import SHARD_EXTS, ShardSplit
+from ..data.readers.jsonl import json_objects, text_field
+from ..data.readers.shards import SHARD_EXTS, ShardSplit
 from ..data.sources import is_pattern
 from ..errors import DataError, InputError
 

@@ -12,10 +12,10 @@ import torch
 from collect_fixtures import NAMES, photo_folder, png, records, write_tar
 from predict_fixtures import shared_checkpoint
 
-import vqa.inference.batch_loader as batch_loader
+import vqa.inference.collection.loader as collection_loader
 from vqa.cli import main
-from vqa.inference.batch_loader import ChunkSource, chunk_loader, rank_range
-from vqa.inference.collection import expand
+from vqa.inference.collection.inputs import expand
+from vqa.inference.collection.loader import ChunkSource, chunk_loader, rank_range
 from vqa.inference.predict import Predictor
 
 
@@ -44,7 +44,7 @@ def emulate(source: ChunkSource, workers: int, monkeypatch) -> list[list]:
     """Each emulated worker's chunks, read in this process as worker w of `workers` would."""
     out = []
     for w in range(workers):
-        monkeypatch.setattr(batch_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
+        monkeypatch.setattr(collection_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
         out.append(list(source))
     return out
 

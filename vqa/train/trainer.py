@@ -34,6 +34,7 @@ from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
+from ..locks import RunLock
 from ..logs import bars_off, get_logger
 from ..model import checkpoint
 from . import setup as run_setup
@@ -43,7 +44,6 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .report import Reporter
 from .runfolder import REPEAT, SAVED, command_line
-from .runlock import RunLock
 from .setup import (
     check_model_options,
     default_batch,

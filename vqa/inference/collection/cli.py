@@ -83,7 +83,7 @@ def single_image(args) -> bool:
 
 
 def _merge(args) -> int:
-    from ...train.runlock import RunLock
+    from ...locks import RunLock
     from .output import merge, part_files
 
     out = Path(args.merge)

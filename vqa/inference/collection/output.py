@@ -8,7 +8,7 @@ Resuming. A rerun reads the output it is about to append to: every complete line
 (`vqa.inference.collection.loader.record_key`) is skipped, once its `settings` match the run's
 (`vqa.inference.collection.settings`). A last line cut short by a kill (the start of a record) is removed (and said
 so); a malformed line elsewhere stops the job before any work, naming the line. One process writes an
-output at a time: `.NAME.lock` beside it, as `vqa.train.runlock` locks a run folder.
+output at a time: `.NAME.lock` beside it, as `vqa.locks` locks a run folder.
 
 Many processes. Under torchrun (or when part files of an earlier one are there) rank r appends to
 `NAME.part-0000r`, its records carrying their `index` (position in the input order); the merge writes the
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ...errors import ConfigError, DataError
-from ...train.runlock import RunLock
+from ...locks import RunLock
 from .loader import record_key
 
 

@@ -137,7 +137,7 @@ def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch)
 
     from vqa.config import preset
     from vqa.model import VQAModel
-    from vqa.train.setup import default_batch
+    from vqa.train.build import default_batch
 
     model = VQAModel(preset("small", vocab_size=1000))
     assert default_batch(model, torch.device("cpu")) == 32
@@ -151,7 +151,7 @@ def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch)
 
 
 def test_loader_workers_share_the_nodes_cores_among_its_gpus(monkeypatch):
-    from vqa.train.setup import default_workers
+    from vqa.train.build import default_workers
 
     assert default_workers(torch.device("cpu")) == 0
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(96)), raising=False)

@@ -1,6 +1,6 @@
-"""The data layer: the built-in synthetic sets (Shapes, Scenes), readers for VQA v2 / OK-VQA / COCO captions /
-JSONL, image loading, transforms, and the torch dataset + collate. Submodules that need torch are imported on
-first use."""
+"""The data layer: the built-in synthetic sets (Shapes, Scenes, the pretraining corpus: `synthetic`), readers for
+VQA v2 / OK-VQA / COCO captions / JSONL / shards (`readers`), image loading, transforms, and the torch dataset +
+collate. Submodules that need torch are imported on first use."""
 
 from __future__ import annotations
 

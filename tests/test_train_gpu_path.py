@@ -24,7 +24,7 @@ SMALL = dict(vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patc
 
 
 def _trainer(shapes_dir, out, **flags) -> Trainer:
-    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL)
+    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL, from_scratch=True)
     return Trainer(resolve({**base, **flags}), distributed.Dist())
 
 

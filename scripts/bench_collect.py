@@ -9,7 +9,7 @@ a tokenizer trained on a few sentences; --images JPEG photos of 320x240 px writt
 Every caption is exactly 16 tokens (min_new_tokens = max_new_tokens = 16), so both paths do the same work.
   one-by-one    `Predictor.caption(path)` in a loop over the first --one-by-one images (decoding the file,
                 the letterbox, the ViT and greedy decoding for each; the Predictor's default compile setting)
-  job           `vqa.inference.batch_job.Job` over the folder: DataLoader workers decoding, batches of
+  job           `vqa.inference.collection.job.Job` over the folder: DataLoader workers decoding, batches of
                 --batch-size through the Batcher, records written to a JSON Lines file; its wall time from the
                 first chunk asked for to the last record written (DataLoader start-up included; the model
                 load is not, nor is it in the one-by-one figure)
@@ -37,9 +37,9 @@ from PIL import Image
 
 from vqa.config import GenerationConfig, preset
 from vqa.distributed import Dist
-from vqa.inference.batch_job import Job, open_output
-from vqa.inference.collection import expand
-from vqa.inference.job_output import Output
+from vqa.inference.collection.inputs import expand
+from vqa.inference.collection.job import Job, open_output
+from vqa.inference.collection.output import Output
 from vqa.inference.predict import Predictor
 from vqa.model import VQAModel
 from vqa.tokenizer import Tokenizer

@@ -251,8 +251,8 @@ def bench_loader(data: Path, sizes=(64, 224), n: int = 400) -> list[dict]:
 
     from vqa.config import ModelConfig
     from vqa.data.dataset import ImageTextDataset
-    from vqa.data.formats import load_split
     from vqa.data.images import load_image
+    from vqa.data.readers.formats import load_split
     from vqa.data.transforms import build_transform
     from vqa.tokenizer import Tokenizer
 

@@ -19,7 +19,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import TrainConfig  # noqa: E402
-from vqa.train.setup import memory_options  # noqa: E402
+from vqa.train.build import memory_options  # noqa: E402
 
 VARIANTS = {"plain": {}, "checkpointing": dict(grad_checkpointing=True), "lora 16": dict(lora_rank=16),
             "lora 16 + checkpointing": dict(lora_rank=16, grad_checkpointing=True)}

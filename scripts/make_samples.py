@@ -1,5 +1,5 @@
 """Draw the demo's sample pictures (no downloads): three photo-like scenes that are not Shapes images, and
-three Shapes scenes rendered at 256 px by `vqa.data.shapes_render`. Writes the PNGs and `samples.json`, the
+three Shapes scenes rendered at 256 px by `vqa.data.synthetic.shapes_render`. Writes the PNGs and `samples.json`, the
 list the app shows as examples (file, a question, and for Shapes scenes the true answer).
 
     python scripts/make_samples.py          # rewrites vqa/samples/*.png and samples.json (package data)
@@ -92,9 +92,9 @@ def kites(rng: np.random.Generator) -> Image.Image:
 
 def shapes_samples(n: int = 3, side: int = 256, seed: int = 7) -> list[tuple[Image.Image, str, str]]:
     """Shapes scenes with 2+ objects at `side` px, each with a colour question and its answer."""
-    from vqa.data.shapes_render import render
-    from vqa.data.shapes_scene import make_scene
-    from vqa.data.shapes_text import candidates
+    from vqa.data.synthetic.shapes_layout import make_scene
+    from vqa.data.synthetic.shapes_render import render
+    from vqa.data.synthetic.shapes_text import candidates
 
     out = []
     i = 0

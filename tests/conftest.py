@@ -31,7 +31,7 @@ def private_cache_home(tmp_path_factory):
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory):
     """A 24-image train / 8-image val Shapes set in the VQA v2 + COCO layout."""
-    from vqa.data.shapes import generate_shapes
+    from vqa.data.synthetic.shapes import generate_shapes
 
     out = tmp_path_factory.mktemp("shapes")
     generate_shapes(out, n_train=24, n_val=8, size=64, seed=0, progress=False, workers=1)
@@ -75,7 +75,8 @@ def data(tmp_path_factory):
     test_data_collate.py): a 12-image Shapes set and a tokenizer trained on its text."""
     from data_fixtures import build_shapes
 
-    from vqa.data.formats import corpus_texts, load_split
+    from vqa.data.readers.formats import load_split
+    from vqa.data.split import corpus_texts
     from vqa.tokenizer import Tokenizer
 
     root = build_shapes(tmp_path_factory.mktemp("shapes"), n_train=12, n_val=4, seed=5)
@@ -90,7 +91,8 @@ def gpt2_dir(tmp_path_factory, shapes_dir):
     (test_pretrained_lm*.py)."""
     from lm_fixtures import save_tiny_gpt2
 
-    from vqa.data.formats import corpus_texts, load_split
+    from vqa.data.readers.formats import load_split
+    from vqa.data.split import corpus_texts
 
     texts = list(corpus_texts(load_split(shapes_dir, "train")))
     return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "lm", texts)

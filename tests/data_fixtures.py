@@ -17,7 +17,7 @@ from PIL import Image
 
 from vqa.config import ModelConfig
 from vqa.data.dataset import ImageTextDataset
-from vqa.data.shapes import generate_shapes
+from vqa.data.synthetic.shapes import generate_shapes
 from vqa.data.transforms import build_transform
 
 INFO = {"description": "test", "version": "1.0", "year": 2017, "contributor": "t", "date_created": "2017-04-20"}

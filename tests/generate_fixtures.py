@@ -60,7 +60,7 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty):
         logps = logits[:, -1].float().log_softmax(-1).tolist()
         cands = []
         for (seq, s), logp in zip(live, logps, strict=True):
-            cands += [(s + lp, seq, w) for w, lp in enumerate(logp)]
+            cands += [(s + token_logp, seq, w) for w, token_logp in enumerate(logp)]
         cands.sort(key=lambda c: -c[0])
         nxt = []
         for rank, (s, seq, w) in enumerate(cands[: 2 * k]):

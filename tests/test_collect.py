@@ -12,7 +12,7 @@ from collect_fixtures import NAMES, kind, photo_folder, png, records, write_tar
 from predict_fixtures import COLOR_Q, SHAPE_Q, shared_checkpoint
 
 from vqa.cli import main
-from vqa.inference.collection import expand
+from vqa.inference.collection.inputs import expand
 from vqa.inference.predict import Predictor
 
 
@@ -262,7 +262,7 @@ def same_records(a: list[dict], b: list[dict]) -> None:
 def test_a_second_writer_of_one_output_is_refused(ckpt, tmp_path, capsys):
     import os
 
-    from vqa.train.runlock import RunLock
+    from vqa.locks import RunLock
 
     photo_folder(tmp_path / "p", 2)
     out = tmp_path / "o.jsonl"

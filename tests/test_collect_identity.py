@@ -12,7 +12,7 @@ from collect_fixtures import photo_folder, png, records, write_tar
 from predict_fixtures import shared_checkpoint
 
 from vqa.cli import main
-from vqa.inference.collection import expand
+from vqa.inference.collection.inputs import expand
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import torch
 from collect_fixtures import NAMES, photo_folder, png, records, write_tar
 from predict_fixtures import shared_checkpoint
 
-import vqa.inference.batch_loader as batch_loader
+import vqa.inference.collection.loader as collection_loader
 from vqa.cli import main
-from vqa.inference.batch_loader import ChunkSource, chunk_loader, rank_range
-from vqa.inference.collection import expand
+from vqa.inference.collection.inputs import expand
+from vqa.inference.collection.loader import ChunkSource, chunk_loader, rank_range
 from vqa.inference.predict import Predictor
 
 
@@ -44,7 +44,7 @@ def emulate(source: ChunkSource, workers: int, monkeypatch) -> list[list]:
     """Each emulated worker's chunks, read in this process as worker w of `workers` would."""
     out = []
     for w in range(workers):
-        monkeypatch.setattr(batch_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
+        monkeypatch.setattr(collection_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
         out.append(list(source))
     return out
 
@@ -74,7 +74,7 @@ def test_every_position_is_read_once_by_its_rank_and_worker_and_every_shard_by_o
 
 
 def test_eight_workers_read_a_shard_once(tmp_path, monkeypatch):
-    import vqa.data.shards as shards
+    import vqa.data.readers.shards as shards
 
     opened, read = [], []
     groups = shards._tar_groups
@@ -156,7 +156,7 @@ def test_a_parquet_shard_is_cut_at_row_groups_each_read_by_one_worker(tmp_path, 
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    import vqa.data.shards as shards
+    import vqa.data.readers.shards as shards
 
     rows = [dict(key=f"r{i:02d}", image=png(NAMES[i % 2], (8, 8)), caption="x") for i in range(40)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "00000.parquet", row_group_size=10)

@@ -6,7 +6,7 @@ import json
 import pytest
 from data_fixtures import write_image
 
-from vqa.data.formats import find_splits, load_split
+from vqa.data.readers.formats import find_splits, load_split
 from vqa.errors import DataError
 from vqa.evaluation.metrics import vqa_scores
 

@@ -170,12 +170,12 @@ def test_the_locking_modules_import_where_fcntl_does_not_exist(tmp_path):
     import sys
 
     code = ("import sys; sys.modules['fcntl'] = None\n"  # `import fcntl` raises ImportError, as on Windows
-            "import vqa.data.cache, vqa.data.cache_folder, vqa.train.runlock, vqa.model.checkpoint\n")
+            "import vqa.data.cache, vqa.data.cache_folder, vqa.locks, vqa.model.checkpoint\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     from vqa.errors import ConfigError
-    from vqa.train.runlock import RunLock
+    from vqa.locks import RunLock
 
     with RunLock(tmp_path), pytest.raises(ConfigError, match=f"{tmp_path} is being trained by process {os.getpid()}"):
         RunLock(tmp_path).acquire()

@@ -12,21 +12,21 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from vqa.data import synthetic
-from vqa.data.corpus import CORPUS_SET
-from vqa.data.corpus_render import K, object_mask
-from vqa.data.corpus_scene import BACKGROUNDS, COLOURS, KINDS
-from vqa.data.formats import find_splits, load_split
-from vqa.data.scenes import generate_scenes
-from vqa.data.scenes_scene import PALETTES
-from vqa.data.shapes import generate_shapes
-from vqa.data.shapes_scene import BACKGROUNDS as GREYS
+from vqa.data.readers.formats import find_splits, load_split
+from vqa.data.synthetic import generator
+from vqa.data.synthetic.corpus import CORPUS_SET
+from vqa.data.synthetic.corpus_layout import BACKGROUNDS, COLOURS, KINDS
+from vqa.data.synthetic.corpus_render import K, object_mask
+from vqa.data.synthetic.scenes import generate_scenes
+from vqa.data.synthetic.scenes_layout import PALETTES
+from vqa.data.synthetic.shapes import generate_shapes
+from vqa.data.synthetic.shapes_layout import BACKGROUNDS as GREYS
 
 SIDE = 64
 
 
 def _build(path, seed=5):
-    synthetic.generate(CORPUS_SET, path, 30, 6, size=SIDE, seed=seed, progress=False, workers=1)
+    generator.generate(CORPUS_SET, path, 30, 6, size=SIDE, seed=seed, progress=False, workers=1)
     return path
 
 
@@ -72,7 +72,7 @@ def test_shares_no_scene_with_shapes_or_scenes(corpus, tmp_path):
 
 
 def test_corpus_is_broad():
-    scenes = synthetic.make_scenes(CORPUS_SET, "train", 400, SIDE, 0)
+    scenes = generator.make_scenes(CORPUS_SET, "train", 400, SIDE, 0)
     objs = [o for s in scenes for o in s["objects"]]
     assert {o["kind"] for o in objs} == set(KINDS) and {o["color"] for o in objs} == set(COLOURS)
     assert len({o["fill"] for o in objs}) == 5 and len({s["style"] for s in scenes}) == 4

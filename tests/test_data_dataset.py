@@ -12,7 +12,7 @@ import torch
 from data_fixtures import CFG, make, write_image, write_jsonl
 
 from vqa.data.dataset import ImageTextDataset
-from vqa.data.formats import load_split
+from vqa.data.readers.formats import load_split
 from vqa.data.transforms import build_transform
 from vqa.errors import ConfigError
 from vqa.tokenizer import Tokenizer
@@ -229,7 +229,7 @@ def test_no_flip_for_an_image_whose_answer_says_left_or_right(tmp_path, data):
     assert flipped_epochs(["the fork"] * 10) > 0  # flips do happen for this image otherwise
 
     from vqa.data.dataset import ItemMaker
-    from vqa.data.shards import Sample
+    from vqa.data.readers.shards import Sample
     from vqa.data.stream import ShardStream
 
     def stream_flips(answers: list[str]) -> int:  # the same guard on shards' samples

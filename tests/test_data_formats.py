@@ -7,8 +7,9 @@ import json
 import pytest
 from data_fixtures import write_coco, write_image, write_jsonl, write_vqa
 
-from vqa.data.formats import corpus_texts, find_splits, load_split
+from vqa.data.readers.formats import find_splits, load_split
 from vqa.data.records import CaptionRecord, VQARecord
+from vqa.data.split import corpus_texts
 from vqa.errors import DataError
 
 

@@ -17,9 +17,10 @@ from vqa.config import ModelConfig
 from vqa.data.cache import ImageCache, open_image_cache, parse_budget
 from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
-from vqa.data.formats import corpus_texts, load_split
 from vqa.data.loader import TrainBatches
 from vqa.data.preprocess import Preprocess
+from vqa.data.readers.formats import load_split
+from vqa.data.split import corpus_texts
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.tokenizer import Tokenizer

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vqa.data.formats import find_splits, load_split
-from vqa.data.scenes import build_split, generate_scenes
-from vqa.data.scenes_scene import COLOURS
-from vqa.data.synthetic import FAMILIES, PARALLEL_FROM
+from vqa.data.readers.formats import find_splits, load_split
+from vqa.data.synthetic.generator import FAMILIES, PARALLEL_FROM
+from vqa.data.synthetic.scenes import build_split, generate_scenes
+from vqa.data.synthetic.scenes_layout import COLOURS
 from vqa.data.transforms import mentions_left_right
 
 SIDE = 64
@@ -251,7 +251,7 @@ def _skeleton(text: str) -> str:
 
 
 def test_wordings_share_no_template_with_shapes(scenes, tmp_path):
-    from vqa.data.shapes import build_split as shapes_split
+    from vqa.data.synthetic.shapes import build_split as shapes_split
 
     shapes = shapes_split("train", 200, SIDE, 0)
     ours = build_split("train", 200, SIDE, 0)

@@ -12,10 +12,10 @@ from data_fixtures import build_shapes
 from PIL import Image
 
 from vqa.cli import main
-from vqa.data.formats import find_splits, load_split
-from vqa.data.shapes import build_split, prior_baselines
-from vqa.data.shapes_scene import COLORS
-from vqa.data.shapes_text import FAMILIES
+from vqa.data.readers.formats import find_splits, load_split
+from vqa.data.synthetic.shapes import build_split, prior_baselines
+from vqa.data.synthetic.shapes_layout import COLORS
+from vqa.data.synthetic.shapes_text import FAMILIES
 
 SIDE = 64
 
@@ -75,8 +75,8 @@ def test_deterministic_for_a_seed(tmp_path):
 def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
     import multiprocessing
 
-    import vqa.data.shapes as shapes
-    import vqa.data.synthetic as synthetic
+    import vqa.data.synthetic.generator as generator
+    import vqa.data.synthetic.shapes as shapes
 
     pools = []  # the worker count of each process pool generate_shapes starts
 
@@ -90,7 +90,7 @@ def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
                     return ctx.Pool(n)
             return Ctx()
 
-    monkeypatch.setattr(synthetic, "mp", Recording())  # the shared parallel build
+    monkeypatch.setattr(generator, "mp", Recording())  # the shared parallel build
     shapes.generate_shapes(tmp_path / "p", n_train=200, n_val=0, size=32, seed=2, progress=False, workers=2)
     # the parallel run really rendered in 2 processes: were the set too small for a pool (a raised
     # threshold), this test would compare serial with serial
@@ -237,7 +237,7 @@ def test_cli_shapes_and_info(tmp_path, capsys, name):
 def test_more_questions_per_family(tmp_path):
     from collections import Counter
 
-    from vqa.data.shapes import generate_shapes
+    from vqa.data.synthetic.shapes import generate_shapes
 
     generate_shapes(tmp_path, n_train=30, n_val=0, seed=3, progress=False, workers=1, questions_per_family=2)
     scenes = {s["image_id"]: s for s in _load(tmp_path, "shapes_train_scenes.json")["scenes"]}

@@ -20,10 +20,11 @@ from vqa.cli import main
 from vqa.config import ModelConfig
 from vqa.data.collate import make_collate
 from vqa.data.convert import convert
-from vqa.data.formats import corpus_texts, load_split
 from vqa.data.loader import TrainBatches
-from vqa.data.shards import ShardSplit
+from vqa.data.readers.formats import load_split
+from vqa.data.readers.shards import ShardSplit
 from vqa.data.sources import open_split
+from vqa.data.split import corpus_texts
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.errors import DataError

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from data_fixtures import write_coco, write_vqa
 
-from vqa.data.formats import load_split, pick_split
+from vqa.data.readers.formats import load_split, pick_split
 from vqa.data.records import VQARecord, VQATable
 from vqa.data.sources import list_splits, resolve_splits
 from vqa.data.split import SplitData

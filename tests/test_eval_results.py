@@ -8,7 +8,7 @@ from conftest import tiny_set_flags
 from data_fixtures import write_image, write_jsonl
 
 from vqa.cli import main
-from vqa.data.formats import load_split
+from vqa.data.readers.formats import load_split
 from vqa.errors import DataError
 from vqa.evaluation.evaluate import evaluate
 from vqa.model import checkpoint

@@ -31,7 +31,7 @@ def test_a_reference_needs_two_pictures():
 
 
 def test_from_data_reads_the_training_split(shapes_dir):
-    from vqa.data.formats import load_split
+    from vqa.data.readers.formats import load_split
     from vqa.inference.predict import Predictor
 
     pred = Predictor.from_pretrained(shared_checkpoint(), device="cpu")

@@ -98,7 +98,8 @@ def test_train_only_options_are_checked():
 
 @pytest.mark.slow
 def test_train_only_cross_attention_keeps_both_pretrained_towers(shapes_dir, tmp_path, capsys):
-    from vqa.data.formats import corpus_texts, load_split
+    from vqa.data.readers.formats import load_split
+    from vqa.data.split import corpus_texts
     from vqa.model import VQAModel
 
     lm = save_tiny_gpt2(tmp_path / "lm", list(corpus_texts(load_split(shapes_dir, "train"))))
@@ -125,7 +126,7 @@ def test_caption_pretraining_then_vqa_fine_tuning(shapes_dir, tmp_path):
     assert any("val_CIDEr-D" in r for r in scores) and not any("val_vqa_accuracy" in r for r in scores)
     # the tokenizer of the caption run was trained on every text of the data: questions and answers too
     tok = checkpoint.load(cap)[1]
-    from vqa.data.formats import load_split
+    from vqa.data.readers.formats import load_split
 
     train = load_split(shapes_dir, "train")
     for r in train.vqa:

@@ -35,15 +35,15 @@ def test_cached_beam_search_equals_uncached_reference(model, images, length_pena
 def test_beam_search_returns_k_hypotheses_sorted_by_length_penalized_score(model, images):
     max_new = 7
     for k in (2, 4):
-        for lp in (0.0, 1.0, 2.0):
-            out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=lp)
+        for penalty in (0.0, 1.0, 2.0):
+            out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=penalty)
             assert len(out.beams) == len(PROMPTS)
             for beams in out.beams:
                 assert len(beams) == k
                 assert len({tuple(s) for s, _ in beams}) == k  # k different hypotheses
                 # length incl. <eos>; a hypothesis cut at max_new_tokens has no <eos>
-                normed = [s / min(len(seq) + 1, max_new) ** lp for seq, s in beams]
-                assert normed == sorted(normed, reverse=True), (k, lp, beams)
+                normed = [s / min(len(seq) + 1, max_new) ** penalty for seq, s in beams]
+                assert normed == sorted(normed, reverse=True), (k, penalty, beams)
                 assert all(len(seq) <= max_new and EOS not in seq for seq, _ in beams)
     # length_penalty changes the ranking here (short hypotheses win without it)
     raw = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4, length_penalty=0.0).beams
@@ -56,17 +56,17 @@ def test_beam_size_one_equals_greedy(model, images):
     one = dict(method="beam", num_beams=1, max_new_tokens=10)
     assert generate(model, PROMPTS, images, length_penalty=0.0, **one).sequences == greedy.sequences
     kv = model.memory_kv(model.encode(images))
-    for lp, early in ((0.0, False), (0.0, True), (1.0, True), (2.0, True)):
-        beam = beam_search(model, kv, PROMPTS, GenerationConfig(length_penalty=lp, early_stopping=early, **one))
-        assert beam.sequences == greedy.sequences, (lp, early)
+    for penalty, early in ((0.0, False), (0.0, True), (1.0, True), (2.0, True)):
+        beam = beam_search(model, kv, PROMPTS, GenerationConfig(length_penalty=penalty, early_stopping=early, **one))
+        assert beam.sequences == greedy.sequences, (penalty, early)
         assert beam.scores == pytest.approx(greedy.scores, abs=1e-4)
         assert [len(b) for b in beam.beams] == [1, 1, 1]
 
 
-def normed(hypothesis, max_new: int = 10, lp: float = 1.0) -> float:
+def normed(hypothesis, max_new: int = 10, penalty: float = 1.0) -> float:
     """A hypothesis's length-penalized score (its length counts <eos>, unless it was cut at max_new)."""
     seq, score = hypothesis
-    return score / min(len(seq) + 1, max_new) ** lp
+    return score / min(len(seq) + 1, max_new) ** penalty
 
 
 def test_exact_beam_search_never_scores_below_its_early_stopping_self(model, images):

@@ -51,7 +51,7 @@ def test_prompt_tokens_and_grown_embedding(imported):
 def test_init_from_a_shorter_context_keeps_the_first_positions(imported):
     from types import SimpleNamespace
 
-    from vqa.train.setup import init_from
+    from vqa.train.build import init_from
 
     src, _, _ = checkpoint.load(imported)
     model, tok, _ = init_from(SimpleNamespace(model={"dec_max_len": 24}), str(imported))

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "vqa"
 
 # lowest first; a module belongs to the entry with the longest matching prefix
 LAYERS = [
-    ("vqa.errors", "vqa.jsonfile", "vqa.device", "vqa.distributed", "vqa.options", "vqa.logs"),
+    ("vqa.errors", "vqa.json_object", "vqa.locks", "vqa.device", "vqa.distributed", "vqa.options", "vqa.logs"),
     ("vqa.config",),
     ("vqa.tokenizer",),
     ("vqa.data",),

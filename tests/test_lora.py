@@ -14,8 +14,8 @@ from vqa.config import TrainConfig
 from vqa.errors import CheckpointError
 from vqa.model import checkpoint, lora
 from vqa.tokenizer import Tokenizer
+from vqa.train.build import memory_options
 from vqa.train.optim import make_optimizer
-from vqa.train.setup import memory_options
 
 
 def _inputs(model):

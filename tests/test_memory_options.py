@@ -7,7 +7,7 @@ import torch
 from helpers import make_batch, random_images, tiny_model
 
 from vqa.model import lora
-from vqa.train.setup import estimated_bytes, memory_advice
+from vqa.train.build import estimated_bytes, memory_advice
 
 
 def _grads(checkpointing: bool) -> tuple[dict[str, torch.Tensor], int]:
@@ -65,7 +65,7 @@ def test_the_advice_names_the_option_that_fits():
 
 def test_the_advice_names_lora_where_the_weights_fill_the_memory():
     from vqa.config import TrainConfig
-    from vqa.train.setup import memory_options
+    from vqa.train.build import memory_options
 
     big = dict(dec_width=128, dec_depth=4, vocab_size=4000)  # weights and optimizer state dominate at 1 image
     model, adapted = tiny_model(0, **big), tiny_model(0, **big)

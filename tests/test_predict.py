@@ -99,8 +99,8 @@ def _teacher_forced_log_prob(pred, image, prompt_ids, ids) -> float:
     teacher-forced pass (logits at position p score token p+1)."""
     seq = torch.tensor([[*prompt_ids, *ids, pred.tokenizer.eos_id]])
     with torch.no_grad():
-        lp = pred.model(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
-    return sum(float(lp[p - 1, seq[0, p]]) for p in range(len(prompt_ids), seq.shape[1]))
+        logp = pred.model(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
+    return sum(float(logp[p - 1, seq[0, p]]) for p in range(len(prompt_ids), seq.shape[1]))
 
 
 def test_captions_greedy_beam_and_seeded_sampling(pred):

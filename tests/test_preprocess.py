@@ -14,10 +14,10 @@ from PIL import Image
 from vqa.config import ModelConfig
 from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
-from vqa.data.formats import load_split
 from vqa.data.images import fit, load_image
 from vqa.data.loader import TrainBatches
 from vqa.data.preprocess import Preprocess, model_picture
+from vqa.data.readers.formats import load_split
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.inference import predict

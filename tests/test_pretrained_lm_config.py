@@ -153,7 +153,7 @@ def test_init_from_a_gpt2_run_refuses_a_set_that_changes_the_language_model(gpt2
     refused; --set of a field it does not fix still works."""
     from vqa.config import TrainConfig
     from vqa.model import checkpoint
-    from vqa.train.setup import init_from
+    from vqa.train.build import init_from
 
     src = tmp_path / "src"
     model = lm_model(gpt2_dir)

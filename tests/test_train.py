@@ -116,7 +116,7 @@ def test_nan_loss_stops_with_a_clear_message(shapes_dir, tmp_path, capsys):
 
 
 def test_one_trainer_per_run_folder(shapes_dir, tmp_path, capsys):
-    from vqa.train.runlock import RunLock
+    from vqa.locks import RunLock
 
     run = tmp_path / "run"
     run.mkdir()

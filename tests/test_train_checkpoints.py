@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_checkpoint_round_trip_predicts_identically(shapes_dir, tmp_path):
-    from vqa.data.formats import load_split
+    from vqa.data.readers.formats import load_split
     from vqa.evaluation.evaluate import evaluate
 
     run = tmp_path / "run"

@@ -91,7 +91,7 @@ def test_every_rank_leaves_with_rank_0s_error_when_the_run_folder_is_taken(shape
     with NCCL; gloo notices rank 0 is gone and crashes with a traceback)."""
     import socket
 
-    from vqa.train.runlock import RunLock
+    from vqa.locks import RunLock
 
     run = tmp_path / "run"
     run.mkdir()

@@ -24,7 +24,7 @@ SMALL = dict(vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patc
 
 
 def _trainer(shapes_dir, out, **flags) -> Trainer:
-    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL)
+    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL, from_scratch=True)
     return Trainer(resolve({**base, **flags}), distributed.Dist())
 
 
@@ -109,7 +109,7 @@ def test_every_precision_and_optimizer_resumes_exactly(shapes_dir, tmp_path, pre
 def test_two_processes_share_the_evaluation_and_resume_on_one(shapes_dir, tmp_path):
     """Both ranks decode half the val images; rank 0's scores equal a single-process evaluation of the same
     checkpoint. The run then resumes on one process with twice the batch: it continues at the same image."""
-    from vqa.data.formats import load_split
+    from vqa.data.readers.formats import load_split
     from vqa.evaluation.evaluate import evaluate
 
     run = tmp_path / "ddp"
@@ -137,7 +137,7 @@ def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch)
 
     from vqa.config import preset
     from vqa.model import VQAModel
-    from vqa.train.setup import default_batch
+    from vqa.train.build import default_batch
 
     model = VQAModel(preset("small", vocab_size=1000))
     assert default_batch(model, torch.device("cpu")) == 32
@@ -151,7 +151,7 @@ def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch)
 
 
 def test_loader_workers_share_the_nodes_cores_among_its_gpus(monkeypatch):
-    from vqa.train.setup import default_workers
+    from vqa.train.build import default_workers
 
     assert default_workers(torch.device("cpu")) == 0
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(96)), raising=False)

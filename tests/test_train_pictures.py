@@ -18,8 +18,8 @@ from vqa.cli import main
 from vqa.config import ModelConfig
 from vqa.data import images
 from vqa.data.collate import make_collate
-from vqa.data.formats import load_split
 from vqa.data.loader import TrainBatches
+from vqa.data.readers.formats import load_split
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
 from vqa.errors import DataError

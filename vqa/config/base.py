@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..jsonfile import read_object
+from ..json_object import read_object
 
 # Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
 # or --config file that still holds one at that value loads as if the field were absent; at any other value it

@@ -143,10 +143,10 @@ def _describe(path: Path, st: os.stat_result, in_use: bool) -> Entry:
 
 
 def _in_use(path: Path) -> bool:
-    lp = lock_path(path)
-    if not lp.exists():
+    lock = lock_path(path)
+    if not lock.exists():
         return False
-    with open(lp, "a+") as f:
+    with open(lock, "a+") as f:
         return not lock_descriptor(f.fileno(), blocking=False)
 
 
@@ -198,8 +198,8 @@ def clear(folder: Path) -> tuple[list[Entry], list[Entry]]:
     with folder_lock(folder):
         for e in entries(folder):
             (removed if not e.in_use and remove_if_unused(e.path) else kept).append(e)
-        for lp in folder.glob("*.u8.lock"):  # locks left without their file
-            stem = lp.with_name(lp.name[: -len(".lock")])
+        for lock in folder.glob("*.u8.lock"):  # locks left without their file
+            stem = lock.with_name(lock.name[: -len(".lock")])
             if NAME.fullmatch(stem.name) and not stem.exists():
                 remove_if_unused(stem)
     return removed, kept

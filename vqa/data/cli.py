@@ -122,14 +122,14 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def run_synthetic(args: argparse.Namespace) -> int:
     """`vqa data shapes` / `scenes` / `corpus`: build the set, then print its counts, answers and priors."""
-    from .synthetic import FAMILIES, generate
+    from .synthetic.generator import FAMILIES, generate
 
     if args.data_command == "shapes":
-        from .shapes import SHAPES_SET as spec
+        from .synthetic.shapes import SHAPES_SET as spec
     elif args.data_command == "scenes":
-        from .scenes import SCENES_SET as spec
+        from .synthetic.scenes import SCENES_SET as spec
     else:
-        from .corpus import CORPUS_SET as spec
+        from .synthetic.corpus import CORPUS_SET as spec
     check_out_folder("--out", args.out)
     t0 = time.perf_counter()
     priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
@@ -158,7 +158,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from .images import check_image
-    from .shards import ShardSplit, describe
+    from .readers.shards import ShardSplit, describe
     from .sources import list_splits, open_split
 
     found = list_splits(args.dir)

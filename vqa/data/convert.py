@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .shards import Sample, ShardSplit, _needs
+from .readers.shards import Sample, ShardSplit, _needs
 from .split import SplitData
 
 FORMATS = ("webdataset", "parquet")

@@ -3,7 +3,7 @@
 Evaluation scores an answer by its question's `question_id` and a caption by its image's `image_id`
 (`vqa.evaluation.evaluate`), so two items with one id would silently overwrite each other. A sample's ids are
 the ones its data gives, else derived from its key (`KEY:0` for its first question; the key itself for its
-image), and a key includes the shard where the data has none (`vqa.data.shards`: a parquet row without a
+image), and a key includes the shard where the data has none (`vqa.data.readers.shards`: a parquet row without a
 `key` column is `<shard name>/<row>`). `check_ids` reads the ids of the samples an evaluation will see (a
 parquet shard without its image column) and stops at the first id that repeats, naming both samples: before
 any training step or decoding, never after. A folder split is checked the same way from its tables: an
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import DataError
-from .shards import ShardSplit
+from .readers.shards import ShardSplit
 
 
 def check_ids(split, tasks: Iterable[str] = ("vqa", "caption"), max_images: int | None = None) -> None:

@@ -13,7 +13,7 @@ from ..errors import VQAError
 from .cache import open_image_cache
 from .collate import Batch
 from .dataset import ImageTextDataset, ItemMaker
-from .shards import ShardSplit
+from .readers.shards import ShardSplit
 from .sources import Source
 from .stream import Layout, ShardStream
 from .unreadable import UnreadablePictures

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import DataError
-from .formats import corpus_batches, find_splits, load_split, pick_split
-from .shards import SHARD_EXTS, ShardSplit, is_url, shard_texts
-from .split import SplitData
+from .readers.formats import find_splits, load_split, pick_split
+from .readers.shards import SHARD_EXTS, ShardSplit, is_url, shard_texts
+from .split import SplitData, corpus_batches
 
 Source = SplitData | ShardSplit
 _HUB_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}\.parquet$")

@@ -1,4 +1,4 @@
-"""`ShardStream`: a shard split's items dealt to (rank, DataLoader worker) streams, as `vqa.data.shards`
+"""`ShardStream`: a shard split's items dealt to (rank, DataLoader worker) streams, as `vqa.data.readers.shards`
 describes: equal contiguous ranges of the epoch's sequence, block-shuffled, resumable at a saved position."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import DataError, InputError
 from .dataset import ItemMaker, item_generators
-from .shards import Sample, ShardSplit
+from .readers.shards import Sample, ShardSplit
 
 
 def epoch_shard_order(n_shards: int, epoch: int, seed: int, shuffle: bool) -> list[int]:

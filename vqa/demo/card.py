@@ -27,14 +27,14 @@ def training_data(card: dict) -> tuple[str, Path | None]:
     split = card.get("train_split") or "train"
     here = folder if folder.is_dir() else None
     if (folder / "shapes_info.json").is_file() or (here is None and folder.name == "shapes"):
-        from ..data import shapes_scene as scene
+        from ..data.synthetic import shapes_layout as scene
 
         what = (f"the built-in **Shapes** set (`{data}`, split {split}): synthetic 64 px scenes of 1 to 6 flat "
                 f"objects ({', '.join(scene.SHAPES)}; {len(scene.COLORS)} colours, 2 sizes) on grey backgrounds, with "
                 "questions about colour, shape, existence, counting, position and comparison. It has seen "
                 "nothing else: about photographs or other drawings its answers are guesses")
     elif (folder / "scenes_info.json").is_file() or (here is None and folder.name == "scenes"):
-        from ..data import scenes_scene as scene
+        from ..data.synthetic import scenes_layout as scene
 
         what = (f"the built-in **Scenes** set (`{data}`, split {split}): synthetic 64 px scenes of 1 to 6 outlined "
                 f"objects ({', '.join(scene.KINDS)}; {len(scene.COLOURS)} colours) on patterned backgrounds, with "

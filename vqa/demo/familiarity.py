@@ -61,8 +61,8 @@ class Familiarity:
     @classmethod
     def from_data(cls, pred, data_dir: str | Path, split: str = "train", n: int = 256, seed: int = 0) -> Familiarity:
         """The reference of `n` pictures drawn (seeded) from `split` of the data folder the model was trained
-        on (any format `vqa.data.formats.load_split` reads)."""
-        from ..data.formats import load_split
+        on (any format `vqa.data.readers.formats.load_split` reads)."""
+        from ..data.readers.formats import load_split
 
         images = sorted(load_split(data_dir, split, quiet=True).images())
         if len(images) < 2:

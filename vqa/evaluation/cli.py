@@ -44,8 +44,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..data.formats import pick_split
     from ..data.ids import check_ids
+    from ..data.readers.formats import pick_split
     from ..data.sources import is_pattern, list_splits, open_split
     from ..device import pick_device
     from ..model import checkpoint

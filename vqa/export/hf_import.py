@@ -25,7 +25,7 @@ import torch
 
 from ..config import GPT2_DECODER, ModelConfig
 from ..errors import ConfigError
-from ..jsonfile import read_object
+from ..json_object import read_object
 from ..model import VQAModel, checkpoint
 from ..model.pretrained_lm import architecture, check_config
 from ..tokenizer import LM_END, Tokenizer, read_tokenizer_json

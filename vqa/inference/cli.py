@@ -5,7 +5,7 @@
     vqa ask ... --attention-out DIR      # also every attention weight behind the answer: .npz + PNG pictures
     vqa ask ... --int8                   # dynamic int8 linear layers (CPU): 4x smaller weights
 
-Collections (`vqa.inference.batch_job`): images, folders, globs, lists of paths and shards in, JSON Lines out,
+Collections (`vqa.inference.collection.job`): images, folders, globs, lists of paths and shards in, JSON Lines out,
 batched, resumable, and dealt to ranks under torchrun:
 
     vqa caption --checkpoint runs/tiny photos/ more/*.jpg shards/{00000..00009}.tar --out captions.jsonl
@@ -28,7 +28,7 @@ from pathlib import Path
 from ..config import GenerationConfig
 from ..errors import CheckpointError, InputError
 from ..options import add_dataclass_arguments, given
-from .batch_cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
+from .collection.cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
 
 DEFAULT_CHECKPOINT = "runs/tiny"
 

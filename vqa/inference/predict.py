@@ -333,7 +333,7 @@ class Predictor(PictureInputs):
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
-                beams = [(self.tokenizer.decode(s), float(lp)) for s, lp in gen.beams[b]] if gen.beams else []
+                beams = [(self.tokenizer.decode(s), float(score)) for s, score in gen.beams[b]] if gen.beams else []
                 results.append(Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]),
                                        beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq)))
             if return_attention:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, ConfigError
-from ..jsonfile import read_object
+from ..json_object import read_object
 
 FORMAT_VERSION = 1
 KEY = "format_version"

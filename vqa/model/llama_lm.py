@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
-from ..jsonfile import read_object
+from ..json_object import read_object
 from ..tokenizer import Tokenizer, read_tokenizer_json
 from .lm_folder import Weights, _natural, new_rows, resolve
 

@@ -39,7 +39,7 @@ import torch
 
 from ..config import GPT2_DECODER, ModelConfig, preset_fields
 from ..errors import ConfigError
-from ..jsonfile import read_object
+from ..json_object import read_object
 from ..tokenizer import Tokenizer, read_tokenizer_json
 from . import llama_lm
 from .lm_folder import NEW_ROW_OFFSET, _natural, free_memory, new_rows, resolve  # noqa: F401

@@ -5,9 +5,10 @@
     vqa train --out RUN --resume                                                     # continue where it stopped
 
 Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
-saved run; the run folder's files), `trainer` (the loop), `setup` (a new run's tokenizer and model), `step`
+saved run; the run folder's files), `trainer` (the loop), `build` (a new run's tokenizer and model), `step`
 (one optimizer step over `VQAModel.packed_loss`), `optim` (Muon + AdamW, schedules), `budget`
-(`--time-limit`), `state` (what resume restores), `runlock` (one trainer per run folder), `plots` (curves).
+(`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps one trainer per run
+folder.
 """
 
 from .cli import add_arguments, run

@@ -1,5 +1,5 @@
-"""`vqa pretrain`: build the pretraining corpus (`vqa.data.corpus`) and train the tiny preset's towers on it from
-random weights, with the ordinary trainer, into a run folder that `vqa train --init-from DIR` starts from.
+"""`vqa pretrain`: build the pretraining corpus (`vqa.data.synthetic.corpus`) and train the tiny preset's towers
+on it from random weights, with the ordinary trainer, into a run folder that `vqa train --init-from DIR` starts from.
 
 DIR holds the run (best/, last/, metrics.jsonl: a run folder like any other), the corpus in DIR/corpus with its
 tokenizer (BPE on the corpus text plus every printable ASCII character, so that a fine-tuning set's new words
@@ -57,8 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers: int | None = None,
                  progress: bool = True) -> Path:
     """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there."""
-    from ..data.corpus import CORPUS_SET
-    from ..data.synthetic import generate
+    from ..data.synthetic.corpus import CORPUS_SET
+    from ..data.synthetic.generator import generate
     from ..tokenizer import Tokenizer
 
     info, tok_path = folder / "corpus_info.json", folder / "tokenizer.json"

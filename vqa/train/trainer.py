@@ -34,17 +34,13 @@ from ..data.transforms import ImageNormalizer, build_transform
 from ..device import autocast_dtype, use_tensor_cores
 from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
+from ..locks import RunLock
 from ..logs import bars_off, get_logger
 from ..model import checkpoint
-from . import setup as run_setup
+from . import build as run_setup
 from . import state as run_state
 from .budget import TimeBudget, evaluation_due
-from .optim import lr_factor, make_optimizer, set_lr
-from .plots import plot_curves, read_metrics
-from .report import Reporter
-from .runfolder import REPEAT, SAVED, command_line
-from .runlock import RunLock
-from .setup import (
+from .build import (
     check_model_options,
     default_batch,
     default_workers,
@@ -54,6 +50,10 @@ from .setup import (
     new_tokenizer,
     shipped_towers,
 )
+from .optim import lr_factor, make_optimizer, set_lr
+from .plots import plot_curves, read_metrics
+from .report import Reporter
+from .runfolder import REPEAT, SAVED, command_line
 from .step import StepRunner, TrainingLoss, wrap_ddp
 
 log = get_logger("train")

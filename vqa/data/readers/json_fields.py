@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import DataError
+from ...errors import DataError
 
 
 def decode_text(path: Path, raw: bytes) -> str:

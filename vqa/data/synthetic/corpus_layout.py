@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scenes_scene import kind_and_colour
+from .scenes_layout import kind_and_colour
 
 KINDS = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "octagon", "star", "heart", "cross",
          "arrow", "ring")

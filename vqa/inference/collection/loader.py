@@ -8,7 +8,7 @@ and image files make pieces of `batch` positions. The pieces are dealt to the Da
 each to the least loaded so far (every worker computes the same deal); a worker reads its pieces in order and
 yields them as `Chunk`s of at most `batch` consecutive positions, each saying which positions it covers. The
 loader hands the workers' chunks over in turn, so they reach the main process out of position order: the job
-writes their records in position order (`vqa.inference.batch_job`).
+writes their records in position order (`vqa.inference.collection.job`).
 
 A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
 `prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ..errors import VQAError
-from .collection import Collection, FileItem, ShardItems
+from ...errors import VQAError
+from .inputs import Collection, FileItem, ShardItems
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The collection side of `vqa caption` / `vqa ask` (`vqa.inference.cli` keeps the one-image side): its options,
-which form a command line takes, and the run (`vqa.inference.batch_job`).
+which form a command line takes, and the run (`vqa.inference.collection.job`).
 
 Exit status: 0 when every input was answered, 1 when some failed (their records say why), 2 for a usage error
 (an INPUT that names nothing, a malformed questions file, an output another process is writing)."""
@@ -10,13 +10,13 @@ import argparse
 import os
 from pathlib import Path
 
-from ..config import GenerationConfig
-from ..data.shards import SHARD_EXTS
-from ..data.sources import is_pattern
-from ..errors import ConfigError, InputError
-from ..logs import get_logger
-from ..options import check_out_folder, given
-from .collection import LIST_EXTS
+from ...config import GenerationConfig
+from ...data.readers.shards import SHARD_EXTS
+from ...data.sources import is_pattern
+from ...errors import ConfigError, InputError
+from ...logs import get_logger
+from ...options import check_out_folder, given
+from .inputs import LIST_EXTS
 
 log = get_logger("inference")
 
@@ -83,8 +83,8 @@ def single_image(args) -> bool:
 
 
 def _merge(args) -> int:
-    from ..train.runlock import RunLock
-    from .job_output import merge, part_files
+    from ...locks import RunLock
+    from .output import merge, part_files
 
     out = Path(args.merge)
     if not part_files(out):
@@ -96,9 +96,9 @@ def _merge(args) -> int:
 
 
 def _run(args, load, collection, output, d, top_k: int):
-    from ..distributed import agree
-    from .batch_job import Job
-    from .job_settings import JobSettings
+    from ...distributed import agree
+    from .job import Job
+    from .settings import JobSettings
 
     failure = None
     try:  # every rank learns whether any failed here, so none waits for a rank that has left
@@ -123,10 +123,10 @@ def _run(args, load, collection, output, d, top_k: int):
 
 def run_collection(args, load) -> int:
     """The job over args.inputs (or --questions); `load(args, compile=, device=)` gives the Predictor."""
-    from ..distributed import setup
-    from .batch_job import open_output
-    from .collection import expand, read_questions
-    from .job_output import Output
+    from ...distributed import setup
+    from .inputs import expand, read_questions
+    from .job import open_output
+    from .output import Output
 
     if args.merge:
         return _merge(args)

@@ -5,10 +5,10 @@ An INPUT is an image file; a folder (walked recursively: its image files by exte
 the .parquet shards that are not img2dataset's metadata twin of a .tar); a glob (`photos/**/*.jpg`: what it
 matches, by the same rules as a folder's files, a matched folder walked as one); a text
 file of image paths (.txt / .lst / .list: one a line, relative to the file's folder, `#` comments); or shards
-read by the training reader (`vqa.data.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
+read by the training reader (`vqa.data.readers.shards.ShardSplit`): a .tar / .parquet file, a brace pattern
 (`shards/{00000..00099}.tar`) or a URL. A shard counts its samples up front (img2dataset's NNNNN_stats.json,
 parquet metadata, or a scan), so every position is known before reading, which is what dealing them to
-ranks and DataLoader workers needs (`vqa.inference.batch_loader`).
+ranks and DataLoader workers needs (`vqa.inference.collection.loader`).
 
 What stops before any work, with one line: an INPUT that names nothing (a missing path, an empty folder, a
 glob that matches nothing), a missing or unreadable shard, a malformed line of a questions file. What does
@@ -29,10 +29,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.jsonl import json_objects, text_field
-from ..data.shards import SHARD_EXTS, ShardSplit
-from ..data.sources import is_pattern
-from ..errors import DataError, InputError
+from ...data.readers.jsonl import json_objects, text_field
+from ...data.readers.shards import SHARD_EXTS, ShardSplit
+from ...data.sources import is_pattern
+from ...errors import DataError, InputError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm",
               ".pgm", ".pbm", ".pnm", ".tga", ".ico", ".avif"}

@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
-from .json_files import read_list, required
-from .records import CaptionBuilder
-from .split import ImageFinder, SplitData
+from ..records import CaptionBuilder
+from ..split import ImageFinder, SplitData
+from .json_fields import read_list, required
 
 KARPATHY = re.compile(r"^dataset_(?P<name>[A-Za-z0-9]+)\.json$")
 SPLITS = {"train": ("train", "restval"), "val": ("val",), "test": ("test",)}  # data folder split -> Karpathy's

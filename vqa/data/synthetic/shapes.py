@@ -18,13 +18,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import synthetic
+from . import generator
+from .generator import prior_baselines
+from .shapes_layout import make_scene
 from .shapes_render import render_job
-from .shapes_scene import make_scene
 from .shapes_text import N_ANSWERS, candidates, make_captions
-from .synthetic import prior_baselines
 
-SHAPES_SET = synthetic.SyntheticSet(
+SHAPES_SET = generator.SyntheticSet(
     name="Shapes", prefix="shapes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
     render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "objects"),
 )
@@ -32,13 +32,13 @@ SHAPES_SET = synthetic.SyntheticSet(
 
 def make_scenes(split: str, n: int, side: int, seed: int) -> list[dict]:
     """The scenes of a split; image i's scene depends only on (seed, split, i)."""
-    return synthetic.make_scenes(SHAPES_SET, split, n, side, seed)
+    return generator.make_scenes(SHAPES_SET, split, n, side, seed)
 
 
 def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = None,
                 scenes: list[dict] | None = None, per_family: int = 1) -> dict:
     """Scenes, questions and captions of one split (no images)."""
-    return synthetic.build_split(SHAPES_SET, split, n, side, seed, bar, scenes, per_family)
+    return generator.build_split(SHAPES_SET, split, n, side, seed, bar, scenes, per_family)
 
 
 def generate_shapes(
@@ -48,7 +48,7 @@ def generate_shapes(
     """Build the Shapes set in `out_dir`; returns the question-only prior baselines
     {split: {family: {questions, prior_accuracy, majority_accuracy}}}: train scored in-sample, val with the
     priors learned on train. Counts and answer histograms go to `shapes_info.json`."""
-    return synthetic.generate(SHAPES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)
+    return generator.generate(SHAPES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)
 
 
 __all__ = ["SHAPES_SET", "build_split", "generate_shapes", "make_scenes", "prior_baselines"]

@@ -1,6 +1,6 @@
 """The words of the Shapes set: questions and captions about a scene.
 
-Questions: every valid (question, answer) of a scene per family (`candidates`), among which `vqa.data.synthetic`
+Questions: every valid (question, answer) of a scene per family (`candidates`), among which `generator`
 picks one per family so that, per question string, answers stay as uniform as possible (`Balancer`): a model
 that ignores the image scores about chance. Referring expressions always pick out exactly one object. Captions
 name the objects and their layout, from varied templates.
@@ -13,8 +13,8 @@ from itertools import product
 
 import numpy as np
 
-from .shapes_scene import COLORS, SHAPES, SIZES, relation_holds
-from .synthetic import FAMILIES
+from .generator import FAMILIES
+from .shapes_layout import COLORS, SHAPES, SIZES, relation_holds
 
 N_ANSWERS = {"attribute_color": 6, "attribute_shape": 4, "count": 7}  # others: yes/no
 RELATIONS = ("left of", "right of", "above", "below")

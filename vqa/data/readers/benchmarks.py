@@ -26,10 +26,10 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import DataError
-from .json_files import decode_fast, get_list, read_bytes, read_json, read_list, required
-from .records import VQABuilder
-from .split import ImageFinder, SplitData
+from ...errors import DataError
+from ..records import VQABuilder
+from ..split import ImageFinder, SplitData
+from .json_fields import decode_fast, get_list, read_bytes, read_json, read_list, required
 
 TEXTVQA = re.compile(r"^TextVQA_[0-9.]+_(?P<split>[A-Za-z0-9]+)\.json$")
 VIZWIZ = re.compile(r"^(?P<split>train|val|test)\.json$")  # only in an annotations folder holding VizWiz images

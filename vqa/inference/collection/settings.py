@@ -1,6 +1,6 @@
 """What makes a collection job's records what they are, beyond their inputs: the model's weights, its precision,
 the task and the decoding settings. Each record carries their digest as `settings`, so a record's identity is
-its input key (`batch_loader.record_key`) with its settings; a rerun into an output whose records carry another
+its input key (`loader.record_key`) with its settings; a rerun into an output whose records carry another
 digest is refused before any decoding (resuming would otherwise skip every input and mix two models' records).
 Batch size, loader workers, the device and compiling change no output beyond float rounding: not part of it."""
 
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 SAMPLE_BYTES = 1 << 20  # of the weights file's start and end: any trained step changes both
 
@@ -38,7 +38,7 @@ class JobSettings:
 
     @classmethod
     def of(cls, pred, task: str, generation, top_k: int = 1) -> JobSettings:
-        from ..model.checkpoint import resolve
+        from ...model.checkpoint import resolve
 
         weights = weights_digest(resolve(pred.path)) if pred.path is not None else "in-memory"
         return cls(dict(task=task, weights=weights, precision=pred.precision, answers=int(top_k),

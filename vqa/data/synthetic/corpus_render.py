@@ -9,7 +9,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .corpus_scene import BACKGROUNDS, COLOURS
+from .corpus_layout import BACKGROUNDS, COLOURS
 from .scenes_render import OUTLINES, _grid, _turn
 
 K = 4  # supersampling factor

@@ -4,7 +4,7 @@ Captions (four per image): every object left to right with its size, colour, fil
 right: large red striped star top left, small blue ring centre"); a tally with the background;
 and two relation statements that hold in the picture ("the red star is left of the blue ring", "... is bigger
 than ..."), an object named by the fewest words that pick it out alone. Questions: the six families of
-`vqa.data.synthetic` from two templates each, so that the decoder also learns the answer format.
+`generator` from two templates each, so that the decoder also learns the answer format.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from itertools import product
 
 import numpy as np
 
-from .corpus_scene import COLOURS, KINDS, RELATIONS, relation_holds, size_word
-from .synthetic import FAMILIES
+from .corpus_layout import COLOURS, KINDS, RELATIONS, relation_holds, size_word
+from .generator import FAMILIES
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6}  # others: yes/no
 NUMBERS = ("zero", "one", "two", "three", "four", "five")

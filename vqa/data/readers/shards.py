@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, InputError
-from .records import CaptionRecord, VQARecord
+from ...errors import DataError, InputError
+from ..records import CaptionRecord, VQARecord
 
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 SHARD_EXTS = (".tar", ".parquet")
@@ -360,7 +360,7 @@ def describe(split: ShardSplit, scan: bool = False, check_images: bool = False) 
     if not scan:
         return lines
     q = c = bad = 0
-    from .images import load_image
+    from ..images import load_image
 
     for s in split.iter_all():
         if not s.bad and check_images:

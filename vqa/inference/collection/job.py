@@ -1,11 +1,11 @@
 """Captioning or answering a whole collection: `vqa caption INPUT... --out FILE.jsonl`, `vqa ask`.
 
-The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.batch_loader`);
+The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.collection.loader`);
 each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
 `Predictor.caption_batch` / `answer_batch` (the compiled decode step when the Predictor compiles) while this
 thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
 position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
-are written in position order, one line each, flushed (`vqa.inference.job_output`): a killed run loses the
+are written in position order, one line each, flushed (`vqa.inference.collection.output`): a killed run loses the
 chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
 refuses, gets a record with `error`; the run goes on.
 """
@@ -17,14 +17,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..config import GenerationConfig
-from ..distributed import Dist, agree, on_main
-from ..errors import ConfigError, VQAError
-from ..logs import bars_off
-from .batch_loader import ChunkSource, Loaded, chunk_loader, rank_range
-from .collection import Collection
-from .job_output import Output, merge
-from .serving import Batcher, _key
+from ...config import GenerationConfig
+from ...distributed import Dist, agree, on_main
+from ...errors import ConfigError, VQAError
+from ...logs import bars_off
+from ..serving import Batcher, _key
+from .inputs import Collection
+from .loader import ChunkSource, Loaded, chunk_loader, rank_range
+from .output import Output, merge
 
 IN_FLIGHT = 2  # chunks handed to the model before the oldest is written: one running, one waiting
 
@@ -59,7 +59,7 @@ class Job:
     def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
                  top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True,
                  stamp: str | None = None):
-        """`stamp`: the job's settings digest every record carries (`vqa.inference.job_settings`)."""
+        """`stamp`: the job's settings digest every record carries (`vqa.inference.collection.settings`)."""
         self.pred, self.collection, self.output, self.kind = pred, collection, output, kind
         self.stamp = stamp
         self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)

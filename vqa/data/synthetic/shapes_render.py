@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .shapes_scene import BACKGROUNDS, COLORS
+from .shapes_layout import BACKGROUNDS, COLORS
 
 SUPERSAMPLE = 4
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from .json_files import decode_text, read_bytes
-from .records import CaptionBuilder, VQABuilder
-from .split import SplitData
+from ...errors import DataError
+from ..records import CaptionBuilder, VQABuilder
+from ..split import SplitData
+from .json_fields import decode_text, read_bytes
 
 JSONL = re.compile(r"^(?P<split>.+)\.jsonl$")
 

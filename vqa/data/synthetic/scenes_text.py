@@ -2,7 +2,7 @@
 
 Questions: every valid (question, answer) per family, from 2-3 templates each ("which colour is the biggest
 star?", "what is the pink thing?", "can you see a brown ring?", "what number of hearts can you see?", "is the
-cyan cross higher up than the white arrow?", "are the stars outnumbered by the rings?"); `vqa.data.synthetic`
+cyan cross higher up than the white arrow?", "are the stars outnumbered by the rings?"); `generator`
 picks among them so that answers stay balanced per question string. A thing is named by colour and / or kind,
 or as the clearly biggest / smallest of such things; a name used as a reference picks out exactly one object.
 Spatial words ("further left", "higher up") differ from Shapes' ("left of", "above"); any text that says left
@@ -17,9 +17,9 @@ from itertools import product
 
 import numpy as np
 
-from .scenes_scene import COLOURS, KINDS, extreme
-from .shapes_scene import relation_holds
-from .synthetic import FAMILIES
+from .generator import FAMILIES
+from .scenes_layout import COLOURS, KINDS, extreme
+from .shapes_layout import relation_holds
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 7}  # others: yes/no
 NUMBERS = ("zero", "one", "two", "three", "four", "five", "six")

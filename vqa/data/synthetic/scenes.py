@@ -3,8 +3,8 @@
 Why: a recipe tuned while watching Shapes may have learned Shapes rather than the task. Scenes asks the same six
 question families (so `vqa eval`'s table lines up) about other pictures in other words: another renderer
 (outlined, rotated polygons of 6 other kinds and 6 other colours, continuous sizes, patterned backgrounds and
-clutter: `scenes_scene`, `scenes_render`) and other templates and captions (`scenes_text`). It is built and
-written like Shapes (`vqa.data.synthetic`): the VQA v2 + COCO layout, answers balanced per question string,
+clutter: `scenes_layout`, `scenes_render`) and other templates and captions (`scenes_text`). It is built and
+written like Shapes (`generator`): the VQA v2 + COCO layout, answers balanced per question string,
 the same image side and split sizes by default, byte-identical for a seed. docs/scenes.md says more.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import synthetic
+from . import generator
+from .scenes_layout import make_scene
 from .scenes_render import render_job
-from .scenes_scene import make_scene
 from .scenes_text import N_ANSWERS, candidates, make_captions
 
-SCENES_SET = synthetic.SyntheticSet(
+SCENES_SET = generator.SyntheticSet(
     name="Scenes", prefix="scenes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
     render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "clutter", "objects"),
 )
@@ -25,7 +25,7 @@ SCENES_SET = synthetic.SyntheticSet(
 
 def build_split(split: str, n: int, side: int, seed: int, per_family: int = 1) -> dict:
     """Scenes, questions and captions of one split (no images)."""
-    return synthetic.build_split(SCENES_SET, split, n, side, seed, per_family=per_family)
+    return generator.build_split(SCENES_SET, split, n, side, seed, per_family=per_family)
 
 
 def generate_scenes(
@@ -34,4 +34,4 @@ def generate_scenes(
 ) -> dict:
     """Build the Scenes set in `out_dir` (as `generate_shapes` builds Shapes); returns the question-only prior
     baselines per split and family. Counts and answer histograms go to `scenes_info.json`."""
-    return synthetic.generate(SCENES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)
+    return generator.generate(SCENES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .scenes_scene import COLOURS, PALETTES
+from .scenes_layout import COLOURS, PALETTES
 
 K = 4  # supersampling factor of the drawing
 K_BACKGROUND = 2  # ... and of the background pattern (4x costs 4x the time and looks the same at 64 px)

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import ConfigError
-from ..logs import bars_off
+from ...errors import ConfigError
+from ...logs import bars_off
 
 FAMILIES = ("attribute_color", "attribute_shape", "existence", "count", "spatial", "comparison")
 ANSWER_TYPES = {"attribute_color": "other", "attribute_shape": "other", "existence": "yes/no",

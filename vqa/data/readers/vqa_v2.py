@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 
-from ..errors import DataError
-from .json_files import decode_fast, get_list, read_bytes, read_json, required
-from .records import VQABuilder
-from .split import ImageFinder, SplitData
+from ...errors import DataError
+from ..records import VQABuilder
+from ..split import ImageFinder, SplitData
+from .json_fields import decode_fast, get_list, read_bytes, read_json, required
 
 VQA_QUESTIONS = re.compile(r"^(?P<v2>v2_)?OpenEnded_mscoco_(?P<split>.+)_questions\.json$")
 

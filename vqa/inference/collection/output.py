@@ -5,10 +5,10 @@ What this tool writes: every line a JSON object whose first field is "image" (`R
 newline. A file that is not that (another program's JSON, whatever its last byte) is refused, never changed.
 
 Resuming. A rerun reads the output it is about to append to: every complete line is a record whose key
-(`vqa.inference.batch_loader.record_key`) is skipped, once its `settings` match the run's
-(`vqa.inference.job_settings`). A last line cut short by a kill (the start of a record) is removed (and said
+(`vqa.inference.collection.loader.record_key`) is skipped, once its `settings` match the run's
+(`vqa.inference.collection.settings`). A last line cut short by a kill (the start of a record) is removed (and said
 so); a malformed line elsewhere stops the job before any work, naming the line. One process writes an
-output at a time: `.NAME.lock` beside it, as `vqa.train.runlock` locks a run folder.
+output at a time: `.NAME.lock` beside it, as `vqa.locks` locks a run folder.
 
 Many processes. Under torchrun (or when part files of an earlier one are there) rank r appends to
 `NAME.part-0000r`, its records carrying their `index` (position in the input order); the merge writes the
@@ -24,9 +24,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
-from ..train.runlock import RunLock
-from .batch_loader import record_key
+from ...errors import ConfigError, DataError
+from ...locks import RunLock
+from .loader import record_key
 
 
 def part_path(out: Path, rank: int) -> Path:
@@ -101,7 +101,7 @@ class Output:
         self._file = None
         self._locks: list[RunLock] = []
         self.written = self.errors = 0
-        self.done_keys: set = set()  # what `done()` found, once the output is open (`batch_job.open_output`)
+        self.done_keys: set = set()  # what `done()` found, once the output is open (`job.open_output`)
         self.failed_keys: set = set()
         self.settings_found: set = set()  # the `settings` digests of the records found
 

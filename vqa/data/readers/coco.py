@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from .json_files import decode_fast, get_list, read_bytes, read_json, required
-from .records import CaptionBuilder
-from .split import ImageFinder, SplitData
+from ..records import CaptionBuilder
+from ..split import ImageFinder, SplitData
+from .json_fields import decode_fast, get_list, read_bytes, read_json, required
 
 COCO_CAPTIONS = re.compile(r"^captions_(?P<split>.+)\.json$")
 

@@ -1,5 +1,6 @@
-"""The data set formats and the splits of a data folder: VQA v2 / OK-VQA (`vqa_v2`), COCO captions (`coco`), the
-Karpathy split file (`karpathy`), TextVQA, VizWiz and GQA (`benchmarks`) and the project's JSONL schema (`jsonl`).
+"""The data set formats of a folder, in one table (`FORMATS`): the file names each is found by and its reader.
+VQA v2 / OK-VQA (`vqa_v2`), COCO captions (`coco`), the Karpathy split file (`karpathy`), TextVQA, VizWiz and GQA
+(`benchmarks`) and the project's JSONL schema (`jsonl`); shards (webdataset tars, parquet) are `shards`.
 
 A data set is a folder; its splits are found from the file names (see `find_splits`), and one split may mix
 formats (the Shapes set has VQA v2 questions and COCO captions for the same images). Every reader turns its
@@ -13,39 +14,76 @@ dropped.
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DataError
+from ...errors import DataError
+from ..records import CaptionBuilder, Strings, VQABuilder
+from ..split import ImageFinder, SplitData
 from .benchmarks import GQA, TEXTVQA, VIZWIZ, is_vizwiz, load_gqa, load_textvqa, load_vizwiz
 from .coco import COCO_CAPTIONS, load_coco
 from .jsonl import JSONL, load_jsonl
 from .karpathy import KARPATHY, SPLITS, load_karpathy
-from .records import CaptionBuilder, Strings, VQABuilder
-from .split import ImageFinder, SplitData
 from .vqa_v2 import VQA_QUESTIONS, load_vqa
 
-_PATTERNS = (("vqa", VQA_QUESTIONS), ("coco", COCO_CAPTIONS), ("jsonl", JSONL), ("textvqa", TEXTVQA), ("gqa", GQA),
-             ("vizwiz", VIZWIZ))
+
+@dataclass(frozen=True)
+class FileToRead:
+    """What a reader is given: one file of the split being read, and the builders its records go to."""
+
+    path: Path
+    split: str
+    finder: ImageFinder
+    sd: SplitData
+    vqa: VQABuilder
+    caps: CaptionBuilder
+    require_answers: bool
+    check_images: bool
 
 
-def _data_files(data_dir: Path) -> Iterator[tuple[str, str, Path]]:
-    """(kind, split, path) of every data file at the top level of `data_dir` or under `annotations/` (VizWiz's
-    `Annotations/` too); the Karpathy file gives one of each of its splits."""
+@dataclass(frozen=True)
+class Format:
+    """A data set format: the file name it is found by (the pattern's `split` group names the split) and the
+    reader of one such file."""
+
+    name: str
+    pattern: re.Pattern
+    read: Callable[[FileToRead], None]
+    splits: tuple[str, ...] = ()  # a file that holds these splits, whatever its name (Karpathy's)
+    accepts: Callable[[Path], bool] | None = None  # a further check of a common file name (VizWiz's train.json)
+
+
+# a file is of the first format whose pattern matches its name (and that accepts it)
+FORMATS = (
+    Format("karpathy", KARPATHY, lambda f: load_karpathy(f.path, f.split, f.finder, f.sd, f.caps),
+           splits=tuple(SPLITS)),
+    Format("vqa_v2", VQA_QUESTIONS, lambda f: load_vqa(f.path, f.finder, f.sd, f.vqa, f.require_answers)),
+    Format("coco", COCO_CAPTIONS, lambda f: load_coco(f.path, f.finder, f.sd, f.caps)),
+    Format("jsonl", JSONL, lambda f: load_jsonl(f.path, f.sd, f.vqa, f.caps, f.check_images)),
+    Format("textvqa", TEXTVQA,
+           lambda f: load_textvqa(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers)),
+    Format("gqa", GQA, lambda f: load_gqa(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers)),
+    Format("vizwiz", VIZWIZ, lambda f: load_vizwiz(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers),
+           accepts=is_vizwiz),
+)
+
+
+def _data_files(data_dir: Path) -> Iterator[tuple[Format, str, Path]]:
+    """(format, split, path) of every data file at the top level of `data_dir` or under `annotations/`
+    (VizWiz's `Annotations/` too); a file that holds several splits (Karpathy's) gives one of each."""
     for folder in (data_dir, data_dir / "annotations", data_dir / "Annotations"):
         if not folder.is_dir():
             continue
         for p in sorted(folder.iterdir()):
             if not p.is_file():
                 continue
-            if KARPATHY.match(p.name):
-                yield from (("karpathy", split, p) for split in SPLITS)
-                continue
-            for kind, pattern in _PATTERNS:
-                m = pattern.match(p.name)
-                if m and (kind != "vizwiz" or is_vizwiz(p)):
-                    yield kind, m["split"], p
+            for fmt in FORMATS:
+                m = fmt.pattern.match(p.name)
+                if m and (fmt.accepts is None or fmt.accepts(p)):
+                    yield from ((fmt, split, p) for split in fmt.splits or (m["split"],))
                     break
 
 
@@ -75,9 +113,6 @@ def pick_split(splits: list[str], role: str, where: str, flag: str) -> str | Non
     return None
 
 
-_BENCHMARKS = {"textvqa": load_textvqa, "vizwiz": load_vizwiz, "gqa": load_gqa}
-
-
 def load_split(
     data_dir: str | Path,
     split: str,
@@ -99,20 +134,11 @@ def load_split(
     sd = SplitData(split=split, data_dir=data_dir)
     finder = ImageFinder(data_dir, split, check_images)
     vqa, caps = VQABuilder(sd.image_files, Strings()), CaptionBuilder(sd.image_files)
-    for kind, s, path in _data_files(data_dir):
+    for fmt, s, path in _data_files(data_dir):
         if s != split:
             continue
         sd.files.append(path)
-        if kind == "vqa":
-            load_vqa(path, finder, sd, vqa, require_answers)
-        elif kind == "coco":
-            load_coco(path, finder, sd, caps)
-        elif kind == "karpathy":
-            load_karpathy(path, split, finder, sd, caps)
-        elif kind in _BENCHMARKS:
-            _BENCHMARKS[kind](path, split, finder, sd, vqa, require_answers)
-        else:
-            load_jsonl(path, sd, vqa, caps, check_images)
+        fmt.read(FileToRead(path, split, finder, sd, vqa, caps, require_answers, check_images))
     sd.vqa, sd.captions = vqa.freeze(), caps.freeze()
     if not len(sd.vqa) and not len(sd.captions):
         raise DataError(f"{data_dir}: split {split!r} has no usable records ({sd.report()})")
@@ -121,39 +147,4 @@ def load_split(
     return sd
 
 
-TOKENIZER_SAMPLES = 200_000  # questions + captions a tokenizer is trained on at most (as for streamed shards)
-
-
-def corpus_texts(split_data: SplitData | Iterable[SplitData], limit: int | None = TOKENIZER_SAMPLES) -> Iterator[str]:
-    """The text a tokenizer should be trained on: questions, their distinct answers, captions. Beyond `limit`
-    questions + captions, an even sample of them (every k-th question with its answers, every k-th caption):
-    VQA v2's 858k take a fifth of the time to train on, and a BPE vocabulary is settled long before."""
-    parts = [split_data] if isinstance(split_data, SplitData) else list(split_data)
-    total = sum(len(sd.vqa.question) + len(sd.captions.caption) for sd in parts)
-    step = 1 if limit is None or total <= limit else -(-total // limit)  # ceil
-    for sd in parts:
-        t = sd.vqa
-        s = t.strings.items
-        empty = t.strings.id("")
-        starts = t.ans_start.tolist()
-        answers = t.answers.tolist()
-        for i, q in enumerate(t.question.tolist()[::step]):
-            i *= step
-            yield s[q]
-            yield from (s[a] for a in dict.fromkeys(answers[starts[i] : starts[i + 1]]) if a != empty)
-        yield from sd.captions.caption[::step]
-
-
-def corpus_batches(split_data: SplitData | Iterable[SplitData], size: int = 4096) -> Iterator[list[str]]:
-    """`corpus_texts` in lists of `size`: the tokenizer's trainer takes them without a Python call per text."""
-    batch: list[str] = []
-    for text in corpus_texts(split_data):
-        batch.append(text)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-__all__ = ["find_splits", "pick_split", "load_split", "corpus_texts", "corpus_batches"]
+__all__ = ["FORMATS", "Format", "find_splits", "pick_split", "load_split"]

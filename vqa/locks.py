@@ -1,5 +1,5 @@
-"""One process trains in a run folder at a time: an exclusive lock on `RUN/.lock`, held for the whole run.
-(`vqa caption / ask --out FILE` locks its output the same way: `RunLock.for_file`.)
+"""One process writes a place at a time: `vqa train` holds an exclusive lock on `RUN/.lock` for the whole run, and
+`vqa caption / ask --out FILE` one on `.FILE.lock` beside its output (`RunLock.for_file`).
 
 The lock is the operating system's (filelock's descriptor lock: `flock` on Unix, `LockFileEx` on Windows), which
 it releases when the process ends however it ends (a kill included), so a stale lock never blocks a resume. The
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from filelock import lock_descriptor
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 
 class RunLock:

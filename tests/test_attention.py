@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from helpers import tiny_model
 
-from vqa.decoding.step import StaticKVCache
+from vqa.decoding.static_cache import StaticKVCache
 from vqa.model import Attention
 
 

@@ -90,7 +90,7 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     False: no softmax over nothing, no NaN); and onnxruntime then writes the caches PyTorch writes, at every slot
     of every layer -- padding slots too, whose keys above the first layer come from the padding queries' rows."""
     from vqa.decoding.batch import left_pad
-    from vqa.decoding.step import DecodeState, prefill
+    from vqa.decoding.static_cache import CacheBuffers, prefill
     from vqa.export.onnx import DecoderStepGraph
     from vqa.model.decoder import TextDecoder
 
@@ -104,7 +104,7 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     forward = TextDecoder.forward
     monkeypatch.setattr(TextDecoder, "forward", lambda self, *a, **kw: masks.append(kw["mask"]) or forward(self, *a, **kw))
     b, p = ids.shape
-    state = DecodeState.allocate(cfg, b, p, torch.float32, "cpu")
+    state = CacheBuffers.allocate(cfg, b, p, torch.float32, "cpu")
     empty = torch.zeros(cfg.dec_depth, b, cfg.dec_heads, 0, cfg.dec_width // cfg.dec_heads)
     with torch.no_grad():
         prefill(model.decoder, state, ids, valid, kv, padded=True)

@@ -208,10 +208,10 @@ def test_a_constrained_vocabulary_decodes_over_its_tokens_alone(model, images):
 def test_decode_state_allocates_every_buffer_with_the_dtype_and_device_asked():
     from helpers import tiny_config
 
-    from vqa.decoding.step import DecodeState
+    from vqa.decoding.static_cache import CacheBuffers
 
     cfg = tiny_config()
-    s = DecodeState.allocate(cfg, batch=3, slots=7, dtype=torch.float64, device="meta")
+    s = CacheBuffers.allocate(cfg, batch=3, slots=7, dtype=torch.float64, device="meta")
     assert len(s.k) == len(s.v) == cfg.dec_depth
     shape = (3, cfg.dec_heads, 7, cfg.dec_width // cfg.dec_heads)
     assert all(t.shape == shape and t.dtype == torch.float64 for t in (*s.k, *s.v))

@@ -27,7 +27,7 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
     for t in range(8):
         tok = eager.logits.argmax(-1)
         torch.testing.assert_close(compiled.step(tok), eager.step(tok), atol=1e-5, rtol=1e-5, msg=f"step {t}")
-    assert compiled.compiled.failed is None  # really compiled, no fallback
+    assert compiled.state.compiled_step.failed is None  # really compiled, no fallback
     # greedy (4 rows), beam (16 rows), greedy again: after warm-up only the guards that tell graphs apart run
     # (SKIP_GUARDS), and they must still pick the 4-row graph after the 16-row one was built
     for kw in (dict(), dict(method="beam", num_beams=3), dict()):

@@ -7,7 +7,8 @@ import pytest
 import torch
 from generate_fixtures import PROMPTS, loglik
 
-from vqa.decoding.generate import filter_logits, generate
+from vqa.decoding.generate import generate
+from vqa.decoding.sample import filter_logits
 
 
 def test_sampling_with_top_k_1_equals_greedy(model, images):

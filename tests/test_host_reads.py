@@ -57,7 +57,7 @@ def test_the_cache_takes_keys_in_its_own_dtype():
     """Under CUDA autocast a QK-normed key leaves its LayerNorm in float32 while the values come from a bf16
     matmul: the cache stores both in its own dtype (this crashed on an H100: index_copy_ of BFloat16 into
     Float)."""
-    from vqa.decoding.step import StaticKVCache
+    from vqa.decoding.static_cache import StaticKVCache
 
     k = torch.zeros(1, 2, 4, 8)
     cache = StaticKVCache(k, k.clone(), torch.tensor([1]))

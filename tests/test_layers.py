@@ -148,9 +148,17 @@ def test_lazy_imports_count(tmp_path):
     assert imports_of("vqa.config", p, {"vqa.demo": p, "vqa.config": p}) == {"vqa.demo"}
 
 
-def test_decoding_methods_named_in_config_are_the_registered_ones():
+def test_each_decoding_method_the_config_registers_is_a_function_of_the_decoding_layer():
+    # the registry (vqa.config, below vqa.decoding) names each function as "module:function": each must load
     pytest.importorskip("torch")
-    from vqa.config import DECODING_METHODS
-    from vqa.decoding.generate import METHODS
+    import inspect
 
-    assert tuple(METHODS) == DECODING_METHODS
+    from vqa.config import DECODING_METHODS
+    from vqa.decoding.generate import method_function
+
+    for name, entry in DECODING_METHODS.items():
+        function = method_function(name)
+        assert f"{function.__module__}:{function.__name__}" == entry.function, name
+        assert layer_of(function.__module__) == layer_of("vqa.decoding"), name
+        assert list(inspect.signature(function).parameters) == ["decoder", "config"], name
+    assert [name for name, entry in DECODING_METHODS.items() if entry.random] == ["sample"]

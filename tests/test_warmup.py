@@ -53,7 +53,7 @@ def test_a_batch_shape_whose_buffers_were_evicted_decodes_like_eager_when_it_ret
         got = generate(model, prompts[:n], images, max_new_tokens=6, compile=True)
         assert got.sequences == want.sequences, n
         assert got.scores == pytest.approx(want.scores, abs=1e-4)
-    assert len(compiled_step(model.decoder)._states) == 2 and compiled_step(model.decoder).failed is None
+    assert len(compiled_step(model.decoder)._buffers) == 2 and compiled_step(model.decoder).failed is None
 
 
 def test_a_background_warm_up_answers_eagerly_meanwhile_then_switches_to_the_compiled_step(quick_compile,

@@ -9,20 +9,22 @@
 
 A preset is one entry of `PRESETS`: its model fields and its training defaults together.
 
-Files: `base` (JSON I/O, field checks, removed options), `model`, `presets`, `train`, `generation`.
+Files: `base` (JSON I/O, field checks, removed options), `model`, `presets`, `train`, `generation`,
+`decoding_methods` (the registry of decoding methods).
 """
 
 from __future__ import annotations
 
 from .base import REMOVED_FIELDS, check_fields
-from .generation import ANSWER_TOKENS, CAPTION_TOKENS, DECODING_METHODS, GenerationConfig
+from .decoding_methods import DECODING_METHODS, DecodingMethod
+from .generation import ANSWER_TOKENS, CAPTION_TOKENS, GenerationConfig
 from .model import DEC_ACTIVATIONS, ModelConfig, timm_data_config
 from .presets import GPT2_DECODER, PRESETS, VIT_ARCHITECTURE, Preset, get_preset, preset, preset_fields
 from .train import LENGTH_FIELDS, PARTS, TrainConfig, parse_duration, parse_tasks, train_defaults
 
 __all__ = [
-    "REMOVED_FIELDS", "check_fields", "ANSWER_TOKENS", "CAPTION_TOKENS", "DECODING_METHODS", "GenerationConfig",
-    "DEC_ACTIVATIONS", "ModelConfig", "timm_data_config", "GPT2_DECODER", "PRESETS", "VIT_ARCHITECTURE", "Preset",
-    "get_preset", "preset", "preset_fields", "LENGTH_FIELDS", "PARTS", "TrainConfig", "parse_duration",
-    "parse_tasks", "train_defaults",
+    "REMOVED_FIELDS", "check_fields", "ANSWER_TOKENS", "CAPTION_TOKENS", "DECODING_METHODS", "DecodingMethod",
+    "GenerationConfig", "DEC_ACTIVATIONS", "ModelConfig", "timm_data_config", "GPT2_DECODER", "PRESETS",
+    "VIT_ARCHITECTURE", "Preset", "get_preset", "preset", "preset_fields", "LENGTH_FIELDS", "PARTS", "TrainConfig",
+    "parse_duration", "parse_tasks", "train_defaults",
 ]

@@ -9,9 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import _Config, _opt
-
-DECODING_METHODS = ("greedy", "beam", "sample")  # each is registered with its code in vqa.decoding.generate
-
+from .decoding_methods import DECODING_METHODS
 
 ANSWER_TOKENS = 10  # VQA answers are a few words: the default budget when decoding answers
 # the default caption budget: every preset's whole context (at most 64 positions), a few sentences for a model
@@ -31,7 +29,7 @@ class GenerationConfig(_Config):
     slider's (min, max, step), or "number" with its `bounds`); the server checks what the app sends against
     the same bounds (`ui_bounds`, `ui_value`)."""
 
-    method: str = field(default="greedy", metadata=_opt("decoding method", choices=DECODING_METHODS))
+    method: str = field(default="greedy", metadata=_opt("decoding method", choices=tuple(DECODING_METHODS)))
     max_new_tokens: int | None = field(default=None, metadata=_opt(
         f"longest output in tokens (default: {ANSWER_TOKENS} for answers, {CAPTION_TOKENS} for captions; at most "
         "the context the prompt leaves)"))

@@ -1,4 +1,4 @@
-"""Beam search, one of the decoding methods of `vqa.decoding.generate` (`METHODS["beam"]`)."""
+"""Beam search (`DECODING_METHODS["beam"]`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ..config import GenerationConfig
 from .batch import BatchDecoder, Generation
 
 
-def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
+def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
     """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
     k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability
     divided by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended
@@ -20,12 +20,11 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
     prompt's budget are ended there. One beam is greedy decoding at length_penalty 0 (exact bound) or with
     early_stopping; at length_penalty > 0 the exact search may find a longer hypothesis that greedy's
     first <eos> cut off, scoring higher per token."""
-    k, lp = config.num_beams, config.length_penalty
-    b = len(prompts)
-    dec = BatchDecoder(model, kv, prompts, config, **decoding)  # the prompt is run once per prompt, not per beam
-    eos, device = dec.eos, dec.logits.device
+    k, length_penalty = config.num_beams, config.length_penalty
+    b = len(decoder.budget)
+    eos, device = decoder.eos, decoder.logits.device
     if k > 1:
-        dec.expand(k)  # [B*K] rows, the beams of a prompt share its image
+        decoder.expand(k)  # [B*K] rows: each prompt ran once, its beams continue from it and share its image
     beam_score = torch.full((b, k), float("-inf"), device=device)
     beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
     # the bookkeeping lives on the host, in lists: each step moves the top candidates to the host once and the
@@ -34,13 +33,15 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
     ended: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]
     done = [False] * b
     inf = float("inf")
-    logits = dec.logits
-    for t in range(dec.max_new):
+    logits = decoder.logits
+    for t in range(decoder.max_new):
         vocab = logits.shape[-1]
         # the model's log-probabilities, -inf on what may not come next (banned tokens, an early <eos>)
-        cand = (beam_score.view(-1, 1) + dec.choices(logits.log_softmax(-1), t)).view(b, k * vocab)  # [B, K*V]
-        top_score, top_idx = cand.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
-        ts, ti = torch.stack([top_score.double(), top_idx.double()]).tolist()  # the step's one transfer
+        allowed = decoder.choices(logits.log_softmax(-1), t)  # [B*K, V]
+        candidates = (beam_score.view(-1, 1) + allowed).view(b, k * vocab)  # [B, K*V]
+        top_score, top_index = candidates.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
+        # the step's one transfer
+        top_scores, top_indices = torch.stack([top_score.double(), top_index.double()]).tolist()
         new_score = [[-inf] * k for _ in range(b)]
         new_src = [[0] * k for _ in range(b)]
         new_tok = [[eos] * k for _ in range(b)]
@@ -50,29 +51,31 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
                 continue
             j = 0
             for rank in range(2 * k):
-                s, (parent, w) = ts[i][rank], divmod(int(ti[i][rank]), vocab)
+                s, (parent, w) = top_scores[i][rank], divmod(int(top_indices[i][rank]), vocab)
                 if s == -inf:  # not allowed here (or a beam not started): no hypothesis, nor any after it
                     break
                 if w == eos:
                     if rank < k:
-                        ended[i].append((s / (t + 1) ** lp, seqs[i * k + parent], s))
+                        ended[i].append((s / (t + 1) ** length_penalty, seqs[i * k + parent], s))
                 else:
                     new_score[i][j], new_src[i][j], new_tok[i][j] = s, parent, w
                     j += 1
                 if j == k:
                     break
-            if t + 1 >= dec.budget[i]:  # out of room: the live beams end here
+            if t + 1 >= decoder.budget[i]:  # out of room: the live beams end here
                 out_of_room.append(i)
                 done[i] = True
             elif len(ended[i]) >= k:
                 ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
-                length = dec.budget[i] if lp > 0 else t + 2  # the length that flatters a live beam most
-                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= new_score[i][0] / length**lp
+                length = decoder.budget[i] if length_penalty > 0 else t + 2  # what flatters a live beam most
+                best_live = new_score[i][0] / length**length_penalty
+                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= best_live
         for i in out_of_room:
             for j in range(k):
                 if new_score[i][j] > -inf:
                     s = new_score[i][j]
-                    ended[i].append((s / (t + 1) ** lp, seqs[i * k + new_src[i][j]] + [new_tok[i][j]], s))
+                    hypothesis = seqs[i * k + new_src[i][j]] + [new_tok[i][j]]
+                    ended[i].append((s / (t + 1) ** length_penalty, hypothesis, s))
         if all(done):
             break
         flat = [i * k + new_src[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows
@@ -81,9 +84,9 @@ def beam_search(model, kv, prompts, config: GenerationConfig, **decoding) -> Gen
         kept = torch.tensor([[s for row in new_score for s in row], flat, toks], dtype=torch.float64)
         kept = kept.to(device, non_blocking=True)  # the step's one transfer back: [3, B*K]
         beam_score = kept[0].float().view(b, k)
-        dec.reorder(kept[1].long())
-        logits = dec.step(kept[2].long())
-    beams = [[(dec.ids([seq])[0], raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
+        decoder.reorder(kept[1].long())
+        logits = decoder.step(kept[2].long())
+    beams = [[(decoder.ids([seq])[0], raw) for _, seq, raw in sorted(e, key=lambda h: -h[0])[:k]] for e in ended]
     return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
 
 

@@ -1,4 +1,4 @@
-"""torch.compile for inference: the decode step (`vqa.decoding.step`) and, where it pays, the image encoder, with
+"""torch.compile for inference: the decode step (`vqa.decoding.static_cache`) and, where it pays, the image encoder, with
 the model's weights frozen into the compiled code.
 
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
@@ -23,7 +23,7 @@ import weakref
 import torch
 from torch import nn
 
-from .step import DecodeState, decode_step
+from .static_cache import CacheBuffers, decode_step
 
 
 def _compile_errors() -> tuple[type[Exception], ...]:
@@ -53,11 +53,11 @@ def bucket(rows: int) -> int:
 
 
 class CompiledStep:
-    """`decode_step` compiled for one model, with its state buffers pooled per (batch, slots): a decoding takes a
-    state from the pool and gives it back, so the compiled graph (and a CUDA graph) always sees the tensors it
+    """`decode_step` compiled for one model, with its cache buffers pooled per (batch, slots): a decoding takes
+    buffers from the pool and gives them back, so the compiled graph (and a CUDA graph) always sees the tensors it
     was captured with. One decoding at a time per model (a lock)."""
 
-    POOL = 16  # state shapes kept per model: a bucket of rows each (and its dtype), so none is evicted in practice
+    POOL = 16  # buffer shapes kept per model: a bucket of rows each (and its dtype), so none is evicted in practice
 
     def __init__(self, decoder: nn.Module):
         import torch._inductor.config  # noqa: F401 (patched around each call)
@@ -70,35 +70,35 @@ class CompiledStep:
         self.fn = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
         self.lock = threading.Lock()
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
-        self._states: dict[tuple, tuple[DecodeState, list | None]] = {}
+        self._buffers: dict[tuple, tuple[CacheBuffers, list | None]] = {}
         self._compiled_shapes: set[tuple] = set()
 
-    def state(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[DecodeState, list]:
-        """A reset state for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
+    def buffers(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[CacheBuffers, list]:
+        """Reset buffers for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
         pooled copy of `memory_kv` (a CUDA graph reads its inputs from fixed addresses), else `memory_kv`."""
         n = memory_kv[0][0].shape[2]
         key = (batch, slots, n, dtype, str(device))
-        if key not in self._states:
-            if len(self._states) >= self.POOL:
-                self._states.pop(next(iter(self._states)))
-            state = DecodeState.allocate(self.cfg, batch, slots, dtype, device)
+        if key not in self._buffers:
+            if len(self._buffers) >= self.POOL:
+                self._buffers.pop(next(iter(self._buffers)))
+            cache = CacheBuffers.allocate(self.cfg, batch, slots, dtype, device)
             kv = None
             if self.cuda:  # CUDA graphs read and write these in place: their addresses must not change
                 kv = [(torch.empty_like(k), torch.empty_like(v)) for k, v in memory_kv]
-                for t in (*state.tensors(), *(x for pair in kv for x in pair)):
+                for t in (*cache.tensors(), *(x for pair in kv for x in pair)):
                     torch._dynamo.mark_static_address(t)
-            self._states[key] = (state, kv)
-        state, kv = self._states[key]
-        state.reset()
+            self._buffers[key] = (cache, kv)
+        cache, kv = self._buffers[key]
+        cache.reset()
         if kv is None:
-            return state, memory_kv
+            return cache, memory_kv
         for (k, v), (k_new, v_new) in zip(kv, memory_kv, strict=True):
             k.copy_(k_new)
             v.copy_(v_new)
-        return state, kv
+        return cache, kv
 
-    def __call__(self, decoder, head, tokens, state: DecodeState, memory_kv) -> torch.Tensor:
-        args = (decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, memory_kv)
+    def __call__(self, decoder, head, tokens, cache: CacheBuffers, memory_kv) -> torch.Tensor:
+        args = (decoder, head, tokens, cache.pos, cache.slot, cache.key_valid, cache.k, cache.v, memory_kv)
         if self.failed is None:
             if self.cuda:
                 torch.compiler.cudagraph_mark_step_begin()
@@ -106,8 +106,8 @@ class CompiledStep:
             # tracing), but patching them costs more than a whole step: only the first call of each kind of input
             # (shapes, and the global state dynamo guards on), which is when torch.compile (re)compiles, runs
             # under them. A recompile this misses would give an unfrozen graph: slower, the same results.
-            shapes = (state.batch, state.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
-                      state.k[0].dtype, tokens.is_inference(), torch.is_grad_enabled(),
+            shapes = (cache.batch, cache.slots, memory_kv[0][0].shape[2], None if head is None else head.shape[0],
+                      cache.k[0].dtype, tokens.is_inference(), torch.is_grad_enabled(),
                       torch.is_autocast_enabled(tokens.device.type),
                       torch._C._len_torch_function_stack())  # a TorchFunctionMode (a profiler, a counter) retraces
             try:

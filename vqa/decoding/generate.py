@@ -1,28 +1,28 @@
-"""Generation: greedy, beam search (`vqa.decoding.beam`) and top-k / top-p sampling (the `METHODS`), candidate
-ranking and the cross-attention maps behind generated words.
+"""`generate`: decode a batch of prompts by the method its GenerationConfig names, candidate ranking
+(`score_candidates`) and the cross-attention maps behind generated words.
 
-Every method decodes a batch of prompts through one `vqa.decoding.batch.BatchDecoder`: the image's keys/values
-computed once, a preallocated KV cache, left-padded prompts each with its own length budget (so a padded batch
-gives exactly what the prompts give one by one), each new token through the fixed-shape decode step
-(`vqa.decoding.step`), eagerly or, with `compile=True`, through torch.compile (CUDA graphs on a GPU).
-
-A decoding method is a function `(model, kv, prompts, config, **decoding) -> Generation` in `METHODS` (the
-`decoding` keywords go to `BatchDecoder`); its settings are fields of `GenerationConfig` (vqa.config), which
-validates them. Adding one touches these two places.
+A decoding method is a function `(decoder: BatchDecoder, config: GenerationConfig) -> Generation`, named in
+`vqa.config.DECODING_METHODS` (greedy, beam search in `vqa.decoding.beam`, sampling in `vqa.decoding.sample`).
+`generate` checks the inputs, builds the one `vqa.decoding.batch.BatchDecoder` the method runs on (the
+image's keys/values computed once, a preallocated KV cache, left-padded prompts each with its own length
+budget, each new token through the fixed-shape step, eagerly or, with `compile=True`, through torch.compile)
+and calls the method.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..config import GenerationConfig
+from ..config import DECODING_METHODS, GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
 from .batch import BatchDecoder, Generation, ban_bias
-from .beam import beam_search
 from .compiled import compiled_step
 from .compiled import encode as encode_images
 
@@ -34,17 +34,11 @@ def _check_ids(model: VQAModel, rows: list[list[int]]) -> None:
         raise InputError(f"token id {bad} is outside the vocabulary (0..{vocab - 1}): wrong tokenizer?")
 
 
-def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Keep the top_k most likely tokens and the smallest set whose probability reaches top_p; -inf the rest."""
-    if top_k > 0:
-        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # the tokens after the nucleus is full
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return logits
+@functools.cache
+def method_function(name: str) -> Callable[[BatchDecoder, GenerationConfig], Generation]:
+    """The function of the decoding method `name` (`DECODING_METHODS[name].function`, "module:function")."""
+    module, _, function = DECODING_METHODS[name].function.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def generation_config(config: GenerationConfig | None, changes: dict,
@@ -68,7 +62,7 @@ def generate(
     config: GenerationConfig | None = None,
     vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
     banned: Sequence[int] | frozenset[int] | None = None,  # token ids never generated: Tokenizer.never_generated
-    compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.step.CompiledStep)
+    compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.compiled_state)
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
     """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`.
@@ -106,11 +100,11 @@ def generate(
         raise InputError("the vocabulary allowed holds no token but <eos>, and min_new_tokens asks for at least "
                          f"{config.min_new_tokens}: nothing can be generated")
     kv = model.memory_kv(memory, image_index)
-    decoding = dict(vocab=allowed, ban=None if allowed is not None else ban_bias(model, banned))
-    if not compile:
-        return METHODS[config.method](model, kv, prompts, config, **decoding)
-    with compiled_step(model.decoder).lock:  # its state buffers serve one decoding at a time
-        return METHODS[config.method](model, kv, prompts, config, compiled=True, **decoding)
+    ban = None if allowed is not None else ban_bias(model, banned)
+    method = method_function(config.method)
+    # the compiled step's pooled buffers serve one decoding at a time
+    with compiled_step(model.decoder).lock if compile else contextlib.nullcontext():
+        return method(BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban), config)
 
 
 def _banned(model: VQAModel, banned) -> frozenset[int]:
@@ -133,59 +127,6 @@ def answer_vocab(model: VQAModel, ids: Sequence[int] | torch.Tensor,
     device = model.decoder.embed.weight.device
     keep = ({int(i) for i in ids} - set(banned)) | {model.cfg.eos_id}
     return torch.as_tensor(sorted(keep), dtype=torch.long, device=device)
-
-
-def _greedy(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
-    return _greedy_or_sample(model, kv, prompts, config, sample=False, **decoding)
-
-
-def _sample(model, kv, prompts, config: GenerationConfig, **decoding) -> Generation:
-    return _greedy_or_sample(model, kv, prompts, config, sample=True, **decoding)
-
-
-def _greedy_or_sample(model, kv, prompts, config: GenerationConfig, sample: bool, **decoding) -> Generation:
-    dec = BatchDecoder(model, kv, prompts, config, **decoding)
-    eos, b, n = dec.eos, len(prompts), dec.max_new
-    device = dec.logits.device
-    generator = None
-    if sample and config.seed is not None:
-        generator = torch.Generator(device=device).manual_seed(int(config.seed))
-    # per step: the tokens chosen [B] and their log-probabilities; a row's tokens after its first <eos> are
-    # ignored (the row is still fed, so the batch keeps its shape), so the loop does no per-row bookkeeping
-    toks, lps = [], []
-    spent = torch.as_tensor(dec.budget, device=device) <= torch.arange(1, n + 1, device=device)[:, None]  # [T, B]
-    done = torch.zeros(b, dtype=torch.bool, device=device)  # the row produced <eos>
-    logits = dec.logits
-    for t in range(n):
-        logp = logits.log_softmax(-1)  # [B, V]: the model's distribution, which scores the tokens chosen
-        if sample:  # among the tokens allowed (`choices`: none banned, no <eos> before min_new_tokens)
-            probs = filter_logits(dec.choices(logits, t) / config.temperature, config.top_k, config.top_p).softmax(-1)
-            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]  # [B]
-        else:
-            tok = dec.choices(logp, t).argmax(-1)
-        lp = logp.gather(1, tok[:, None])[:, 0]
-        toks.append(tok)
-        lps.append(lp)
-        if t == n - 1:
-            break
-        # every row ended or used its budget? (no row can end while <eos> is still forbidden)
-        if t + 1 >= config.min_new_tokens:
-            done |= tok == eos
-            if bool((done | spent[t]).all()):
-                break
-        logits = dec.step(tok)
-    tokens, logps = torch.stack(toks, 1).tolist(), torch.stack(lps, 1).tolist()  # [B, T]
-    sequences, scores = [], []
-    for i in range(b):
-        row = tokens[i][: dec.budget[i]]
-        end = row.index(eos) if eos in row else len(row)  # the sequence stops before <eos> ...
-        sequences.append(row[:end])
-        scores.append(sum(logps[i][: min(end + 1, len(row))]))  # ... and its score counts <eos>
-    return Generation(sequences=dec.ids(sequences), scores=scores)
-
-
-
-METHODS = {"greedy": _greedy, "beam": beam_search, "sample": _sample}
 
 
 @torch.no_grad()
@@ -236,5 +177,5 @@ def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int
     return stacked[:, :, start : start + len(generated)].permute(2, 0, 1, 3)  # [G, L, H, N]
 
 
-__all__ = ["Generation", "METHODS", "generate", "generation_config", "answer_vocab", "filter_logits",
-           "score_candidates", "cross_attention_maps"]
+__all__ = ["Generation", "method_function", "generate", "generation_config", "answer_vocab", "score_candidates",
+           "cross_attention_maps"]

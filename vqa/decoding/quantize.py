@@ -6,7 +6,7 @@ each input row is quantized to int8 on the fly, so the matmul runs in integers (
 the tied LM head, LayerNorms and convolutions stay float32. Eagerly these int8 matmuls are slower than float32
 on a CPU (torchao's eager path re-reads the weight to correct for the unsigned activations); compiled, with the
 weights frozen in, they run oneDNN's int8 kernels -- which is what the compiled decode step does
-(`vqa.decoding.step`, `Predictor(compile=True)`). It scores within 0.1 points of float32 on Shapes.
+(`vqa.decoding.compiled`, `Predictor(compile=True)`). It scores within 0.1 points of float32 on Shapes.
 
 torchao is the optional extra `vqa[int8]` (PyTorch's maintained quantization library; `torch.ao.quantization`
 is deprecated). Where int8 cannot run -- no torchao, not a CPU, no quantized engine in this PyTorch build --

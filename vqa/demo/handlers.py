@@ -23,7 +23,7 @@ import gradio as gr
 import numpy as np
 from PIL import Image
 
-from ..config import GenerationConfig
+from ..config import DECODING_METHODS, GenerationConfig
 from ..config.generation import in_range
 from ..errors import ConfigError, VQAError
 from ..inference.serving import Busy
@@ -197,7 +197,7 @@ class Handlers:
             details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
         else:
             details = f"log-prob {res.log_prob:.2f} ({settings.method}" + (
-                f", seed {settings.seed})" if settings.method == "sample" else ")")
+                f", seed {settings.seed})" if DECODING_METHODS[settings.method].random else ")")
         details = "\n\n".join([details, *unfamiliar_note(ratio)])
         words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
         return res.caption, details, words, state

@@ -86,7 +86,7 @@ class Predictor(PictureInputs):
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype (torch.float32,
         torch.bfloat16, "fp32", "bf16", ...); default bfloat16 on GPUs with bf16 tensor cores (Ampere and newer),
         float32 elsewhere; float32 matmuls on CUDA use TF32. `compile`: decode through the torch.compile'd step
-        (`vqa.decoding.step`; default: on CUDA, where CUDA graphs replay a step, and with int8, which pays only
+        (`vqa.decoding.compiled`; default: on CUDA, where CUDA graphs replay a step, and with int8, which pays only
         compiled; on a CPU in float32 it pays for long-running use, after seconds of compiling per batch
         shape). `answer_vocab`: texts whose tokens are the only ones an answer may use (see
         `set_answer_vocab`)."""

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import DECODING_METHODS
 from ..errors import VQAError
 
 
@@ -124,8 +125,9 @@ class BatchedPredictor:
     """A `vqa.Predictor` behind a `Batcher`: `answer` and `caption` from many threads become batched
     `answer_batch` / `caption_batch` calls (each distinct picture encoded once, encodings cached by content).
     The results are those of one-by-one calls: each row of a batched decoding gets its own length budget and
-    its own padding mask (`vqa.decoding.generate`). Sampled answers and captions are never batched: each has
-    its own call and random generator, so a seeded sample does not depend on what else was in its batch.
+    its own padding mask (`vqa.decoding.generate`). Answers and captions of a random decoding method (sampling)
+    are never batched: each has its own call and random generator, so a seeded sample does not depend on what
+    else was in its batch.
 
     `familiarity` (a `vqa.demo.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
     training pictures its picture is (the ratio; None without a reference)."""
@@ -165,11 +167,11 @@ class BatchedPredictor:
 
 
 def _key(kind: str, settings) -> tuple:
-    """The batching key of a request: its kind and decoding settings. A sampled request gets a key of its own,
-    so a call and a random generator of its own: its draws (seeded or not) never depend on what else was in
-    the batch."""
+    """The batching key of a request: its kind and decoding settings. A request decoded by a random method
+    (sampling) gets a key of its own, so a call and a random generator of its own: its draws (seeded or not)
+    never depend on what else was in the batch."""
     key = (kind, _hashable(settings))
-    return key + (object(),) if settings.method == "sample" else key
+    return key + (object(),) if DECODING_METHODS[settings.method].random else key
 
 
 def _hashable(settings) -> tuple:

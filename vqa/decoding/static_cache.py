@@ -1,4 +1,5 @@
-"""The decode step: one new token per row through the decoder, over preallocated self-attention caches.
+"""The static KV cache and the two passes that write it: `prefill` (the prompts) and `decode_step` (one new
+token per row through the decoder).
 
 Every tensor a step touches has a fixed shape for the whole decoding: the caches are [B, H, S, Dh] for S slots,
 the token's cache slot and every row's position are tensors (not Python integers that change each step), and a
@@ -7,12 +8,12 @@ So the step is one function of tensors that `torch.compile` captures once per ba
 graphs, which replay the whole step as one launch -- and the same function runs eagerly everywhere else: the
 compiled and the eager step are one implementation (tests/test_generate_compiled.py holds them equal).
 
-    state = DecodeState.allocate(decoder, batch, slots, dtype, device)   # or from a StepPool (compiled)
-    prefill(decoder, state, ids, valid, memory_kv)                      # the prompts, eagerly
-    logits = decode_step(decoder, head, tokens, state.pos, state.slot, state.key_valid, state.k, state.v, kv)
+    cache = CacheBuffers.allocate(cfg, batch, slots, dtype, device)  # or CompiledStep.buffers (pooled)
+    hidden = prefill(decoder, cache, ids, valid, memory_kv, padded)  # the prompts, eagerly
+    logits = decode_step(decoder, head, tokens, cache.pos, cache.slot, cache.key_valid, cache.k, cache.v, kv)
 
-`vqa.decoding.compiled.CompiledStep` holds the compiled function of one model and a pool of state buffers per batch
-shape, reused from one decoding to the next: CUDA graphs need the tensors they write to live at fixed addresses.
+The decoding methods do not call these: they run on a `vqa.decoding.decode_state.DecodeState`, whose eager
+(`EagerState`) and compiled (`vqa.decoding.compiled_state.CompiledState`) implementations do.
 """
 
 from __future__ import annotations
@@ -46,9 +47,16 @@ class StaticKVCache:
         return self.k, self.v
 
 
+def slots_needed(prompt_width: int, max_new: int) -> int:
+    """Cache slots a decoding writes: the left-padded prompts, then every generated token but the last (which
+    is chosen and never fed back)."""
+    return prompt_width + max(0, max_new - 1)
+
+
 @dataclass
-class DecodeState:
-    """What a decoding carries from step to step, all at fixed shapes and addresses."""
+class CacheBuffers:
+    """What a decoding carries from step to step, all at fixed shapes and addresses: every layer's
+    self-attention cache, which slots hold keys, and where each row is."""
 
     k: list[torch.Tensor]  # per layer [B, H, S, Dh]
     v: list[torch.Tensor]
@@ -57,8 +65,8 @@ class DecodeState:
     slot: torch.Tensor  # [1] long: the cache slot of the last token fed, the same in every row
 
     @classmethod
-    def allocate(cls, cfg, batch: int, slots: int, dtype, device) -> DecodeState:
-        """Empty state for `batch` rows and `slots` cache slots of a decoder built from ModelConfig `cfg`."""
+    def allocate(cls, cfg, batch: int, slots: int, dtype, device) -> CacheBuffers:
+        """Empty buffers for `batch` rows and `slots` cache slots of a decoder built from ModelConfig `cfg`."""
         c = cfg
         shape = (batch, c.kv_heads, slots, c.head_dim)  # grouped-query attention caches its key/value heads only
         return cls(k=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.dec_depth)],
@@ -89,31 +97,31 @@ class DecodeState:
         for t in (*self.k, *self.v, self.key_valid, self.pos):
             t.copy_(t.index_select(0, index))
 
-    def copy_rows(self, other: DecodeState, index: torch.Tensor) -> None:
-        """Fill this state with rows `index` of `other` (beam search: each prompt's state to its beams)."""
+    def copy_rows(self, other: CacheBuffers, index: torch.Tensor) -> None:
+        """Fill these buffers with rows `index` of `other` (beam search: each prompt's state to its beams)."""
         for mine, theirs in zip(self.tensors(), other.tensors(), strict=True):
             mine.copy_(theirs if mine is self.slot else theirs.index_select(0, index))
 
 
-def prefill(decoder: nn.Module, state: DecodeState, ids: torch.Tensor, valid: torch.Tensor, memory_kv,
+def prefill(decoder: nn.Module, cache: CacheBuffers, ids: torch.Tensor, valid: torch.Tensor, memory_kv,
             padded: bool) -> torch.Tensor:
     """Run the left-padded prompts ids [B, P] (valid [B, P]: not padding) into slots 0..P-1 and return the last
     position's hidden state [B, D]. Prompts of one length (`padded` False) need no mask: plain causal attention
     (SDPA's mask-free path). Otherwise padding keys are masked and positions count real tokens only."""
     b, p = ids.shape
     device = ids.device
-    state.key_valid[:, :p] = valid
+    cache.key_valid[:, :p] = valid
     slot = torch.arange(p, device=device)
-    caches = [StaticKVCache(k, v, slot, visible=p, empty=True) for k, v in zip(state.k, state.v, strict=True)]
+    caches = [StaticKVCache(k, v, slot, visible=p, empty=True) for k, v in zip(cache.k, cache.v, strict=True)]
     if not padded:
         hidden, _ = decoder(ids, memory_kv, pos=0, caches=caches)
-        state.pos.fill_(p - 1)
+        cache.pos.fill_(p - 1)
     else:
         pos = (valid.cumsum(1) - 1).clamp(min=0)  # [B, P]
         mask = causal_mask(p, p, device, valid)  # [B, 1, P, P]; a padding query sees itself only
         hidden, _ = decoder(ids, memory_kv, pos=pos, mask=mask, caches=caches)
-        state.pos.copy_(pos[:, -1])
-    state.slot.fill_(p - 1)
+        cache.pos.copy_(pos[:, -1])
+    cache.slot.fill_(p - 1)
     return hidden[:, -1]
 
 
@@ -134,8 +142,12 @@ def decode_step(decoder: nn.Module, head: torch.Tensor | None, tokens: torch.Ten
     caches = [StaticKVCache(k, v, slot, visible=written) for k, v in zip(ks, vs, strict=True)]
     mask = None if written is not None and not padded else key_valid[:, None, None, :written]  # [B, 1, 1, S]
     hidden, _ = decoder(tokens[:, None], memory_kv, pos=pos[:, None], mask=mask, caches=caches)
-    h = hidden[:, 0]  # [B, D]
-    return (decoder.logits(h) if head is None else h @ head.t()).float()
+    return head_logits(decoder, head, hidden[:, 0])
 
 
-__all__ = ["StaticKVCache", "DecodeState", "prefill", "decode_step"]
+def head_logits(decoder: nn.Module, head: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits [B, V] of hidden states [B, D]: the decoder's LM head, or only its rows `head` [V', D]."""
+    return (decoder.logits(hidden) if head is None else hidden @ head.t()).float()
+
+
+__all__ = ["StaticKVCache", "CacheBuffers", "slots_needed", "prefill", "decode_step", "head_logits"]

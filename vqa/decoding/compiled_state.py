@@ -43,12 +43,11 @@ class CompiledState:
                  max_new: int):
         self.decoder, self.head, self.rows = decoder, head, rows
         self.compiled_step = compiled_step(decoder)
-        k = memory_kv[0][0]
-        batch = bucket(rows)
-        index = padded_index(torch.arange(rows, device=k.device), batch)
+        k, batch = memory_kv[0][0], bucket(rows)
+        if batch > rows:
+            memory_kv = rows_of(memory_kv, padded_index(torch.arange(rows, device=k.device), batch))
         slots = slot_bucket(slots_needed(width, max_new))
-        self.cache, self.kv = self.compiled_step.buffers(batch, slots, k.dtype, k.device,
-                                                         rows_of(memory_kv, index) if batch > rows else memory_kv)
+        self.cache, self.kv = self.compiled_step.buffers(batch, slots, k.dtype, k.device, memory_kv)
 
     @property
     def batch(self) -> int:

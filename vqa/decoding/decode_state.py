@@ -21,9 +21,10 @@ from .static_cache import CacheBuffers, decode_step, head_logits, prefill
 
 
 class DecodeState(Protocol):
-    """One batched decoding's cache and step, for `rows` rows, built with the image keys/values `memory_kv`,
-    `head`: the LM head's rows [V', D] when only some tokens may follow, else None (the whole vocabulary; logits
-    are float32 [rows, V']), the prompts' `width` and `max_new`, the most tokens a row may generate."""
+    """One batched decoding's KV cache and step, for `rows` rows. An implementation is built from the decoder,
+    the image keys/values, `head` (the LM head's rows [V', D] when only some tokens may follow; None: the whole
+    vocabulary), the rows, the prompts' width and `max_new` (the most tokens a row may generate). Logits are
+    float32 [rows, V]."""
 
     rows: int  # the rows the decoding method sees: the prompts, or their beams after `expand`
 

@@ -29,7 +29,7 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
     beam_score[:, 0] = 0.0  # all beams start identical: only one may expand at first
     # the bookkeeping lives on the host, in lists: each step moves the top candidates to the host once and the
     # kept beams (score, parent row, token) back once, never a scalar at a time
-    seqs: list[list[int]] = [[] for _ in range(b * k)]  # each beam's tokens so far
+    sequences: list[list[int]] = [[] for _ in range(b * k)]  # each beam's tokens so far
     ended: list[list[tuple[float, list[int], float]]] = [[] for _ in range(b)]
     done = [False] * b
     inf = float("inf")
@@ -43,8 +43,8 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
         # the step's one transfer
         top_scores, top_indices = torch.stack([top_score.double(), top_index.double()]).tolist()
         new_score = [[-inf] * k for _ in range(b)]
-        new_src = [[0] * k for _ in range(b)]
-        new_tok = [[eos] * k for _ in range(b)]
+        new_parent = [[0] * k for _ in range(b)]
+        new_token = [[eos] * k for _ in range(b)]
         out_of_room = []
         for i in range(b):
             if done[i]:
@@ -56,9 +56,9 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
                     break
                 if w == eos:
                     if rank < k:
-                        ended[i].append((s / (t + 1) ** length_penalty, seqs[i * k + parent], s))
+                        ended[i].append((s / (t + 1) ** length_penalty, sequences[i * k + parent], s))
                 else:
-                    new_score[i][j], new_src[i][j], new_tok[i][j] = s, parent, w
+                    new_score[i][j], new_parent[i][j], new_token[i][j] = s, parent, w
                     j += 1
                 if j == k:
                     break
@@ -68,20 +68,20 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
             elif len(ended[i]) >= k:
                 ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
                 length = decoder.budget[i] if length_penalty > 0 else t + 2  # what flatters a live beam most
-                best_live = new_score[i][0] / length**length_penalty
-                done[i] = config.early_stopping or j == 0 or ended[i][-1][0] >= best_live
+                done[i] = (config.early_stopping or j == 0
+                           or ended[i][-1][0] >= new_score[i][0] / length**length_penalty)  # the best live beam's best
         for i in out_of_room:
             for j in range(k):
                 if new_score[i][j] > -inf:
                     s = new_score[i][j]
-                    hypothesis = seqs[i * k + new_src[i][j]] + [new_tok[i][j]]
+                    hypothesis = sequences[i * k + new_parent[i][j]] + [new_token[i][j]]
                     ended[i].append((s / (t + 1) ** length_penalty, hypothesis, s))
         if all(done):
             break
-        flat = [i * k + new_src[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows
-        toks = [w for row in new_tok for w in row]
-        seqs = [seqs[f] + [w] for f, w in zip(flat, toks, strict=True)]
-        kept = torch.tensor([[s for row in new_score for s in row], flat, toks], dtype=torch.float64)
+        flat = [i * k + new_parent[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows
+        tokens = [w for row in new_token for w in row]
+        sequences = [sequences[f] + [w] for f, w in zip(flat, tokens, strict=True)]
+        kept = torch.tensor([[s for row in new_score for s in row], flat, tokens], dtype=torch.float64)
         kept = kept.to(device, non_blocking=True)  # the step's one transfer back: [3, B*K]
         beam_score = kept[0].float().view(b, k)
         decoder.reorder(kept[1].long())

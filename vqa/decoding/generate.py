@@ -154,9 +154,9 @@ def score_candidates(
         target[i, len(prompt) : len(r)] = True
     kv = model.memory_kv(memory, torch.zeros(len(rows), dtype=torch.long, device=memory.device))
     hidden, _ = model.decoder(ids, kv)  # [C, T, D]
-    logp = F.log_softmax(model.decoder.logits(hidden[:, :-1]).float(), -1)  # predicts tokens 1..T-1
-    tok_logp = logp.gather(-1, ids[:, 1:, None])[..., 0]  # [C, T-1]
-    return (tok_logp * target[:, 1:]).sum(1)
+    log_probs = F.log_softmax(model.decoder.logits(hidden[:, :-1]).float(), -1)  # predicts tokens 1..T-1
+    token_log_probs = log_probs.gather(-1, ids[:, 1:, None])[..., 0]  # [C, T-1]
+    return (token_log_probs * target[:, 1:]).sum(1)
 
 
 @torch.no_grad()

@@ -159,13 +159,16 @@ class Grounding:
         prompts = group.prompts()
         maps = patch_maps(self.model, memory, [int(group.image_index[r]) for r, _, _ in rows],
                           [prompts[r] for r, _, _ in rows], [generation.sequences[r] for r, _, _ in rows])
-        tally = self.tallies["answers" if group.task == "vqa" else "captions"]
-        grid = self.model.cfg.grid
         for (_, image_id, found), m in zip(rows, maps, strict=True):
-            m = m.numpy()  # [G, L, H, grid, grid]
-            objs = self.scenes.scenes[image_id]["objects"]
-            for tokens, i in found:
-                tally.add(m[tokens].mean(0), box_on_grid(objs[i]["box"], self.scenes.side, grid), grid)
+            self.score("answers" if group.task == "vqa" else "captions", m.numpy(), image_id, found)
+
+    def score(self, source: str, maps: np.ndarray, image_id, found: list[tuple[list[int], int]]) -> None:
+        """Adds one row's words to `source`'s tally: maps [G, L, H, grid, grid] behind its G generated tokens,
+        `found` (token positions, object index) in the scene of `image_id`."""
+        grid = maps.shape[-1]
+        objs = self.scenes.scenes[image_id]["objects"]
+        for tokens, i in found:
+            self.tallies[source].add(maps[tokens].mean(0), box_on_grid(objs[i]["box"], self.scenes.side, grid), grid)
 
     def summary(self) -> dict:
         every = self.tallies["answers"].merged(self.tallies["captions"])

@@ -10,8 +10,15 @@ from helpers import tiny_model
 
 from vqa.cli import main
 from vqa.errors import DataError
-from vqa.evaluation.grounding import (Grounding, Tally, box_on_grid, chance, mass_in_box, pointing_hits,
-                                      words_of)
+from vqa.evaluation.grounding import (
+    Grounding,
+    Tally,
+    box_on_grid,
+    chance,
+    mass_in_box,
+    pointing_hits,
+    words_of,
+)
 from vqa.evaluation.scene_objects import SETS, SceneFile, caption_mentions, load_scenes, referent
 
 SHAPES, SCENES = SETS

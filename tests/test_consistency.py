@@ -10,7 +10,6 @@ from conftest import tiny_set_flags
 from PIL import Image
 
 from vqa.cli import main
-from vqa.data.scenes import generate_scenes
 from vqa.data.shapes import SHAPES_SET
 from vqa.data.shapes_scene import COLORS
 from vqa.errors import DataError
@@ -114,13 +113,6 @@ def test_no_pairs_score_nothing():
     s = score_pairs([], {}, {})
     assert s["mirror"] == dict(pairs=0, consistent=None, original_accuracy=None, twin_accuracy=None,
                                consistent_given_original_right=None)
-
-
-@pytest.fixture(scope="module")
-def scenes_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("scenes")
-    generate_scenes(out, n_train=2, n_val=12, size=SIDE, seed=1, progress=False, workers=1)
-    return out
 
 
 @pytest.mark.parametrize("which", ["shapes", "scenes"])

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 from conftest import tiny_set_flags
 from helpers import tiny_model
+from PIL import Image
 
 from vqa.cli import main
+from vqa.data.scenes_scene import COLOURS as SCENES_COLOURS
+from vqa.data.shapes_scene import COLORS as SHAPES_COLORS
 from vqa.errors import DataError
 from vqa.evaluation.grounding import (
     Grounding,
@@ -120,6 +123,52 @@ def test_every_colour_and_shape_question_names_the_object_a_parser_finds(shapes_
     assert checked >= 8
 
 
+SCENES_REF = re.compile(r"(?:which colour is the|what colour does the|the|which kind of shape is the|what is the) "
+                        r"(.+?)(?: have| is which colour| has which shape)?\?")
+
+
+def test_every_scenes_colour_and_shape_question_names_the_object_a_parser_finds(scenes_dir):
+    """Scenes names an object by colour and / or kind, or as the biggest / smallest of such things."""
+    sf = load_scenes(scenes_dir, "val", "--grounding")
+    qs = {q["question_id"]: q for q in _vqa(scenes_dir / "v2_OpenEnded_mscoco_val_questions.json")["questions"]}
+    checked = 0
+    for a in _vqa(scenes_dir / "v2_mscoco_val_annotations.json")["annotations"]:
+        if a["question_type"] not in ("attribute_color", "attribute_shape"):
+            continue
+        q = qs[a["question_id"]]["question"]
+        words = SCENES_REF.fullmatch(q)[1].split()
+        objs = sf.scenes[a["image_id"]]["objects"]
+        most = words.pop(0) if words[0] in ("biggest", "smallest") else None
+        group = [i for i, o in enumerate(objs) if all(w in (o["color"], o["kind"], "thing") for w in words)]
+        if most:
+            group = [max(group, key=lambda i: objs[i]["d"] * (1 if most == "biggest" else -1))]
+        assert len(group) == 1, q
+        assert sf.referent(a["image_id"], a["question_type"], q, a["multiple_choice_answer"]) == group[0], q
+        checked += 1
+    assert checked >= 8
+
+
+@pytest.mark.parametrize("which", ["shapes", "scenes"])
+def test_boxes_hold_their_objects(which, shapes_dir, scenes_dir):
+    """Every pixel of an object's fill colour near it lies in its box, and they reach close to each of its
+    edges."""
+    root = shapes_dir if which == "shapes" else scenes_dir
+    sf = load_scenes(root, "val", "--grounding")
+    palette = dict(SHAPES_COLORS if which == "shapes" else SCENES_COLOURS)
+    for scene in sf.scenes.values():
+        img = np.asarray(Image.open(root / "val" / scene["file_name"])).astype(int)
+        ys, xs = np.mgrid[0 : sf.side, 0 : sf.side] + 0.5  # pixel centres
+        for o in scene["objects"]:
+            near = np.hypot(xs - o["x"], ys - o["y"]) <= o["d"] / 2 + 1
+            own = near & (np.abs(img - np.array(palette[o["color"]])).max(-1) < 30)
+            x0, y0, x1, y1 = o["box"]
+            px, py = xs[own], ys[own]
+            assert px.size and px.min() >= x0 - 0.5 and px.max() <= x1 + 0.5, (scene["file_name"], o)
+            assert py.min() >= y0 - 0.5 and py.max() <= y1 + 0.5, (scene["file_name"], o)
+            slack = 5 if o.get("kind") in ("star", "heart", "arrow") else 3.5  # thin tips: outline, no fill
+            assert max(px.min() - x0, x1 - px.max(), py.min() - y0, y1 - py.max()) < slack, (scene["file_name"], o)
+
+
 def test_attention_on_the_named_object_scores_every_hit(shapes_dir):
     """Head 0 looks at the patch under each object's centre, head 1 two patches to its right: head 0 hits
     every time, head 1 never (at most 16 px wide, no box reaches 12 px past its centre)."""
@@ -147,7 +196,8 @@ def test_merged_tallies_add_up():
     b.add(_map(r3c3=1.0)[None, None], (0, 0, 1, 1), 4)  # a miss
     s = a.merged(b).summary()
     assert (s["words"], s["mass"], s["pointing"]) == (2, [[50.0]], [[50.0]])
-    assert s["chance"] == {"mass": 6.25, "pointing": 6.25}
+    assert s["chance"] == {"mass": 6.25, "pointing": 6.25}  # a box of 1 patch of 16
+    assert s["mean_map"] == {"mass": 50.0, "pointing": 50.0}
 
 
 def test_vqa_eval_grounding_writes_its_scores(shapes_dir, tmp_path, capsys):

@@ -31,7 +31,7 @@ from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError
 from .metrics import normalize_answer
-from .scene_objects import SceneFile, counted, referent
+from .scene_objects import SceneFile, counted
 
 FAMILIES = ("mirror", "recolour", "remove")
 LEFT_RIGHT = re.compile(r"\b(left|right)\b")
@@ -62,7 +62,7 @@ def make_pair(scenes: SceneFile, meta: dict) -> Pair | None:
         return Pair("mirror", changed="no" if answer == "yes" else "yes", scene=None, **base)
     objs = scene["objects"]
     if family == "attribute_color":
-        i = referent(scenes.set, scene, scenes.side, family, question, answer)
+        i = scenes.referent(meta["image_id"], family, question, answer)
         if i is None:
             return None
         others = [c for c in scenes.set.colours if c != objs[i]["color"]]

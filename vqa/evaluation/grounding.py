@@ -17,8 +17,9 @@ is scored against that object's box, in every cross-attention layer and head:
 - chance: what a uniform map scores (the box's share of the picture) and a random patch (the share of patch
   centres in the box), averaged over the same words.
 
-Scores are percentages averaged over the words, per layer and head, for the heads' mean map, and for the
-answers and the captions apart; the best head is the one with the most mass in the box.
+Scores are percentages averaged over the words, per layer and head and for the mean map of all layers and
+heads (the explorer's default), over all words and for the answers and the captions apart; the best head is
+the one with the most mass in the box.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..decoding.generate import patch_maps
-from .scene_objects import ATTRIBUTE_FAMILIES, SceneFile, caption_mentions, referent
+from .scene_objects import ATTRIBUTE_FAMILIES, SceneFile, caption_mentions
 
 SOURCES = ("answers", "captions")
 
@@ -85,7 +86,7 @@ def words_of(pieces: list[str]) -> list[tuple[str, list[int]]]:
 
 
 class Tally:
-    """Sums of one source's scores: [L, H] per head, the heads' mean map, chance."""
+    """Sums of one source's scores: [L, H] per head, the mean map's, chance's."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -97,7 +98,7 @@ class Tally:
         self.n += 1
         self.mass = self.mass + mass_in_box(maps, box)
         self.hits = self.hits + pointing_hits(maps, box)
-        mean = maps.mean((0, 1))  # [grid, grid]: the heads' and layers' mean, the demo's default map
+        mean = maps.mean((0, 1))  # [grid, grid]: all layers' and heads' mean, the explorer's default map
         self.mean_mass += float(mass_in_box(mean, box))
         self.mean_hits += float(pointing_hits(mean, box))
         c = chance(box, grid)
@@ -111,15 +112,17 @@ class Tally:
         return out
 
     def summary(self) -> dict:
+        """words; mass and pointing [layer][head]; the mean map's, chance's and the best head's scores (in %)."""
         if not self.n:
             return dict(words=0)
+
         def pct(v) -> np.ndarray:
             return np.round(100 * np.asarray(v, dtype=np.float64) / self.n, 2)
 
         mass, hits = pct(self.mass), pct(self.hits)
         layer, head = np.unravel_index(int(np.argmax(mass)), mass.shape)
         return dict(words=self.n, mass=mass.tolist(), pointing=hits.tolist(),
-                    heads_mean=dict(mass=float(pct(self.mean_mass)), pointing=float(pct(self.mean_hits))),
+                    mean_map=dict(mass=float(pct(self.mean_mass)), pointing=float(pct(self.mean_hits))),
                     chance=dict(mass=float(pct(self.chance_mass)), pointing=float(pct(self.chance_hits))),
                     best_head=dict(layer=int(layer), head=int(head), mass=float(mass[layer, head]),
                                    pointing=float(hits[layer, head])))
@@ -138,16 +141,15 @@ class Grounding:
         scene = self.scenes.scenes.get(meta["image_id"])
         if scene is None or not seq:
             return []
-        sset, side = self.scenes.set, self.scenes.side
         if task == "vqa":
             family = meta.get("question_type")
             if family not in ATTRIBUTE_FAMILIES:
                 return []
-            i = referent(sset, scene, side, family, meta["question"], meta["answers"][0])
+            i = self.scenes.referent(meta["image_id"], family, meta["question"], meta["answers"][0])
             return [] if i is None else [(list(range(len(seq))), i)]
         words = words_of(self.tok.pieces(seq))
         return [([t for w in at for t in words[w][1]], i)
-                for at, i in caption_mentions(sset, scene, [w for w, _ in words])]
+                for at, i in caption_mentions(self.scenes.set, scene, [w for w, _ in words])]
 
     def __call__(self, group, memory, generation) -> None:
         rows = []
@@ -186,12 +188,13 @@ def format_grounding(s: dict) -> str:
     rows += [[str(layer), *(f"{m:.1f} / {p:.1f}" for m, p in zip(ms, ps, strict=True))]
              for layer, (ms, ps) in enumerate(zip(a["mass"], a["pointing"], strict=True))]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    b, mean, ch = a["best_head"], a["heads_mean"], a["chance"]
+    b, mean, ch = a["best_head"], a["mean_map"], a["chance"]
     return "\n".join([
         f"grounding ({a['words']} words naming an object: {s['answers']['words']} answers, "
         f"{s['captions']['words']} in captions), % attention mass in its box / % pointing-game hits:",
         *("  " + "  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows),
-        f"  heads' mean map {mean['mass']:.1f} / {mean['pointing']:.1f}; chance {ch['mass']:.1f} / {ch['pointing']:.1f}",
+        f"  mean map of all heads {mean['mass']:.1f} / {mean['pointing']:.1f}; chance {ch['mass']:.1f} / "
+        f"{ch['pointing']:.1f}",
         f"  best head: layer {b['layer']} head {b['head']} ({b['mass']:.1f} / {b['pointing']:.1f})",
     ])
 

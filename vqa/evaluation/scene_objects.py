@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +75,7 @@ class SceneFile:
     path: Path
     side: int
     scenes: dict
+    _referents: dict = field(default_factory=dict, repr=False)
 
     def require(self, what: str, flag: str) -> None:
         """A clear error when the file predates the key `what` ("box" on objects, "texture_seed" on scenes)."""
@@ -86,6 +87,13 @@ class SceneFile:
 
     def draw(self, scene: dict) -> Image.Image:
         return self.set.render(scene, self.side)
+
+    def referent(self, image_id, family: str, question: str, answer: str) -> int | None:
+        """`referent` in the scene of `image_id`, kept: grounding and consistency ask about the same questions."""
+        key = (image_id, family, question, answer)
+        if key not in self._referents:
+            self._referents[key] = referent(self.set, self.scenes[image_id], self.side, family, question, answer)
+        return self._referents[key]
 
 
 def load_scenes(data: str | Path, split: str, flag: str) -> SceneFile:

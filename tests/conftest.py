@@ -38,6 +38,16 @@ def shapes_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def scenes_dir(tmp_path_factory):
+    """A 2-image train / 12-image val Scenes set (the grounding and consistency tests')."""
+    from vqa.data.synthetic.scenes import generate_scenes
+
+    out = tmp_path_factory.mktemp("scenes")
+    generate_scenes(out, n_train=2, n_val=12, size=64, seed=1, progress=False, workers=1)
+    return out
+
+
 @pytest.fixture
 def quick_compile(monkeypatch):
     """Compile the decode step without inductor's GEMM autotuning on the CPU: the same code, the matmul kernels

@@ -2,12 +2,14 @@
 
     vqa eval --checkpoint runs/tiny --data data/shapes --split val [--method beam --num-beams 3]
     vqa eval ... --int8                  # the accuracy of dynamic int8 inference (CPU), compiled as it runs fast
+    vqa eval ... --grounding --consistency   # Shapes / Scenes: attention on the named object, counterfactual pairs
 
 Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}], `caption_results.json`:
 [{"image_id", "caption"}]), `summary.json` (with the answers' calibration) and `reliability.png` (its
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
-Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
+With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
+(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
 """
 
@@ -40,6 +42,12 @@ def add_arguments(p) -> None:
                    help="decode through the torch.compile'd step and image encoder: "
                         "faster after seconds of compiling per batch shape (default: with --int8, whose eager "
                         "matmuls are slower than float32's)")
+    p.add_argument("--grounding", action="store_true",
+                   help="Shapes / Scenes: score the cross-attention behind each word that names an object against "
+                        "its box, per layer and head (grounding.json)")
+    p.add_argument("--consistency", action="store_true",
+                   help="Shapes / Scenes: ask counterfactual twins of the questions (picture mirrored, object "
+                        "recoloured, object removed) and score the pairs (consistency.json)")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")
 
 
@@ -86,9 +94,11 @@ def run(args) -> int:
                                    "on; these scores say nothing about unseen data")
     split = open_split(args.data, name)
     check_ids(split, tasks, args.max_images)  # a repeated id stops here, before any decoding
+    observers = synthetic_observers(args, model, tok, name, tasks)
+    compile = precision == "int8" if args.compile is None else args.compile
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
-                   batch_images=args.batch_size, generation=generation,
-                   compile=precision == "int8" if args.compile is None else args.compile, paper=True)
+                   batch_images=args.batch_size, generation=generation, compile=compile, paper=True,
+                   observers=list(observers.values()))
     label = name if not is_pattern(name) else "shards"
     folder = checkpoint.resolve(args.checkpoint)
     # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)
@@ -109,5 +119,43 @@ def run(args) -> int:
         except ExtraMissing as e:
             get_logger("eval").warning("vqa eval: %s; no reliability.png", e)
     print(format_summary(s))
+    if "grounding" in observers:
+        from .grounding import format_grounding
+
+        g = observers["grounding"].summary()
+        (out / "grounding.json").write_text(json.dumps(g, indent=2) + "\n")
+        print(format_grounding(g))
+    if "consistency" in observers:
+        from .consistency import format_consistency
+
+        c = observers["consistency"].ask(model, generation["vqa"], device, args.batch_size, compile)
+        (out / "consistency.json").write_text(json.dumps(c, indent=2) + "\n")
+        print(format_consistency(c))
     print(f"results written to {out}")
     return 0
+
+
+def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
+    """{"grounding": Grounding, "consistency": Consistency}, as asked, for `evaluate` to show its rows to."""
+    from ..data.sources import is_pattern
+
+    flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency)) if on]
+    if not flags:
+        return {}
+    if is_pattern(args.data) or is_pattern(split):
+        raise ConfigError(f"{flags[0]} needs a Shapes or Scenes folder as --data, not a shard pattern")
+    if args.consistency and "vqa" not in tasks:
+        raise ConfigError("--consistency asks questions: it needs the vqa task (--tasks vqa or both)")
+    from .scene_objects import load_scenes
+
+    scenes = load_scenes(args.data, split, flags[0])
+    out = {}
+    if args.grounding:
+        from .grounding import Grounding
+
+        out["grounding"] = Grounding(model, tok, scenes)
+    if args.consistency:
+        from .consistency import Consistency
+
+        out["consistency"] = Consistency(tok, scenes)
+    return out

@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 
 import torch
@@ -45,7 +45,8 @@ def generation_for(tasks, generation: GenerationConfig | Mapping[str, Generation
 def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu", max_images=None,
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
              compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
-             max_unreadable: float | None = None, need_caption_scores: bool = True, paper: bool = False) -> dict:
+             max_unreadable: float | None = None, need_caption_scores: bool = True, paper: bool = False,
+             observers: Sequence[Callable] = ()) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
     with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
@@ -59,7 +60,10 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     `amp_dtype`: run the model under autocast in that dtype (training's, when it evaluates); `workers`: loader
     worker processes that decode the images (a shard split is read by one); `max_unreadable`: skip unreadable
     pictures up to that share (`vqa.data.unreadable`; training's), else stop at the first. `paper`: the scores
-    training's evaluations leave out (METEOR, ROUGE-L, the calibration of the answers' confidence)."""
+    training's evaluations leave out (METEOR, ROUGE-L, the calibration of the answers' confidence).
+    `observers`: each called as `observer(group, memory, generation)` after a group of rows is decoded (the
+    rows' TaskGroup, its batch's encoded images, the Generation), on this rank's rows (`vqa eval
+    --grounding`, `--consistency`)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
@@ -92,6 +96,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
             with autocast:
                 out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
                                config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
+                for observe in observers:
+                    observe(group, memory, out)
             for meta, seq, score in zip(group.meta, out.sequences, out.scores, strict=True):
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":

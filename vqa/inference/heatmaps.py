@@ -11,42 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from einops import rearrange
 from PIL import Image
 
 from ..data.images import load_image
 from ..errors import ExtraMissing, InputError
-
-
-def patch_maps(model, memory: torch.Tensor, index, prompts, generated) -> list[torch.Tensor]:
-    """Per row b: [G, L, H, grid, grid] cross-attention over the image patches (prefix tokens dropped) behind
-    each of the G tokens `generated[b]` after `prompts[b]` on image `index[b]` of `memory`, on the CPU, for all
-    rows in one teacher-forced pass (what `Predictor(..., return_attention=True)` returns). Rows are
-    right-padded: under causal attention a real token never sees the padding after it, so each row's weights
-    are those of its own pass (`vqa.decoding.generate.cross_attention_maps`)."""
-    cfg = model.cfg
-    g = cfg.grid
-    out = [torch.zeros(0, cfg.cross_layers, cfg.dec_heads, g, g) for _ in generated]
-    rows = [b for b, seq in enumerate(generated) if seq]
-    if not rows:
-        return out
-    seqs = [list(prompts[b]) + list(generated[b]) for b in rows]
-    if max(len(q) for q in seqs) > cfg.dec_max_len:
-        raise InputError(f"prompt + generated of {max(len(q) for q in seqs)} tokens exceeds "
-                         f"dec_max_len={cfg.dec_max_len}")
-    ids = torch.full((len(rows), max(len(q) for q in seqs)), cfg.pad_id, dtype=torch.long)
-    for i, q in enumerate(seqs):
-        ids[i, : len(q)] = torch.as_tensor(q)
-    img = torch.as_tensor([index[b] for b in rows], dtype=torch.long, device=memory.device)
-    with torch.inference_mode():
-        _, maps = model.decoder(ids.to(memory.device), model.memory_kv(memory, img), need_weights=True)
-    stacked = torch.stack(maps, 1)  # [R, L, H, T, N]
-    patches = stacked[..., stacked.shape[-1] - g * g :].float().cpu()  # drop the prefix (CLS) tokens
-    for i, b in enumerate(rows):
-        start = len(prompts[b]) - 1  # the query at position t wrote token t + 1
-        m = patches[i, :, :, start : start + len(generated[b])]  # [L, H, G, grid^2]
-        out[b] = rearrange(m, "l h t (y x) -> t l h y x", y=g)
-    return out
 
 
 def letterbox_box(width: int, height: int, size: int, resize: str = "letterbox") -> tuple[float, float, float, float]:
@@ -168,5 +136,5 @@ def draw_patch_grid(img: Image.Image, grid: int, image_size: int, color=(255, 25
     return Image.alpha_composite(out, layer).convert("RGB")
 
 
-__all__ = ["patch_maps", "attention_heatmap", "select_map", "letterbox_box", "upsample_map", "patch_edges", "patch_box",
+__all__ = ["attention_heatmap", "select_map", "letterbox_box", "upsample_map", "patch_edges", "patch_box",
            "draw_patch_grid"]

@@ -65,11 +65,10 @@ from PIL import Image
 from ..config import GenerationConfig
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
-from ..decoding.generate import generate, generation_config, score_candidates
+from ..decoding.generate import generate, generation_config, patch_maps, score_candidates
 from ..device import inference_dtype, pick_device, use_tensor_cores
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
-from .heatmaps import patch_maps
 from .picture_inputs import PictureInputs
 from .results import Answer, Caption
 

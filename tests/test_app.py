@@ -126,7 +126,7 @@ def test_the_heatmap_endpoint_redraws_a_chosen_word_layer_and_head(client, pictu
 
 
 def test_a_second_question_about_the_same_picture_reuses_its_encoding(client, pred, pictures, monkeypatch):
-    pred._cache.clear()
+    pred.encodings.clear()
     calls = []
     real = pred.model.encode
     monkeypatch.setattr(pred.model, "encode", lambda x: calls.append(1) or real(x))

@@ -74,7 +74,7 @@ def test_image_features_agree_with_and_without_the_cache(monkeypatch):
     assert 1 - want[0] @ want[1] > 1e-3  # two pictures the model tells apart
     encoded, real = [], predict.encode_images
     monkeypatch.setattr(predict, "encode_images", lambda m, x, c: encoded.append(len(x)) or real(m, x, c))
-    pred._cache.clear()
+    pred.encodings.clear()
     np.testing.assert_allclose(pred.image_features([a, b]), want, atol=1e-5)  # encoded, then cached
     np.testing.assert_allclose(pred.image_features([b, a, b]), want[[1, 0, 1]], atol=1e-5)  # from the cache
     assert encoded == [2]  # the second call was answered from the cache

@@ -140,7 +140,7 @@ def test_batched_equals_one_by_one(pred):
 
 
 def test_a_second_question_about_the_same_image_reuses_its_encoding(pred, pictures, monkeypatch):
-    pred._cache.clear()
+    pred.encodings.clear()
     calls = []
     real = pred.model.encode
     monkeypatch.setattr(pred.model, "encode", lambda x: calls.append(x.shape[0]) or real(x))
@@ -156,7 +156,7 @@ def test_a_second_question_about_the_same_image_reuses_its_encoding(pred, pictur
     # the cache is bounded (LRU)
     for i in range(pred.cache_size + 2):
         pred.answer(Image.new("RGB", (40, 30), (i * 20, 100, 100)), COLOR_Q)
-    assert len(pred._cache) == pred.cache_size
+    assert len(pred.encodings) == pred.cache_size
 
 
 # ---------------------------------------------------------------- attention

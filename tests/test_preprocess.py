@@ -62,7 +62,7 @@ def encoder_input(pred: Predictor, image, monkeypatch) -> torch.Tensor:
         return real(model, batch, compile)
 
     monkeypatch.setattr(predict, "encode_images", spy)
-    pred._cache.clear()
+    pred.encodings.clear()
     pred.answer(image, "what is it?")
     return seen[0][0]
 

@@ -1,10 +1,9 @@
 """The Predictor's pictures: how any accepted input (a path, bytes, a PIL image, an array) becomes the model's
 input, through `vqa.data.preprocess.model_input` with the model's preprocessing (training's), and the key
-its encoding is kept under."""
+its encoding is kept under (`vqa.inference.encoding_cache.encoding_key`)."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
@@ -13,6 +12,7 @@ from PIL import Image
 from ..data.images import load_image
 from ..data.preprocess import Preprocess
 from ..errors import InputError
+from .encoding_cache import encoding_key
 
 
 class PictureInputs:
@@ -53,9 +53,7 @@ class PictureInputs:
 
     def _prepare(self, image: Any) -> tuple[str, torch.Tensor]:
         x = self.model_input(image)
-        h = hashlib.sha1(self.preprocess.key().encode())
-        h.update(x.numpy().tobytes())
-        return h.hexdigest(), x
+        return encoding_key(self.preprocess, x), x
 
 
 __all__ = ["PictureInputs"]

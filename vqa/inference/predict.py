@@ -22,19 +22,20 @@ Tasks. A model answers (and ranks) only if trained for questions and captions on
 Probabilities. `answer(top_k=k)` decodes with beam search of max(k, 3) beams and length penalty 0 unless a
 config says otherwise, so hypotheses rank by total log-probability, and reports for each distinct answer
 text found exp(total log-probability of its tokens and <eos>): the probability the model gives that exact
-answer (summed over token sequences that spell the same text). They are *not* renormalized over the k
-answers (nor over the outputs allowed), so they sum to at most 1 and the gap is the mass of the answers not
-returned; `answer` is the most probable one. top_k > 1 needs beam search of at least k beams: greedy decoding
-and sampling give one answer, and asking them for more is an InputError. `rank()` scores a closed list
-instead: a softmax over the candidates' total log-probabilities, summing to 1.
+answer (summed over token sequences that spell the same text: `vqa.inference.beam_answers`). They are *not*
+renormalized over the k answers (nor over the outputs allowed), so they sum to at most 1 and the gap is the
+mass of the answers not returned; `answer` is the most probable one. top_k > 1 needs beam search of at least
+k beams: greedy decoding and sampling give one answer, and asking them for more is an InputError. `rank()`
+scores a closed list instead: a softmax over the candidates' total log-probabilities, summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
 end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
 not know (emoji, scripts absent from training) become <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
-the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input, so a second question about the
-same picture (from a path, a PIL image or an array alike) only runs the decoder. Batched calls encode each distinct image once.
+the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input (`vqa.inference.encoding_cache`),
+so a second question about the same picture (from a path, a PIL image or an array alike) only runs the
+decoder. Batched calls encode each distinct image once.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
@@ -52,8 +53,6 @@ gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 from __future__ import annotations
 
 import threading
-import warnings
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,11 +64,15 @@ from PIL import Image
 from ..config import GenerationConfig
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
-from ..decoding.generate import generate, generation_config, patch_maps, score_candidates
-from ..device import inference_dtype, pick_device, use_tensor_cores
+from ..decoding.generate import generate, patch_maps, score_candidates
+from ..device import pick_device
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
+from . import task_settings
+from .beam_answers import answers_from_beams, ranked_candidates
+from .encoding_cache import EncodingCache
 from .picture_inputs import PictureInputs
+from .precision import apply_run_policy
 from .results import Answer, Caption
 
 # ----------------------------------------------------------------------------------------------- predictor
@@ -83,38 +86,23 @@ class Predictor(PictureInputs):
                  compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
         """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.decoding.quantize`; where int8 cannot run, a
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype (torch.float32,
-        torch.bfloat16, "fp32", "bf16", ...); default bfloat16 on GPUs with bf16 tensor cores (Ampere and newer),
-        float32 elsewhere; float32 matmuls on CUDA use TF32. `compile`: decode through the torch.compile'd step
-        (`vqa.decoding.compiled`; default: on CUDA, where CUDA graphs replay a step, and with int8, which pays only
-        compiled; on a CPU in float32 it pays for long-running use, after seconds of compiling per batch
-        shape). `answer_vocab`: texts whose tokens are the only ones an answer may use (see
-        `set_answer_vocab`)."""
-        from ..decoding.quantize import ACTIVATION_DTYPE, apply_precision, precision_of
-
+        torch.bfloat16, "fp32", "bf16", ...). `compile`: decode through the torch.compile'd step
+        (`vqa.decoding.compiled`; on a CPU in float32 it pays for long-running use, after seconds of compiling
+        per batch shape). Their defaults: `vqa.inference.precision`. `cache_size`: pictures whose encodings
+        are kept (`vqa.inference.encoding_cache`). `answer_vocab`: texts whose tokens are the only ones an
+        answer may use (see `set_answer_vocab`)."""
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
-        if quantize not in (None, "int8"):
-            raise InputError(f"quantize must be 'int8' or None, not {quantize!r}")
-        if quantize is not None and dtype is not None:
-            raise InputError("choose quantize='int8' (CPUs) or a dtype (GPUs), not both")
-        if dtype is None and quantize is None:
-            dtype = inference_dtype(self.device)
-        precision = "int8" if quantize else precision_of(dtype if dtype is not None else torch.float32)
-        use_tensor_cores(self.device)
-        self.precision, self.notice = apply_precision(self.model, precision, self.device)
-        if self.notice:
-            warnings.warn(self.notice, RuntimeWarning, stacklevel=2)
-        self.dtype = ACTIVATION_DTYPE[self.precision]  # what the images go in as
-        # default: compiled on CUDA, and for int8 (whose eager matmuls are slower than float32's on a CPU)
-        self.compile = (self.device.type == "cuda" or self.precision == "int8") if compile is None else bool(compile)
+        policy = apply_run_policy(self.model, self.device, quantize, dtype, compile)
+        self.precision, self.notice, self.compile = policy.precision, policy.notice, policy.compile
+        self.dtype = policy.dtype  # what the images go in as
         self.tokenizer = tokenizer
         self.card = dict(card or {})
         self.tasks = tuple(self.card.get("tasks") or ("vqa", "caption"))  # what the model was trained for
         self.cfg = model.cfg
         self.transform = build_transform(self.cfg, train=False, max_pixels=max_pixels)
         self.grid = self.cfg.grid
-        self.cache_size = int(cache_size)
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.encodings = EncodingCache(cache_size)
         self._lock = threading.RLock()
         self.path: Path | None = None
         self.answer_vocab: list[int] | None = None
@@ -154,29 +142,20 @@ class Predictor(PictureInputs):
                 f"{self.model.num_parameters():,} parameters)")
 
     # ---- images and their encodings (the pictures themselves: `PictureInputs`) ----
+    @property
+    def cache_size(self) -> int:
+        """How many pictures' encodings are kept."""
+        return self.encodings.size
+
     def _encode(self, images: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """Memory [M, N, D] of the distinct images among `images`, and each image's row in it."""
-        keys, index, prepared = [], [], {}
-        for img in images:
-            key, x = self._prepare(img)
-            if key not in prepared:
-                prepared[key] = x
-                keys.append(key)
-            index.append(keys.index(key))
-        missing = [k for k in keys if k not in self._cache]
-        if missing:
-            batch = torch.stack([self.transform.finish(prepared[k]) for k in missing]).to(self.device, self.dtype)
-            with torch.no_grad():
-                memory = encode_images(self.model, batch, self.compile)
-            for k, m in zip(missing, memory, strict=True):
-                self._cache[k] = m
-        rows = []
-        for k in keys:
-            self._cache.move_to_end(k)
-            rows.append(self._cache[k])
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return torch.stack(rows), index
+        return self.encodings.memory([self._prepare(img) for img in images], self._encode_inputs)
+
+    def _encode_inputs(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """The image encoder's output [B, N, D] for model inputs [3, S, S] (uint8)."""
+        batch = torch.stack([self.transform.finish(x) for x in inputs]).to(self.device, self.dtype)
+        with torch.no_grad():
+            return encode_images(self.model, batch, self.compile)
 
     # ---- text helpers ----
     def _question_prompt(self, question: Any) -> tuple[list[int], bool]:
@@ -216,15 +195,7 @@ class Predictor(PictureInputs):
 
     def check_task(self, task: str) -> None:
         """InputError unless the model was trained for `task` ("vqa" or "caption"; its card's `tasks`)."""
-        trained = ", ".join(self.tasks)
-        if task == "vqa" and task not in self.tasks:
-            raise InputError(f"this model is a captioner, trained to caption only (its card's tasks: {trained}): "
-                             "it does not answer questions; caption with it, or fine-tune it for questions with "
-                             "`vqa train --init-from RUN --data DIR`")
-        if task not in self.tasks:
-            raise InputError(f"this model was trained to answer questions only (its card's tasks: {trained}): it "
-                             "does not caption; ask it questions, or fine-tune it for captions with `vqa train "
-                             "--init-from RUN --data DIR --tasks vqa,caption`")
+        task_settings.check_task(self.tasks, task)
 
     def answer_settings(self, top_k: int = 1, generation: GenerationConfig | None = None,
                         changes: dict | None = None) -> GenerationConfig:
@@ -232,23 +203,13 @@ class Predictor(PictureInputs):
         length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`, and
         min_new_tokens at least 1. InputError for a model not trained for questions, and for top_k > 1
         without beam search of at least top_k beams (greedy decoding and sampling give one answer)."""
-        self.check_task("vqa")
-        default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
-        settings = _at_least_one_token(generation_config(generation, changes or {}, default))
-        if top_k > 1 and settings.method != "beam":
-            raise InputError(f"top_k={top_k} lists the {top_k} likeliest answers, which only beam search finds: "
-                             f"{settings.method} decoding gives one answer (use method='beam', or top_k=1; "
-                             "`rank` scores a list of answers you give)")
-        if settings.method == "beam" and settings.num_beams < top_k:
-            raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
-        return settings
+        return task_settings.answer_settings(self.tasks, top_k, generation, changes)
 
     def caption_settings(self, generation: GenerationConfig | None = None,
                          changes: dict | None = None) -> GenerationConfig:
         """The decoding `caption` uses: `generation` (default: greedy) with the GenerationConfig fields in
         `changes`, and min_new_tokens at least 1. InputError for a model not trained to caption."""
-        self.check_task("caption")
-        return _at_least_one_token(generation_config(generation, changes or {}, GenerationConfig.for_task("caption")))
+        return task_settings.caption_settings(self.tasks, generation, changes)
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
                      generation: GenerationConfig | None = None, return_attention: bool = False,
@@ -274,14 +235,7 @@ class Predictor(PictureInputs):
             results = []
             for b, question in enumerate(questions):
                 hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
-                merged, best_seq = {}, {}
-                for seq, logp in hyps:
-                    text = self.tokenizer.decode(seq)  # distinct token sequences may spell the same text
-                    merged[text] = merged.get(text, 0.0) + float(np.exp(logp))
-                    if text not in best_seq or logp > best_seq[text][1]:
-                        best_seq[text] = (seq, logp)
-                ranked = sorted(merged.items(), key=lambda kv: -kv[1])[:top_k]
-                best = best_seq[ranked[0][0]][0]
+                ranked, best = answers_from_beams(hyps, self.tokenizer.decode, top_k)
                 results.append(Answer(question=question, answer=self.tokenizer.decode(best), top_k=ranked,
                                       truncated=truncated[b], tokens=self._pieces(best),
                                       prompt_ids=list(prompts[b]), ids=list(best)))
@@ -305,8 +259,7 @@ class Predictor(PictureInputs):
         with self._lock:
             memory, _ = self._encode([image])
             logp = score_candidates(self.model, prompt, cand_ids, memory=memory)
-        probs = torch.softmax(logp.float(), 0).tolist()
-        return sorted(zip(candidates, probs, strict=True), key=lambda cp: -cp[1])
+        return ranked_candidates(candidates, logp)
 
     # ---- captions ----
     def caption(self, image: Any, generation: GenerationConfig | None = None, return_attention: bool = False,
@@ -370,10 +323,6 @@ class Predictor(PictureInputs):
                            vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
                            question=getattr(result, "question", None), image=pil, resize=self.cfg.vit_resize,
                            **arrays)
-
-
-def _at_least_one_token(settings: GenerationConfig) -> GenerationConfig:  # an answer or caption is never empty
-    return settings if settings.min_new_tokens >= 1 else settings.replace(min_new_tokens=1)
 
 
 def _is_single_image(x: Any) -> bool:

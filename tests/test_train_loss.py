@@ -9,7 +9,7 @@ import torch
 from helpers import random_images, tiny_model
 
 from vqa.data.collate import collate
-from vqa.train.step import StepRunner, TrainingLoss
+from vqa.train.step import StepRunner, StepStats, TrainingLoss
 
 
 def items(model, g: torch.Generator):
@@ -93,3 +93,11 @@ def test_grad_clip_bounds_the_norm_of_the_steps_gradient():
                         task_weights={"vqa": 1.0, "caption": 0.5})])
         moved[clip] = float(torch.cat([(p.detach() - b).flatten() for p, b in zip(params, before, strict=True)]).norm())
     assert moved[0.0] > 0.1 and moved[1e-3] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_a_steps_stats_read_back_the_mean_loss_and_the_callers_values():
+    """StepRunner returns [summed loss, weighted target count, *extra]; read, the loss is the mean per target
+    (a step without targets divides by 1) and the extra values come back in order."""
+    stats = StepStats.read(torch.tensor([6.0, 4.0, 1.0, 250.0]))
+    assert (stats.loss, stats.extra) == (1.5, (1.0, 250.0))
+    assert StepStats.read(torch.tensor([0.5, 0.0])).loss == 0.5 and StepStats.read(torch.tensor([0.5, 0.0])).extra == ()

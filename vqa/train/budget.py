@@ -3,13 +3,19 @@
 The plan is first made from the median of the first 20 steps (aiming at 90% of the time left, as evaluations
 and checkpoints also take time), then remade from the mean speed since the last plan every 50 steps or 5%
 of the budget, whichever comes first (aiming at 98%): a run slows down after its first steps (data caches fill, evaluations), and fitted once a
-ten-minute run ended at 80% of its cosine. Every rank must follow one schedule, so the plans of the ranks
-are averaged by the caller.
+ten-minute run ended at 80% of its cosine.
+
+Every rank must follow one schedule and stop at one step: `SharedBudget` has each rank propose its decisions
+(`Proposal`: out of time, a refitted plan, the quarter reached) as values that ride in the step's all-reduce,
+and reads back what the ranks agreed (`TimeDecision`): any rank out of time stops them all, the plans are
+averaged, and so are the quarters. One rank decides alone at every step.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass
 
 
 class TimeBudget:
@@ -57,6 +63,85 @@ class TimeBudget:
         return step + max(1, int(share * (self.limit - (now - self.start)) / max(per_step, 1e-9)))
 
 
+@dataclass(frozen=True)
+class TimeDecision:
+    """What every rank does after a step."""
+
+    out_of_time: bool = False  # stop now (and save)
+    plan: int | None = None  # the refitted total step count; None: the plan stands
+    quarter: int = 0  # quarters of the budget passed (0-3)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One rank's decisions as values that add up over ranks (the step's all-reduce sums them)."""
+
+    out_of_time: float = 0.0  # 1: this rank's time is up
+    plan_sum: float = 0.0  # its refitted total step count, or 0
+    plans: float = 0.0  # 1: it refitted
+    quarter_sum: float = 0.0  # the quarter it reached
+
+    SIZE = 4  # values in the all-reduce
+
+    def values(self) -> tuple[float, ...]:
+        return astuple(self)
+
+    @classmethod
+    def summed(cls, values: Sequence[float]) -> Proposal:
+        """The proposals of every rank, summed by the all-reduce."""
+        if len(values) != cls.SIZE:
+            raise ValueError(f"a proposal is {cls.SIZE} values, not {len(values)}")
+        return cls(*map(float, values))
+
+    def decision(self, world: int) -> TimeDecision:
+        """The ranks' agreement: any rank out of time, the mean plan of those that refitted, the mean quarter."""
+        return TimeDecision(out_of_time=self.out_of_time > 0,
+                            plan=int(self.plan_sum / self.plans) if self.plans else None,
+                            quarter=int(self.quarter_sum) // world)
+
+
+class SharedBudget:
+    """A `TimeBudget` that `world` ranks follow together. Each step: `propose` (the values for the step's
+    all-reduce), the step, `record` its duration, then `agree` on what the all-reduce summed. With several
+    ranks, proposals count at logged steps only (where the caller reads the all-reduce): elsewhere they are
+    zeros and nothing changes; one rank decides at every step, on its clock after the step."""
+
+    def __init__(self, limit_s: float, time_used: float = 0.0, world: int = 1):
+        self.budget = TimeBudget(limit_s, time_used)
+        self.world = int(world)
+        self.quarter = self.budget.quarter(time_used)  # the last quarter agreed (a resumed run: its own)
+        self._proposed = Proposal()
+
+    def propose(self, step: int, logged: bool) -> tuple[float, ...]:
+        """This rank's proposal before `step`, as Proposal.SIZE values for the step's all-reduce."""
+        b = self.budget
+        if self.world > 1 and not logged:
+            self._proposed = Proposal()
+        else:
+            plan = b.plan(step) if b.due(step) else None
+            self._proposed = Proposal(out_of_time=float(b.out_of_time()), plan_sum=float(plan or 0),
+                                      plans=float(plan is not None), quarter_sum=float(b.quarter()))
+        return self._proposed.values()
+
+    def record(self, seconds: float) -> None:
+        """The duration of one training step."""
+        self.budget.record(seconds)
+
+    def agree(self, summed: Sequence[float] | None) -> TimeDecision:
+        """What every rank does after the step: `summed`, the proposals summed over ranks (None: the step's
+        all-reduce was not read, so nothing is decided)."""
+        if self.world == 1:  # alone: its own proposal, and its clock read again after the step
+            p = self._proposed
+            decision = TimeDecision(out_of_time=p.out_of_time > 0 or self.budget.out_of_time(),
+                                    plan=int(p.plan_sum) if p.plans else None, quarter=self.budget.quarter())
+        elif summed is not None:
+            decision = Proposal.summed(summed).decision(self.world)
+        else:
+            decision = TimeDecision(quarter=self.quarter)
+        self.quarter = decision.quarter
+        return decision
+
+
 def evaluation_due(step: int, every: int, total: int | None, quarters: tuple[int, int] | None = None) -> bool:
     """Whether training evaluates after `step`: every `every` steps if given; else four times a run, at each
     quarter of a --time-limit's time (`quarters`: (the quarter reached, the last one evaluated); its planned
@@ -70,4 +155,4 @@ def evaluation_due(step: int, every: int, total: int | None, quarters: tuple[int
     return step * 4 // total > (step - 1) * 4 // total
 
 
-__all__ = ["TimeBudget", "evaluation_due"]
+__all__ = ["TimeBudget", "SharedBudget", "Proposal", "TimeDecision", "evaluation_due"]

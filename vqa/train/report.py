@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ExtraMissing
 from ..logs import get_logger
+from .plots import read_metrics
 
 log = get_logger("train")
 PICTURES = 4  # captioned validation pictures per evaluation
@@ -70,6 +71,13 @@ class Reporter:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+
+
+def trim_metrics(metrics: Path, step: int) -> None:
+    """On resume, drop what a killed run logged after its last checkpoint (at `step`) and any torn last line."""
+    if metrics.exists():
+        keep = [r for r in read_metrics(metrics) if r.get("step", 0) <= step]
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
 
 def _picture_paths(val_data, ids: set) -> dict:

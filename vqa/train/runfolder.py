@@ -117,4 +117,14 @@ def command_line(cfg: TrainConfig, **changes) -> str:
     return shlex.join(words)
 
 
-__all__ = ["resolve", "command_line", "SAVED", "REPEAT", "FIXED_ON_RESUME"]
+def write_repeat_command(cfg: TrainConfig, out: Path, step: int, images_per_step: int) -> str:
+    """How many steps a time limit allowed, and the `--max-steps` command that trains the same schedule on any
+    machine: kept in the run folder (REPEAT, for `make demo` to print again) and returned."""
+    cmd = command_line(cfg, time_limit=None, max_steps=step, resume=False, out=f"{out}-{step}")
+    text = (f"--time-limit {cfg.time_limit} reached step {step} ({images_per_step} images a step) on this "
+            f"machine; the same run by steps, on any machine:\n  {cmd}\n")
+    (out / REPEAT).write_text(text)
+    return text
+
+
+__all__ = ["resolve", "command_line", "write_repeat_command", "SAVED", "REPEAT", "FIXED_ON_RESUME"]

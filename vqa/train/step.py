@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -49,6 +50,26 @@ def wrap_ddp(loss: torch.nn.Module, device: torch.device, local_rank: int = 0, s
 
     return DDP(loss, device_ids=[local_rank] if device.type == "cuda" else None, broadcast_buffers=False,
                gradient_as_bucket_view=True, static_graph=static_graph)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """A step's scalars on the host, summed over ranks: what `StepRunner` returns, read (the one sync)."""
+
+    loss_sum: float  # the summed loss of every target token of the global batch
+    targets: float  # their weighted count
+    extra: tuple[float, ...]  # the caller's values (the time-limit proposals)
+
+    @classmethod
+    def read(cls, stats: torch.Tensor) -> StepStats:
+        """From [summed loss, weighted target count, *extra]; waits for the device."""
+        loss_sum, targets, *extra = stats.tolist()
+        return cls(loss_sum, targets, tuple(extra))
+
+    @property
+    def loss(self) -> float:
+        """The global batch's mean loss per target token."""
+        return self.loss_sum / max(self.targets, 1.0)
 
 
 class StepRunner:
@@ -130,4 +151,4 @@ class count_syncs(TorchDispatchMode):  # noqa: N801 (used as a context manager, 
         return sum(self.ops.values())
 
 
-__all__ = ["TrainingLoss", "StepRunner", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]
+__all__ = ["TrainingLoss", "StepRunner", "StepStats", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]

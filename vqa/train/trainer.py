@@ -9,12 +9,11 @@ A step is `accum` micro-batches of `batch_size` images per device (each image br
 token of the global batch (caption tokens weighted by `caption_weight`), so N devices x B images trains
 exactly like 1 device x N*B images. The step waits for the device once per logged step (to read the loss),
 never otherwise: target counts come from the collate function, and the step's scalars (loss, target count,
-the time-limit decisions of every rank) travel in one all-reduce.
+the time-limit proposals of every rank: `vqa.train.budget.SharedBudget`) travel in one all-reduce.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -39,7 +38,7 @@ from ..logs import bars_off, get_logger
 from ..model import checkpoint
 from . import build as run_setup
 from . import state as run_state
-from .budget import TimeBudget, evaluation_due
+from .budget import SharedBudget, TimeDecision, evaluation_due
 from .build import (
     check_model_options,
     default_batch,
@@ -52,9 +51,9 @@ from .build import (
 )
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
-from .report import Reporter
-from .runfolder import REPEAT, SAVED, command_line
-from .step import StepRunner, TrainingLoss, wrap_ddp
+from .report import Reporter, trim_metrics
+from .runfolder import SAVED, write_repeat_command
+from .step import StepRunner, StepStats, TrainingLoss, wrap_ddp
 
 log = get_logger("train")
 
@@ -265,68 +264,45 @@ class Trainer:
     def fit(self, halt_at_step: int | None = None) -> int:
         """Train to the planned end; `halt_at_step` stops early after that step's checkpoint (as if killed)."""
         c, d = self.cfg, self.d
-        budget = TimeBudget(parse_duration(c.time_limit), self.time_used) if c.time_limit else None
+        budget = SharedBudget(parse_duration(c.time_limit), self.time_used, d.world) if c.time_limit else None
         start = time.time() - self.time_used
         metrics = self.out / "metrics.jsonl"
-        if d.main:
-            self._trim_metrics(metrics)
-            log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
-                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}")
-        self.report, bar = Reporter(metrics, c.report_to, d.main), None
-        if d.main:
-            bar = tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr,
-                       disable=bars_off())
+        bar = self._start_reports(metrics)
         seen, t_log = 0, time.time()
         # evaluations (--eval-every 0): at each quarter of the planned steps, or of a --time-limit's time (the
         # planned steps of a time-limited run move as it is refitted); a resumed run goes on from its quarter
-        evaluated_q = budget.quarter(self.time_used) if budget is not None else 0
+        evaluated_q = budget.quarter if budget is not None else 0
         for micro in self.batches():
             if self.total_steps is not None and self.step >= self.total_steps:
                 break
             set_lr(self.optimizer, lr_factor(self.step, self._warmup(), self.total_steps or 10**9, schedule=c.schedule))
             logged = (self.step + 1) % c.log_every == 0 or self.step == 0
-            # several ranks agree on time decisions at logged steps (the values ride in the step's all-reduce)
-            decide = budget is not None and (d.world == 1 or logged)
-            plan = budget.plan(self.step) if decide and budget.due(self.step) else None
-            extra = (float(decide and budget.out_of_time()), float(plan or 0), float(plan is not None),
-                     float(budget.quarter()) if decide else 0.0)
             t0 = time.time()
-            stats = self.train_step(micro, extra)
+            summed = self.train_step(micro, budget.propose(self.step, logged) if budget is not None else ())
             self.step += 1
             seen += self.images_per_step
             if budget is not None:
                 budget.record(time.time() - t0)
-            values = stats.tolist() if logged else None  # the one host sync, at logged steps only
-            if values is not None and not math.isfinite(values[0]):
-                raise VQAError(f"loss is {values[0] / max(values[1], 1)} at step {self.step}: training stopped "
+            stats = StepStats.read(summed) if logged else None  # the one host sync, at logged steps only
+            if stats is not None and not math.isfinite(stats.loss_sum):
+                raise VQAError(f"loss is {stats.loss} at step {self.step}: training stopped "
                                "(try a lower --lr, or --precision fp32)")
-            out_of_time, quarter = False, evaluated_q
+            decision = TimeDecision(quarter=evaluated_q)
             if budget is not None:
-                if d.world == 1:
-                    out_of_time, quarter = bool(extra[0]) or budget.out_of_time(), budget.quarter()
-                elif values is not None:  # the ranks' decisions, agreed: any rank out of time; the mean quarter
-                    out_of_time, plan = values[2] > 0, (values[3] / values[4] if values[4] else None)
-                    quarter = int(values[5]) // d.world
-                if plan:
-                    self.total_steps = int(plan)
-                    if bar is not None:
-                        bar.total = self.total_steps
-            if values is not None:
-                loss = values[0] / max(values[1], 1.0)
-                ips = seen / (time.time() - t_log)
-                rec = dict(step=self.step, epoch=self.epoch, loss=round(loss, 6),
-                           lr=self.optimizer.param_groups[0]["lr"], images_per_s=round(ips, 1),
-                           time=round(time.time() - start, 1))
-                seen, t_log = 0, time.time()
-                self.report.log(rec, self.optimizer.param_groups)  # metrics.jsonl (and --report-to)
+                decision = budget.agree(stats.extra if stats is not None else None)
+            if decision.plan:
+                self.total_steps = decision.plan
                 if bar is not None:
-                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{rec['lr']:.2e}", img_s=f"{ips:.0f}")
+                    bar.total = self.total_steps
+            if stats is not None:
+                self._log_step(stats, seen / (time.time() - t_log), time.time() - start, bar)
+                seen, t_log = 0, time.time()
             if bar is not None:
                 bar.update(1)
-            finished = out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
+            finished = decision.out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
             due = evaluation_due(self.step, c.eval_every, self.total_steps,
-                                 None if budget is None else (quarter, evaluated_q))
-            evaluated_q = max(quarter, evaluated_q)
+                                 None if budget is None else (decision.quarter, evaluated_q))
+            evaluated_q = max(decision.quarter, evaluated_q)
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)
@@ -336,19 +312,31 @@ class Trainer:
             bar.close()
         if d.main:
             log.info(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}")
-            if c.time_limit and self.step != halt_at_step:
-                self._write_repeat_command()
+            if c.time_limit and self.step != halt_at_step:  # the steps it allowed, and the command repeating them
+                log.info("vqa train: " + write_repeat_command(c, self.out, self.step, self.images_per_step).rstrip("\n"))
         return 0
 
-    def _write_repeat_command(self) -> None:
-        """How many steps the time limit allowed, and the `--max-steps` command that trains the same schedule
-        on any machine (printed, and kept in the run folder for `make demo` to print again)."""
-        c = self.cfg
-        cmd = command_line(c, time_limit=None, max_steps=self.step, resume=False, out=f"{self.out}-{self.step}")
-        text = (f"--time-limit {c.time_limit} reached step {self.step} ({self.images_per_step} images a step) on this "
-                f"machine; the same run by steps, on any machine:\n  {cmd}\n")
-        (self.out / REPEAT).write_text(text)
-        log.info("vqa train: " + text.rstrip("\n"))
+    def _start_reports(self, metrics: Path) -> tqdm | None:
+        """The metrics log (trimmed to the last checkpoint on resume), the start-up line and, on rank 0, the
+        progress bar."""
+        d = self.d
+        if d.main:
+            trim_metrics(metrics, self.step)
+            log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
+                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}")
+        self.report = Reporter(metrics, self.cfg.report_to, d.main)
+        if not d.main:
+            return None
+        return tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr,
+                    disable=bars_off())
+
+    def _log_step(self, stats: StepStats, images_per_s: float, seconds: float, bar: tqdm | None) -> None:
+        """A logged step's line in metrics.jsonl (and --report-to) and the bar."""
+        rec = dict(step=self.step, epoch=self.epoch, loss=round(stats.loss, 6), lr=self.optimizer.param_groups[0]["lr"],
+                   images_per_s=round(images_per_s, 1), time=round(seconds, 1))
+        self.report.log(rec, self.optimizer.param_groups)
+        if bar is not None:
+            bar.set_postfix(loss=f"{stats.loss:.3f}", lr=f"{rec['lr']:.2e}", img_s=f"{images_per_s:.0f}")
 
     def _warmup(self) -> int:
         """--warmup, unless it is as long as the run: then a tenth of the run (said once), so that the run
@@ -362,12 +350,6 @@ class Trainer:
                      f"{short} instead")
         self._warned_warmup = True
         return short
-
-    def _trim_metrics(self, metrics: Path) -> None:
-        """On resume, drop what a killed run logged after its last checkpoint (and any torn last line)."""
-        if metrics.exists():
-            keep = [r for r in read_metrics(metrics) if r.get("step", 0) <= self.step]
-            metrics.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
     def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d

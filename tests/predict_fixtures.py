@@ -165,7 +165,7 @@ def free_port() -> int:
 def start_app(pred):
     """Build and launch the demo around `pred` on 127.0.0.1 at a free port, without blocking; returns
     (demo, url). Close it with demo.close()."""
-    from vqa.demo.layout import build_app
+    from vqa.demo.app import build_app
     from vqa.demo.server import serve
 
     demo = build_app(pred)

@@ -30,7 +30,7 @@ gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is no
 from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from vqa.demo.layout import build_app  # noqa: E402
+from vqa.demo.app import build_app  # noqa: E402
 from vqa.demo.server import serve  # noqa: E402
 
 pytestmark = DEMO_WARNINGS

@@ -85,8 +85,8 @@ def test_vqa_ask_and_caption_refuse_a_model_not_trained_for_the_task(ckpts, pict
 @DEMO_WARNINGS[2]
 def test_the_app_disables_the_ask_tab_of_a_captioner_and_its_handler_shows_why(ckpts, pictures):
     gr = pytest.importorskip("gradio", reason="gradio is not installed (pip install -e '.[dev]')")
+    from vqa.demo.app import build_app
     from vqa.demo.handlers import Handlers
-    from vqa.demo.layout import build_app
     from vqa.inference.serving import BatchedPredictor
 
     captioner = Predictor.from_pretrained(ckpts["caption"], device="cpu", compile=False)

@@ -249,7 +249,7 @@ def test_the_card_scores_read_as_words_on_one_scale():
 
 
 def test_a_failed_ask_or_caption_clears_the_heatmap(pred):
-    from vqa.demo.layout import build_app
+    from vqa.demo.app import build_app
 
     demo = build_app(pred)
     try:

@@ -19,15 +19,15 @@ def test_users_are_bounded_and_their_state_goes_after_its_time_to_live(tmp_path,
     """Gradio keeps 10,000 users and a gr.State for as long as the server runs, unless told otherwise:
     the demo keeps USERS_KEPT, each user's state goes STATE_TTL seconds after it was last set (2 s
     here), and what a user holds is its answer and a handle, never an Explanation."""
-    import vqa.demo.layout as layout
+    import vqa.demo.app as app
     from vqa.demo.explorer import Explained
     from vqa.inference.explain import Explanation
 
-    monkeypatch.setattr(layout, "STATE_TTL", 2)
+    monkeypatch.setattr(app, "STATE_TTL", 2)
     picture = write_pictures(tmp_path)["blue_square"]
     demo, url = start_app(demo_predictor())
     try:
-        assert demo.state_session_capacity == layout.USERS_KEPT < 10_000
+        assert demo.state_session_capacity == app.USERS_KEPT < 10_000
         client = Client(url, verbose=False)
         client.predict(handle_file(str(picture)), COLOR_Q, 3, api_name="/ask")
         client.predict(api_name="/explain")

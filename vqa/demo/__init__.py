@@ -2,7 +2,8 @@
 
     options.py      the command line: flags, defaults, their checks and queue sizes (light: no gradio)
     server.py       the entry point: loading the Predictor, launch (`serve`)
-    layout.py       the gr.Blocks page of the Ask / Caption / Model card tabs, wired to the handlers (`build_app`)
+    app.py          the page assembled (`build_app`): the batching layer, the familiarity reference, the tabs
+    layout.py       the Ask / Caption / Model card tab: its components and their wiring to the handlers
     explorer.py     the attention explorer tab: its layout, its handlers and its wiring
     handlers.py     the Ask / Caption / heatmap handlers as plain methods (callable without a server)
     uploads.py      the picture input: uploads that keep the user's file name, messages without server paths

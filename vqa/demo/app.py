@@ -1,0 +1,59 @@
+"""The demo assembled: `build_app(pred) -> gr.Blocks`. It makes what the page needs from the `vqa.Predictor`
+(the batching layer, the familiarity reference, the handlers), then builds the tabs' components
+(`vqa.demo.layout`, `vqa.demo.explorer`) and wires each tab to its handlers. Without a model, the page that
+says how to train one.
+
+The endpoints `/ask`, `/caption`, `/heatmap`, `/explain` and `/export` keep their names for `gradio_client`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from . import explorer as ex
+from . import layout
+from .card import card_markdown, start_reference
+from .handlers import Handlers
+from .options import BATCH_WAIT_MS, MAX_BATCH
+
+# a user's last answer and its explorer handle go this long after they were last set (gradio keeps them
+# otherwise for as long as the server runs, and a closed tab's for an hour)
+STATE_TTL = 1800
+# users gradio keeps at all (its default: 10,000), the oldest dropped first; each holds ~50 KB of ours
+# (the answer, its maps, the display copy as JPEG), the explanations are shared (vqa.demo.explorer)
+USERS_KEPT = 1000
+
+
+def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATCH_WAIT_MS,
+              reference: Any = "auto") -> gr.Blocks:
+    """The demo around a `vqa.Predictor`; with None, a page that explains how to train a model.
+    `max_batch` / `batch_wait_ms`: the batching layer's settings; `reference`: the familiarity check ("auto":
+    from the training data named in the card, if it is on this machine; None: off; or a `Familiarity`).
+    `demo.batching` is the batching layer behind /ask and /caption."""
+    if pred is None:
+        return layout.how_to_train_page()
+
+    from ..inference.serving import BatchedPredictor
+
+    server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
+    reference_note = start_reference(server, pred, reference)
+    handlers, explorer = Handlers(pred, server), ex.Explorer(pred)
+
+    with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:
+        state = gr.State(None, time_to_live=STATE_TTL)
+        explained = gr.State(None, time_to_live=STATE_TTL)
+        gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question or "
+                    "caption it. The heatmap shows where the model looked while it wrote each word; the "
+                    "attention explorer shows every step.")
+        with gr.Tabs(elem_id="main-tabs"):
+            ask_tab = layout.build_tab(pred.cfg, pred.tasks, card_markdown(pred, reference_note))
+            explorer_tab = ex.build_tab(pred.cfg, pred.grid)
+        layout.wire(ask_tab, handlers, state)
+        ex.wire(explorer_tab, explorer, state, explained)
+    demo.batching = server  # for tests and the curious: the batching layer behind /ask and /caption
+    return demo
+
+
+__all__ = ["build_app", "STATE_TTL", "USERS_KEPT"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+import uuid
 
 import pytest
 from predict_fixtures import COLOR_Q, DEMO_WARNINGS, SHAPE_Q, demo_predictor, start_app, write_pictures
@@ -37,7 +38,7 @@ def test_memory_plateaus_as_explorer_users_come_and_go(tmp_path, monkeypatch):
 
         def users(n: int) -> None:
             for i in range(n):
-                client.reset_session()  # a new user: gradio keys what it keeps for a user by this
+                client.session_hash = uuid.uuid4().hex  # a new user: gradio keys what it keeps for a user by this
                 client.predict(handle_file(str(pictures[i % len(pictures)])), (COLOR_Q, SHAPE_Q)[i % 2], 3,
                                api_name="/ask")
                 client.predict(api_name="/explain")

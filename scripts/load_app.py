@@ -6,6 +6,7 @@
     python scripts/load_app.py --checkpoint runs/tiny --app OLD/app.py       # another copy of the app (before/after)
     python scripts/load_app.py --checkpoint runs/tiny -- --max-batch 8       # options after `--` go to app.py
     python scripts/load_app.py --checkpoint runs/tiny --explorer-users 200  # then 200 explorer users
+    python scripts/load_app.py --checkpoint runs/tiny --explorer-users 100 --explorer-rounds 3  # 3 rounds of 100
 
 With --checkpoint the app is started as its own process (`python app.py --checkpoint RUN --port P`), so the
 users' threads here do not share an interpreter with the server. Steps, in one run:
@@ -17,7 +18,8 @@ users' threads here do not share an interpreter with the server. Steps, in one r
    Pictures and questions are mixed (vqa/samples and, when built, Shapes val scenes).
 
 4. with `--explorer-users N`: N more users, one after another, each asking one question, opening the
-   attention explorer (/explain) and closing; the server's resident memory (RSS) is read before and after.
+   attention explorer (/explain) and closing; the server's resident memory (RSS) is read before and after
+   (with `--explorer-rounds R`, after each of R rounds of N users: a plateau or growth per user).
 
 Every request ends one of three ways: answered; refused with a message meant for a person (the queue is full:
 gradio_client's "Queue is full! Please try again.", the page's "This application is currently busy", or the
@@ -229,25 +231,32 @@ def rss_mib(pid: int | None) -> float | None:
     return None
 
 
-def run_explorer_users(url: str, n: int, server_pid: int | None = None) -> dict:
-    """n users one after another, each asking a question, opening the explorer and closing: how many
-    worked and the server's RSS before and after (every user's state is still within its time to live)."""
+def run_explorer_users(url: str, n: int, server_pid: int | None = None, rounds: int = 1) -> dict:
+    """`rounds` rounds of n users one after another, each asking a question, opening the explorer and
+    closing: how many worked and the server's RSS before and after each round (every user's state is still
+    within its time to live). Growth that stops after the first round is a high-water mark; growth by the
+    same amount every round is memory kept per user."""
     jobs = workload(n, seed=3)
-    before, failed = rss_mib(server_pid), []
-    for pic, q in jobs:
-        client = _client(url)
-        try:
-            if ask(client, pic, q, 3)[0] != "ok":
-                raise RuntimeError("the question was not answered")
-            client.predict(api_name="/explain")
-        except Exception as e:  # count it, go on
-            failed.append(f"{type(e).__name__}: {e}")
-        finally:
-            client.close()
-    after = rss_mib(server_pid)
+    before, failed, after_rounds = rss_mib(server_pid), [], []
+    for _ in range(rounds):
+        for pic, q in jobs:
+            client = _client(url)
+            try:
+                if ask(client, pic, q, 3)[0] != "ok":
+                    raise RuntimeError("the question was not answered")
+                client.predict(api_name="/explain")
+            except Exception as e:  # count it, go on
+                failed.append(f"{type(e).__name__}: {e}")
+            finally:
+                client.close()
+        after_rounds.append(rss_mib(server_pid))
+    after = after_rounds[-1]
     grew = None if before is None or after is None else after - before
-    return dict(explorer_users=n, explorer_failed=len(failed), explorer_failures=sorted(set(failed))[:3],
-                rss_before_users_mib=before, rss_after_users_mib=after, rss_growth_mib=grew)
+    later = None if rounds < 2 or None in after_rounds else after_rounds[-1] - after_rounds[0]
+    return dict(explorer_users=n, explorer_rounds=rounds, explorer_failed=len(failed),
+                explorer_failures=sorted(set(failed))[:3], rss_before_users_mib=before,
+                rss_after_users_mib=after, rss_growth_mib=grew, rss_after_rounds_mib=after_rounds,
+                rss_growth_after_first_round_mib=later)
 
 
 def report(alone: list[float], burst: dict) -> dict:
@@ -277,10 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--explorer-users", type=int, default=0, metavar="N",
                    help="then N users, one after another, that ask, open the explorer and close; prints the "
                         "server's memory growth (RSS, with --checkpoint)")
+    p.add_argument("--explorer-rounds", type=int, default=1, metavar="R",
+                   help="run the N explorer users R times over, the RSS read after each round (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     p.add_argument("--targets", action="store_true",
                    help="exit 1 unless none is refused, wall <= 0.3 x one-after-another and median <= 1 s")
     args = p.parse_args(argv)
+    if args.explorer_rounds < 1:
+        p.error(f"--explorer-rounds must be at least 1, got {args.explorer_rounds}")
 
     proc = None
     if args.checkpoint:
@@ -291,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         alone = run_alone(url, args.alone, args.top_k)
         burst = run_at_once(url, args.users, args.questions, args.top_k, proc.pid if proc is not None else None)
         if args.explorer_users > 0:
-            burst.update(run_explorer_users(url, args.explorer_users, proc.pid if proc is not None else None))
+            burst.update(run_explorer_users(url, args.explorer_users, proc.pid if proc is not None else None,
+                                            args.explorer_rounds))
     finally:
         if proc is not None:
             proc.terminate()
@@ -317,7 +331,13 @@ def main(argv: list[str] | None = None) -> int:
         if fig["rss_growth_mib"] is not None:
             rss = (f": server RSS {fig['rss_before_users_mib']:.0f} -> {fig['rss_after_users_mib']:.0f} MiB "
                    f"({fig['rss_growth_mib']:+.0f} MiB)")
-        print(f"{fig['explorer_users']} explorer users opened and closed, {fig['explorer_failed']} failed{rss}")
+        rounds = fig["explorer_rounds"]
+        print(f"{fig['explorer_users']} explorer users{f' x {rounds} rounds' if rounds > 1 else ''} opened and "
+              f"closed, {fig['explorer_failed']} failed{rss}")
+        if rounds > 1 and fig["rss_growth_after_first_round_mib"] is not None:
+            each = ", ".join(f"{r:.0f}" for r in fig["rss_after_rounds_mib"])
+            print(f"  server RSS after each round: {each} MiB ({fig['rss_growth_after_first_round_mib']:+.0f} MiB "
+                  "after the first)")
         for d in fig["explorer_failures"]:
             print(f"  ERROR: {d}")
     for d in fig["refusal_examples"]:

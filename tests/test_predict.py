@@ -185,6 +185,8 @@ def test_attention_maps_of_a_padded_batch_equal_each_rows_alone(pred):
         alone = pred.answer(img, q, return_attention=True)
         assert res.ids == alone.ids
         torch.testing.assert_close(res.attention, alone.attention, atol=1e-5, rtol=1e-4)
+        # its own copy: a view would keep the batch's maps of every row and prompt token alive with each result
+        assert res.attention.untyped_storage().nbytes() == res.attention.numel() * res.attention.element_size()
 
 
 def test_heatmap_has_the_image_size_and_follows_the_letterbox():

@@ -205,7 +205,8 @@ def patch_maps(model, memory: torch.Tensor, index, prompts, generated) -> list[t
     for i, b in enumerate(rows):
         start = len(prompts[b]) - 1  # the query at position t wrote token t + 1
         m = patches[i, :, :, start : start + len(generated[b])]  # [L, H, G, grid^2]
-        out[b] = rearrange(m, "l h t (y x) -> t l h y x", y=g)
+        # a copy: a view would keep the whole batch's maps (every row, every prompt token) alive with each result
+        out[b] = rearrange(m, "l h t (y x) -> t l h y x", y=g).clone()
     return out
 
 

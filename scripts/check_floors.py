@@ -72,7 +72,10 @@ def closure(roots: tuple[str, ...], skip: set[str]) -> list[md.Distribution]:
 def link_torch(overlay: Path, floors: dict[str, str]) -> None:
     """Symlink torch, torchvision and the packages they need from this interpreter into `overlay`."""
     for name in LINKED:
-        have = md.version(name)
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            sys.exit(f"check_floors: run it with an interpreter that has {name} {floors[name]} installed")
         if have != floors[name]:
             sys.exit(f"check_floors: this interpreter has {name} {have}, constraints-floor.txt wants {floors[name]}")
     overlay.mkdir()

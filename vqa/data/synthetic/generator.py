@@ -42,6 +42,8 @@ class SyntheticSet:
     render_job: Callable[[tuple[str, dict, int]], None]  # (path, scene, side): writes the PNG
     n_answers: dict[str, int]  # answers a family can have (the others: yes / no)
     scene_keys: tuple[str, ...]  # what the scenes file keeps of a scene (besides image_id and file_name)
+    # an object's pixel box [left, top, right, bottom], kept on each object for `vqa eval --grounding` (None: none)
+    object_box: Callable[[dict], list] | None = None
 
 
 class Balancer:
@@ -101,6 +103,9 @@ def make_scenes(spec: SyntheticSet, split: str, n: int, side: int, seed: int) ->
     split_no, scenes = list(SPLITS).index(split), []
     for i in range(n):
         scene = spec.make_scene(np.random.default_rng([seed, split_no, i]), side)
+        if spec.object_box is not None:
+            for o in scene["objects"]:
+                o["box"] = spec.object_box(o)
         image_id = SPLITS[split] + i + 1
         scene.update(image_id=image_id, file_name=f"COCO_{split}_{image_id:012d}.png")
         scenes.append(scene)

@@ -12,26 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from . import generator
 from .scenes_layout import make_scene
 from .scenes_render import object_box, render_job
 from .scenes_text import N_ANSWERS, candidates, make_captions
 
-
-def make_boxed_scene(rng: np.random.Generator, side: int) -> dict:
-    """A random scene, each object with its pixel box [left, top, right, bottom] (`object_box`): the scenes
-    file keeps the boxes (and the texture seed) for `vqa eval --grounding` / `--consistency`."""
-    scene = make_scene(rng, side)
-    for o in scene["objects"]:
-        o["box"] = object_box(o)
-    return scene
-
-
 SCENES_SET = generator.SyntheticSet(
-    name="Scenes", prefix="scenes", make_scene=make_boxed_scene, candidates=candidates, make_captions=make_captions,
+    name="Scenes", prefix="scenes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
     render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "clutter", "texture_seed", "objects"),
+    object_box=object_box,  # the scenes file keeps the boxes (and the texture seed) for grounding / consistency
 )
 
 

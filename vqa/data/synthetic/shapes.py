@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from . import generator
@@ -25,19 +24,10 @@ from .shapes_layout import make_scene
 from .shapes_render import object_box, render_job
 from .shapes_text import N_ANSWERS, candidates, make_captions
 
-
-def make_boxed_scene(rng: np.random.Generator, side: int) -> dict:
-    """A random scene, each object with its pixel box [left, top, right, bottom] (`object_box`): the scenes
-    file keeps the boxes (and the texture seed) for `vqa eval --grounding` / `--consistency`."""
-    scene = make_scene(rng, side)
-    for o in scene["objects"]:
-        o["box"] = object_box(o)
-    return scene
-
-
 SHAPES_SET = generator.SyntheticSet(
-    name="Shapes", prefix="shapes", make_scene=make_boxed_scene, candidates=candidates, make_captions=make_captions,
+    name="Shapes", prefix="shapes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
     render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "texture_seed", "objects"),
+    object_box=object_box,  # the scenes file keeps the boxes (and the texture seed) for grounding / consistency
 )
 
 

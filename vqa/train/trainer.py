@@ -241,6 +241,8 @@ class Trainer:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+        # the DDP wrapper's reducer goes before the process group it talks through (gloo aborts a rank at exit)
+        self.ddp = self.fwd = self.runner = None
 
     # ---- the loop ----
     def batches(self):

@@ -123,10 +123,8 @@ def _run(args, load, collection, output, d, top_k: int):
 
 def run_collection(args, load) -> int:
     """The job over args.inputs (or --questions); `load(args, compile=, device=)` gives the Predictor."""
-    from ...distributed import setup
+    from ...distributed import cleanup, setup
     from .inputs import expand, read_questions
-    from .job import open_output
-    from .output import Output
 
     if args.merge:
         return _merge(args)
@@ -147,6 +145,16 @@ def run_collection(args, load) -> int:
     if world > 1 and args.out is None:
         raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
     d = setup(args.device or "auto")
+    try:
+        return _collect(args, load, collection, d, top_k)
+    finally:  # the process group ends before the interpreter does: gloo aborts a rank whose group outlives it
+        cleanup()
+
+
+def _collect(args, load, collection, d, top_k: int) -> int:
+    from .job import open_output
+    from .output import Output
+
     repeats = collection.describe_repeats()
     if repeats and d.main:  # one record per (image, question): resuming depends on it, but never silently
         where = f"{args.questions}: " if getattr(args, "questions", None) else ""

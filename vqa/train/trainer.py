@@ -36,7 +36,7 @@ from ..evaluation.evaluate import evaluate, flatten
 from ..locks import RunLock
 from ..logs import bars_off, get_logger
 from ..model import checkpoint
-from . import build as run_setup
+from . import build
 from . import state as run_state
 from .budget import SharedBudget, TimeDecision, evaluation_due
 from .build import (
@@ -144,14 +144,14 @@ class Trainer:
                          tasks=list(c.tasks))
         torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
         self.model = model.to(self.d.device).train()
-        run_setup.memory_options(c, self.model)  # --lora-rank, --grad-checkpointing
+        build.memory_options(c, self.model)  # --lora-rank, --grad-checkpointing
         return state
 
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
         self.batch_size = c.batch_size or default_batch(self.model, d.device, checkpointing=c.grad_checkpointing)
-        if d.main and (line := run_setup.memory_line(self.model, self.batch_size, d.device, c)):  # a GPU's fit, printed
+        if d.main and (line := build.memory_line(self.model, self.batch_size, d.device, c)):  # a GPU's fit, printed
             log.info("vqa train: " + line)
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes

@@ -176,8 +176,8 @@ def test_captions_name_every_glyph(glyphs):
 
 def test_answers_are_balanced_so_the_question_alone_says_little():
     spec = dataclasses.replace(GLYPHS_SET, object_box=None)  # the boxes play no part here
-    train = generator.build_split(spec, "train", 1500, SIDE, 0)["questions"]
-    p = generator.prior_baselines(train, generator.build_split(spec, "val", 300, SIDE, 0)["questions"])
+    train = generator.build_split(spec, "train", 1000, SIDE, 0)["questions"]
+    p = generator.prior_baselines(train, generator.build_split(spec, "val", 250, SIDE, 0)["questions"])
     for fam in ("existence", "spatial", "comparison"):
         assert p[fam]["prior_accuracy"] < 0.62, (fam, p[fam])
     assert p["attribute_color"]["prior_accuracy"] < 0.3 and p["attribute_shape"]["prior_accuracy"] < 0.15
@@ -249,3 +249,14 @@ def test_glyph_pictures_are_never_mirrored(glyphs, tmp_path):
     generate_shapes(shapes, 4, 0, seed=0, progress=False, workers=1)
     assert "mirror_safe" not in _load(shapes, "shapes_info.json") and mirror_safe(shapes)
     check_flips(TrainConfig(data=str(shapes), out=str(tmp_path / "run"), hflip=True))
+
+
+def test_a_smaller_build_is_the_first_pictures_of_a_larger_one(glyphs, tmp_path):
+    """--train 500 / 2,000 / all: the small-data curve trains on prefixes of one set and scores on one val."""
+    small = tmp_path / "small"
+    generate_glyphs(small, n_train=8, n_val=6, seed=3, progress=False, workers=1)
+    big, few = _digests(glyphs), _digests(small)
+    assert {f: h for f, h in few.items() if f.endswith(".png")} == {f: big[f] for f in few if f.endswith(".png")}
+    assert few["v2_mscoco_val_annotations.json"] == big["v2_mscoco_val_annotations.json"]
+    qs = _load(small, "v2_OpenEnded_mscoco_train_questions.json")["questions"]
+    assert qs == _load(glyphs, "v2_OpenEnded_mscoco_train_questions.json")["questions"][: len(qs)] and len(qs) == 48

@@ -214,8 +214,8 @@ def test_question_only_priors_are_low():
     assert count_answers == {str(k) for k in range(7)}
 
 
-@pytest.mark.parametrize("name", ["shapes", "scenes", "corpus"])  # the other built-in sets (test_data_scenes.py,
-# test_data_corpus.py)
+@pytest.mark.parametrize("name", ["shapes", "scenes", "glyphs", "corpus"])  # the other built-in sets (test_data_scenes.py,
+# test_data_glyphs.py, test_data_corpus.py)
 def test_cli_shapes_and_info(tmp_path, capsys, name):
     out = tmp_path / "s"
     assert main(["data", name, "--out", str(out), "--train", "10", "--val", "5", "--seed", "1", "--no-progress"]) == 0

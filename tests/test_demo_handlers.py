@@ -202,6 +202,9 @@ def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
         pred.card["data"] = "/nowhere/scenes"
         card = card_markdown(pred)
         assert "**Scenes**" in card and "hexagon" in card and "**Shapes**" not in card
+        pred.card["data"] = "/nowhere/glyphs"
+        card = card_markdown(pred)
+        assert "**Glyphs**" in card and "built-in font" in card and "**Scenes**" not in card
     finally:
         pred.card.clear()
         pred.card.update(saved)

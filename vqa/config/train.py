@@ -171,7 +171,7 @@ class TrainConfig(_Config):
         "lists them; shards skip every bad sample)", metavar='SHARE'))
     hflip: bool = field(default=False, metadata=_opt(
         "augment with horizontal flips (never for an image whose questions, answers or captions say left or "
-        "right)"))
+        "right; refused for a set whose pictures must never be mirrored: Glyphs)"))
 
     grad_checkpointing: bool = field(default=False, metadata=_opt(
         "activation checkpointing of every decoder and ViT block: the backward pass recomputes each block, so "

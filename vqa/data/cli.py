@@ -1,4 +1,4 @@
-"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `vqa data scenes`, `vqa data corpus`),
+"""`vqa data`: build a built-in synthetic set (`vqa data shapes`, `scenes`, `glyphs`, `corpus`),
 inspect a data set (`vqa data info`), copy the shipped sample pictures (`vqa data samples --out DIR`), write
 one as shards (`vqa data convert SRC --to webdataset|parquet OUT`), or list or clear
 the image cache folder (`vqa data cache [--clear]`)."""
@@ -19,6 +19,7 @@ from .split import skipped_summary
 SETS = {
     "shapes": "the built-in Shapes set",
     "scenes": "the built-in Scenes set, a second synthetic set to check a training recipe on",
+    "glyphs": "the built-in Glyphs set: written characters, pictures unlike the pretraining corpus",
     "corpus": "the pretraining corpus of `vqa pretrain`: broader scenes, dense captions",
 }
 
@@ -57,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"shapes": run_synthetic, "scenes": run_synthetic, "corpus": run_synthetic, "info": run_info,
-            "convert": run_convert, "cache": run_cache, "samples": run_samples}[args.data_command](args)
+    synthetic = dict.fromkeys(SETS, run_synthetic)
+    return {**synthetic, "info": run_info, "convert": run_convert, "cache": run_cache,
+            "samples": run_samples}[args.data_command](args)
 
 
 def run_samples(args: argparse.Namespace) -> int:
@@ -121,13 +123,16 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
-    """`vqa data shapes` / `scenes` / `corpus`: build the set, then print its counts, answers and priors."""
+    """`vqa data shapes` / `scenes` / `glyphs` / `corpus`: build the set, then print its counts, answers and
+    priors."""
     from .synthetic.generator import FAMILIES, generate
 
     if args.data_command == "shapes":
         from .synthetic.shapes import SHAPES_SET as spec
     elif args.data_command == "scenes":
         from .synthetic.scenes import SCENES_SET as spec
+    elif args.data_command == "glyphs":
+        from .synthetic.glyphs import GLYPHS_SET as spec
     else:
         from .synthetic.corpus import CORPUS_SET as spec
     check_out_folder("--out", args.out)

@@ -40,6 +40,13 @@ def training_data(card: dict) -> tuple[str, Path | None]:
                 f"objects ({', '.join(scene.KINDS)}; {len(scene.COLOURS)} colours) on patterned backgrounds, with "
                 "questions about colour, kind, existence, counting, position and comparison. It has seen "
                 "nothing else: about photographs or other drawings its answers are guesses")
+    elif (folder / "glyphs_info.json").is_file() or (here is None and folder.name == "glyphs"):
+        from ..data.synthetic import glyphs_layout as scene
+
+        what = (f"the built-in **Glyphs** set (`{data}`, split {split}): synthetic 64 px pictures of 1 to 4 written "
+                f"characters (A-Z, 0-9, {', '.join(scene.SYMBOLS)}; {len(scene.INKS)} inks, Pillow's built-in font) "
+                "on paper-like pages, with questions about colour, character, existence, counting, position and "
+                "comparison. It has seen nothing else: about photographs or other drawings its answers are guesses")
     else:
         what = f"`{data}` (split {split})"
     return what, here

@@ -11,6 +11,7 @@ import torch
 
 from ..config import ModelConfig, TrainConfig, get_preset, preset_fields
 from ..data.sources import training_texts
+from ..data.synthetic.generator import mirror_safe
 from ..distributed import Dist
 from ..errors import ConfigError
 from ..logs import get_logger
@@ -70,6 +71,13 @@ def check_model_options(cfg: TrainConfig) -> None:
     its pretrained language model (`model_preset` reads the model's config.json and names them)."""
     if cfg.dec_pretrained and not cfg.resume and not cfg.init_from:
         model_preset(cfg.preset, **cfg.model)
+
+
+def check_flips(cfg: TrainConfig) -> None:
+    """--hflip on a set whose pictures must never be mirrored (Glyphs: a mirrored K is not a K) stops here."""
+    if cfg.hflip and not mirror_safe(cfg.data):
+        raise ConfigError(f"--hflip: {cfg.data} is a set whose pictures must never be mirrored (a mirrored "
+                          "character is another character, or none); train it without --hflip")
 
 
 def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:

@@ -40,6 +40,7 @@ from . import build
 from . import state as run_state
 from .budget import SharedBudget, TimeDecision, evaluation_due
 from .build import (
+    check_flips,
     check_model_options,
     default_batch,
     default_workers,
@@ -81,6 +82,7 @@ class Trainer:
         self.lock = None
         try:
             check_model_options(cfg)  # every rank, before anything is written
+            check_flips(cfg)
             self._prepare_out()
             # official split names work without flags: train2014 / val2014, train2017 / val2017, ...
             self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)

@@ -1,8 +1,9 @@
-"""What the built-in synthetic sets (Shapes, Scenes) share: the six question families, the answer balancing,
-the build of a split, the question-only prior baselines and the writer of the VQA v2 + COCO files.
+"""What the built-in synthetic sets (Shapes, Scenes, Glyphs, the corpus) share: the six question families, the
+answer balancing, the build of a split, the question-only prior baselines and the writer of the VQA v2 + COCO
+files.
 
 A set is described by a `SyntheticSet`: how a scene is drawn at random, what can be asked about it, its
-captions and its renderer. Everything else is here, so both sets come out in the same layout:
+captions and its renderer. Everything else is here, so every set comes out in the same layout:
 `v2_OpenEnded_mscoco_<split>_questions.json`, `v2_mscoco_<split>_annotations.json` (question_type = family),
 `captions_<split>.json`, `<split>/COCO_<split>_<id>.png`, `<prefix>_<split>_scenes.json` (the scene metadata
 that the tests recompute every answer from) and `<prefix>_info.json` (counts, answer histograms, priors).
@@ -44,6 +45,9 @@ class SyntheticSet:
     scene_keys: tuple[str, ...]  # what the scenes file keeps of a scene (besides image_id and file_name)
     # an object's pixel box [left, top, right, bottom], kept on each object for `vqa eval --grounding` (None: none)
     object_box: Callable[[dict], list] | None = None
+    # False: a mirrored picture is wrong whatever its texts say (Glyphs); the info file says so and
+    # `vqa train --hflip` refuses the folder (`mirror_safe`)
+    mirror_safe: bool = True
 
 
 class Balancer:
@@ -177,6 +181,20 @@ def write_split(spec: SyntheticSet, out: Path, split: str, data: dict, side: int
     write_json(out / f"{spec.prefix}_{split}_scenes.json", dict(info=info, scenes=scenes))
 
 
+def mirror_safe(folder: str | Path) -> bool:
+    """False when `folder` holds a built-in set whose pictures must never be mirrored (its `<prefix>_info.json`
+    says "mirror_safe": false); True for every other folder, shard pattern or URL."""
+    if "://" in str(folder) or str(folder).startswith("pipe:") or not Path(folder).is_dir():
+        return True
+    for info in Path(folder).glob("*_info.json"):
+        try:
+            if json.loads(info.read_text(encoding="utf-8")).get("mirror_safe") is False:
+                return False
+        except (OSError, ValueError, AttributeError):
+            continue  # not one of ours
+    return True
+
+
 def check_sizes(spec: SyntheticSet, n_train: int, n_val: int, size: int, per_family: int) -> None:
     if not 1 <= per_family <= 10:
         raise ConfigError(f"--questions-per-family must be 1..10, not {per_family}")
@@ -231,5 +249,7 @@ def generate(
                    answers={s: {f: dict(sorted(c.items())) for f, c in a.items()} for s, a in answers.items()},
                    counts={s: dict(images=len(d["scenes"]), questions=len(d["questions"]), captions=len(d["captions"]))
                            for s, d in data.items()})
+    if not spec.mirror_safe:  # only then: the other sets' info files stay as they were
+        summary["mirror_safe"] = False
     write_json(out / f"{spec.prefix}_info.json", summary)
     return priors

@@ -119,30 +119,10 @@ def test_listing_names_every_object_with_size_colour_fill_and_place(corpus):
 
 
 def _named(objs, name):
-    """The one object a name picks out: '[biggest|smallest] [colour] [fill] kind|thing'."""
     words = name.split()
-    most = words.pop(0) if words[0] in ("biggest", "smallest") else None
-    noun = words.pop()
-    found = [o for o in objs if noun in (o["kind"], "thing") and all(w in (o["color"], o["fill"]) for w in words)]
-    if most:
-        pick = max(found, key=lambda o: o["d"] * (1 if most == "biggest" else -1))
-        ratio = 1.3 if len({o["kind"] for o in found}) == 1 else 1.69
-        assert all((pick["d"] >= ratio * o["d"]) if most == "biggest" else (o["d"] >= ratio * pick["d"])
-                   for o in found if o is not pick), name
-        return pick
+    found = [o for o in objs if o["kind"] == words[-1] and all(w in (o["color"], o["fill"]) for w in words[:-1])]
     assert len(found) == 1, f"'{name}' names {len(found)} objects"
     return found[0]
-
-
-RELATION = {"left of": "left of", "to the left of": "left of", "further left than": "left of",
-            "more to the left than": "left of", "right of": "right of", "to the right of": "right of",
-            "further right than": "right of", "more to the right than": "right of", "above": "above",
-            "higher up than": "above", "higher than": "above", "below": "below", "lower down than": "below",
-            "lower than": "below", "bigger than": "bigger than", "larger than": "bigger than",
-            "smaller than": "smaller than"}
-COMPARATIVE = {"further left": "left of", "more to the left": "left of", "further right": "right of",
-               "more to the right": "right of", "higher up": "above", "higher": "above", "lower down": "below",
-               "lower": "below"}
 
 
 def test_relation_statements_hold_in_the_drawn_objects(corpus):
@@ -151,14 +131,14 @@ def test_relation_statements_hold_in_the_drawn_objects(corpus):
     caps, checked = _captions(corpus), 0
     for s in _scenes(corpus):
         for cap in caps[s["image_id"]][2:]:
-            m = re.match(rf"^the (.+?) is ({'|'.join(sorted(RELATION, key=len, reverse=True))}) the (.+)$", cap)
+            m = re.match(r"^the (.+) is (left of|right of|above|below|bigger than|smaller than) the (.+)$", cap)
             if not m:
                 continue
             a, b = (_named(s["objects"], n) for n in (m[1], m[3]))
             ma, mb = (object_mask(o, SIDE * K, K) for o in (a, b))
             (ya, xa), (yb, xb) = (np.argwhere(mask).mean(0) / K for mask in (ma, mb))
             holds = {"left of": xa < xb - 3, "right of": xa > xb + 3, "above": ya < yb - 3, "below": ya > yb + 3,
-                     "bigger than": ma.sum() > 1.3 * mb.sum(), "smaller than": mb.sum() > 1.3 * ma.sum()}[RELATION[m[2]]]
+                     "bigger than": ma.sum() > 1.3 * mb.sum(), "smaller than": mb.sum() > 1.3 * ma.sum()}[m[2]]
             assert holds, cap
             checked += 1
     assert checked >= 20
@@ -186,21 +166,9 @@ def test_answers_follow_from_the_scene(corpus):
             phrase = re.match(r"^(?:is there|can you see) an? (.+)\?$", text)[1]
             assert ("yes" if matching(objs, phrase) else "no") == ans, text
         elif fam == "attribute_color":
-            ref = re.match(r"^(?:what color is the (.+)\?|which colour does the (.+) have\?|the (.+) is which colour\?)$", text)
-            assert _named(objs, ref[1] or ref[2] or ref[3])["color"] == ans, text
-        elif fam == "attribute_shape":
-            ref = re.match(r"^(?:what shape is the (.+)\?|which kind of object is the (.+)\?|what is the (.+)\?)$", text)
-            assert _named(objs, ref[1] or ref[2] or ref[3])["kind"] == ans, text
-        elif fam == "spatial":
-            rel = "|".join(sorted(RELATION, key=len, reverse=True))
-            m = re.match(rf"^(?:is the|true or false: the) (.+?) (?:is )?({rel}) the (.+)\?$", text)
-            a, r, b = (m[1], RELATION[m[2]], m[3]) if m else (None, None, None)
-            if not m:
-                m = re.match(rf"^(?:compared with|relative to) the (.+), is the (.+) ({'|'.join(COMPARATIVE)})\?$", text)
-                a, r, b = m[2], COMPARATIVE[m[3]], m[1]
-            oa, ob = _named(objs, a), _named(objs, b)
-            axis, sign = {"left of": ("x", 1), "right of": ("x", -1), "above": ("y", 1), "below": ("y", -1)}[r]
-            assert ("yes" if sign * (ob[axis] - oa[axis]) > 0 else "no") == ans, text
+            kind = re.match(r"^(?:what color is the (\w+)\?|which colour does the (\w+) have\?)$", text)
+            (o,) = [o for o in objs if o["kind"] == (kind[1] or kind[2])]
+            assert o["color"] == ans, text
         elif fam == "comparison":
             m = re.match(r"^are there (more|fewer) (.+) than (.+)\?$", text)
             x, y = len(matching(objs, m[2])), len(matching(objs, m[3]))

@@ -58,27 +58,24 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
                  progress: bool = True) -> Path:
     """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there."""
     from ..data.synthetic.corpus import CORPUS_SET
-    from ..data.synthetic.corpus_text import VERSION
     from ..data.synthetic.generator import generate
     from ..tokenizer import Tokenizer
 
     info, tok_path = folder / "corpus_info.json", folder / "tokenizer.json"
     if info.is_file() and tok_path.is_file():
         have = json.loads(info.read_text())
-        found = (have.get("seed"), have.get("n_train"), have.get("n_val"), have.get("words_version", 1))
-        if found == (seed, images, val_images, VERSION):
+        if (have.get("seed"), have.get("n_train"), have.get("n_val")) == (seed, images, val_images):
             return tok_path
-        raise ConfigError(f"{folder} holds a corpus of seed {found[0]} with {found[1]} + {found[2]} pictures "
-                          f"(words version {found[3]}), not seed {seed} with {images} + {val_images} (version "
-                          f"{VERSION}): choose another --out")
+        raise ConfigError(f"{folder} holds a corpus of seed {have.get('seed')} with {have.get('n_train')} + "
+                          f"{have.get('n_val')} pictures, not seed {seed} with {images} + {val_images}: choose "
+                          "another --out")
     info.unlink(missing_ok=True)  # written last by the build: its absence marks an unfinished one
     generate(CORPUS_SET, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
     texts = [c["caption"] for c in json.loads((folder / "captions_train.json").read_text())["annotations"]]
     texts += [q["question"] for q in json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]]
     texts += sorted({a["multiple_choice_answer"] for a in
                      json.loads((folder / "v2_mscoco_train_annotations.json").read_text())["annotations"]})
-    info.write_text(json.dumps(dict(json.loads(info.read_text()), words_version=VERSION), indent=1) + "\n")
-    Tokenizer.train(texts, alphabet=ALPHABET).save(tok_path)  # last: both files mark a finished build
+    Tokenizer.train(texts, alphabet=ALPHABET).save(tok_path)
     return tok_path
 
 

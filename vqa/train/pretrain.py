@@ -33,8 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Build the pretraining corpus (procedural pictures: 12 kinds of objects, fills, textures, backgrounds, "
         "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
         f"and train the tiny preset's encoder and decoder on it from random weights. The defaults ({DEFAULT_IMAGES:,} "
-        f"pictures, {DEFAULT_STEPS:,} steps) take about 45 minutes on a 2-core CPU shared with other jobs (~8 "
-        "minutes for the corpus, ~0.8 s a step), less on an idle one. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
+        f"pictures, {DEFAULT_STEPS:,} steps) take about 25 minutes on a 2-core CPU (a few minutes for the "
+        "corpus, ~0.42 s a step), more beside other jobs. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
         "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
         "command again continues an interrupted run. The tiny preset's shipped towers (vqa/weights/tiny) were "
         "made by it with the defaults; `python scripts/ship_weights.py DIR` replaces them in a checkout.")

@@ -15,7 +15,7 @@ import torch
 import torch.multiprocessing as mp
 from helpers import tiny_model
 from test_packing import items
-from test_train import _torchrun, assert_same_run, losses, train_args, weights
+from test_train import _torchrun, assert_same_run, losses, run_halted, train_args, weights
 from test_train_ddp import without_key_biases
 
 from vqa.config import TrainConfig
@@ -51,7 +51,7 @@ def _steps(setup: str, ranks: list[int], world: int, sharded: bool):
     model, loss, opt = _model_and_optimizer(setup, sharded)
     params = [p for g in opt.param_groups for p in g["params"]]
     runner = StepRunner(loss, opt, torch.amp.GradScaler("cpu", enabled=False), params, torch.device("cpu"), 1.0,
-                        None, world, fsdp=loss if sharded else None)
+                        None, world)
     for step in range(STEPS):
         runner([collate(items(model, seed=100 * step + 10 * rank + k, n_images=3), pad_id=0,
                         task_weights={"vqa": 1.0, "caption": 0.5})
@@ -188,7 +188,7 @@ def _halted(tmp_path, args: list[str], step: int, nproc: int) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
 
 
-def test_a_stopped_fsdp_run_resumes_on_the_same_curve_with_two_processes_or_one(shapes_dir, tmp_path):
+def test_a_stopped_fsdp_run_resumes_on_the_same_curve_with_two_processes_or_one_and_back(shapes_dir, tmp_path):
     common = ["--max-steps", "5", "--device", "cpu", "--optimizer", "adamw", "--eval-images", "0"]
     two = [*common, "--batch-size", "4", "--shard", "fsdp"]
     full = tmp_path / "full"
@@ -208,4 +208,13 @@ def test_a_stopped_fsdp_run_resumes_on_the_same_curve_with_two_processes_or_one(
     a, b = losses(full), losses(elastic)
     assert sorted(b) == [1, 2, 3, 4, 5] and all(b[s] == pytest.approx(a[s], rel=1e-4) for s in a)
     wa, wb = without_key_biases(weights(full)), without_key_biases(weights(elastic))
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+    # and the other way: one unsharded process's state, resumed sharded over 2 processes
+    single = tmp_path / "single"
+    run_halted(train_args(shapes_dir, single, *common, "--batch-size", "8"), 2)
+    res = _torchrun(train_args(shapes_dir, single, *two, "--resume"), nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = losses(full), losses(single)
+    assert sorted(b) == [1, 2, 3, 4, 5] and all(b[s] == pytest.approx(a[s], rel=1e-4) for s in a)
+    wa, wb = without_key_biases(weights(full)), without_key_biases(weights(single))
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5

@@ -6,7 +6,9 @@ just before it runs and freed after (forward and backward). Groups: every ViT bl
 cross-attention of each decoder block on its own (its image keys/values are projected before the blocks run:
 `project_kv` is registered as a forward method), then the root, the `TrainingLoss` (the patch embedding,
 token embeddings and tied head, final norms, the image projection). Parameters stay float32 and autocast
-runs as with DDP, so a sharded step computes what a DDP step does.
+runs as with DDP, so a sharded step computes what a DDP step does. With --accum every micro-batch's gradients
+are reduce-scattered as its backward ends (not only the last's, as DDP does): skipping it would keep every
+rank's unsharded gradients, 4 bytes a parameter, between micro-batches.
 
 Checkpoints are the unsharded run's: the full state dict gathered on rank 0 (`get_model_state_dict` with
 `full_state_dict`), saved by `vqa.model.checkpoint` from an unsharded copy of the model; the optimizer state

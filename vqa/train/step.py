@@ -76,14 +76,13 @@ class StepRunner:
     def __init__(self, fwd: Callable[[torch.Tensor, PackedRows], torch.Tensor], optimizer,
                  scaler: torch.amp.GradScaler, params: list[torch.Tensor], device: torch.device,
                  grad_clip: float = 1.0, amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
-                 normalize: Callable | None = None, fsdp=None):
-        """`fwd`: `TrainingLoss` (under DDP or FSDP, and torch.compile, as training asks). `ddp` / `fsdp`: the
-        DDP wrapper, or the FSDP root (`vqa.train.sharding.shard`), whose gradients sync on the last micro-batch.
-        `normalize(images, jitter, device)`: a batch's uint8 images (and jitter) to the model's input on the
-        device (`vqa.data.transforms.ImageNormalizer`); None: the images as they are."""
+                 normalize: Callable | None = None):
+        """`fwd`: `TrainingLoss` (under DDP or FSDP, and torch.compile, as training asks). `normalize(images, jitter,
+        device)`: a batch's uint8 images (and jitter) to the model's input on the device
+        (`vqa.data.transforms.ImageNormalizer`); None: the images as they are."""
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
         self.device, self.grad_clip = device, float(grad_clip)
-        self.amp_dtype, self.world, self.ddp, self.fsdp = amp_dtype, int(world), ddp, fsdp
+        self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
         self.ddp_started = False  # a backward through DDP has run
         self.normalize = normalize
 
@@ -99,8 +98,6 @@ class StepRunner:
                 # micro-batch early is the same sum: the ranks' mean is linear)
                 self.ddp.require_backward_grad_sync = i == len(micro) - 1 or not self.ddp_started
                 self.ddp_started = True
-            elif self.fsdp is not None:  # reduce-scatter on the last micro-batch only (the others accumulate unsharded)
-                self.fsdp.set_requires_gradient_sync(i == len(micro) - 1)
             images = (b.images.to(dev, non_blocking=True) if self.normalize is None
                       else self.normalize(b.images, b.jitter, dev))
             rows = b.packed.to(dev, non_blocking=True)
@@ -114,7 +111,8 @@ class StepRunner:
         if self.world > 1:
             torch.distributed.all_reduce(stats)  # the step's one collective besides the gradients'
         self.scaler.unscale_(self.optimizer)
-        # gradients are of the summed loss, averaged over ranks by DDP or FSDP: x world / n is the global mean's
+        # gradients are of the summed loss, averaged over ranks by DDP or FSDP (whose reduce-scatter runs after
+        # every micro-batch: its gradients stay sharded between them): x world / n is the global mean's
         grads = [p.grad for p in self.params if p.grad is not None]
         torch._foreach_mul_(grads, self.world / stats[1].clamp(min=1.0))
         if self.grad_clip > 0:

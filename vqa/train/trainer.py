@@ -203,8 +203,7 @@ class Trainer:
         if self.compiled:
             self.fwd = torch.compile(self.fwd)
         self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device, c.grad_clip,
-                                 self.amp_dtype, d.world, self.ddp, normalize=self.normalize,
-                                 fsdp=self.loss if self.sharded else None)
+                                 self.amp_dtype, d.world, self.ddp, normalize=self.normalize)
 
     def _restore(self, state: dict) -> None:
         c, d = self.cfg, self.d

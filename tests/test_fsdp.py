@@ -72,10 +72,10 @@ def _sharded(rank: int, world: int, init_file: str, setup: str, out: str) -> Non
     try:
         model, loss, opt = _steps(setup, [rank], world, sharded=True)
         assert all(sharding.is_sharded(p) for p in model.parameters())
-        plain = sharding.plain_copy(model, torch.device("cpu"), everywhere=False)  # rank 0 only
+        plain = sharding.plain_copy(model, everywhere=False)  # rank 0 only
         state = sharding.full_optimizer_state(loss, opt)
         assert (plain is None) == (state is None) == (rank != 0)
-        everywhere = sharding.plain_copy(model, torch.device("cpu"), everywhere=True)
+        everywhere = sharding.plain_copy(model, everywhere=True)
         if rank == 0:
             torch.save(dict(weights=plain.state_dict(), optimizer=state), out)
             assert all(torch.equal(v, everywhere.state_dict()[k]) for k, v in plain.state_dict().items())
@@ -120,6 +120,8 @@ def test_fp16_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^--shard fsdp does not take --precision fp16 .*--precision bf16$"):
         TrainConfig(shard="fsdp", precision="fp16")
     assert TrainConfig(shard="fsdp", precision="bf16").shard == "fsdp" and TrainConfig().shard == "ddp"
+    with pytest.raises(ConfigError, match=r"^--shard 'zero3': choose one of ddp, fsdp$"):  # from a --config file
+        TrainConfig(shard="zero3")
 
 
 def test_help_says_what_shard_does():

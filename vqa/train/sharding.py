@@ -26,8 +26,6 @@ from torch import nn
 
 from ..model import VQAModel, lora
 
-SHARDS = ("ddp", "fsdp")
-
 
 def shard(loss: nn.Module) -> nn.Module:
     """Apply fully_shard to `loss` (a `TrainingLoss`) group by group, in place; returns it (now an FSDPModule).
@@ -58,9 +56,9 @@ def _options(everywhere: bool):
     return StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
 
 
-def plain_copy(model: VQAModel, device: torch.device, everywhere: bool) -> VQAModel | None:
+def plain_copy(model: VQAModel, everywhere: bool) -> VQAModel | None:
     """An unsharded VQAModel holding the sharded `model`'s full weights (its LoRA adapters and buffers too), in
-    eval mode. A collective: every rank calls it. `everywhere`: on every rank, on `device` (to evaluate);
+    eval mode. A collective: every rank calls it. `everywhere`: on every rank, on its device (to evaluate);
     otherwise on rank 0's CPU (to save), None on the other ranks."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -73,7 +71,8 @@ def plain_copy(model: VQAModel, device: torch.device, everywhere: bool) -> VQAMo
         settings = lora.adapter_settings(model)
         if settings is not None:
             lora.add_lora(plain, settings["rank"], settings["alpha"], tuple(settings["targets"]))
-    plain.to_empty(device=device if everywhere else torch.device("cpu"))
+    # copies, not `assign`: the gathered tensors may share storage, which safetensors refuses to save
+    plain.to_empty(device=next(iter(state.values())).device)
     plain.load_state_dict(state, strict=True)
     with torch.no_grad():
         for name, buf in model.named_buffers():  # non-persistent ones (sin-cos tables) are not in `state`
@@ -157,5 +156,5 @@ def like(full: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         ref.device_mesh, ref.placements)
 
 
-__all__ = ["SHARDS", "shard", "plain_copy", "full_optimizer_state", "load_optimizer_state", "gathered", "like",
+__all__ = ["shard", "plain_copy", "full_optimizer_state", "load_optimizer_state", "gathered", "like",
            "is_sharded"]

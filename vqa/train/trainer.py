@@ -356,7 +356,7 @@ class Trainer:
         scores, result = {}, {}
         evaluating = self.val_data is not None and self.cfg.eval_images > 0
         # sharded: a full copy evaluates (every rank: decoding lengths differ, gathers would not meet) and saves
-        model = sharding.plain_copy(self.model, d.device, evaluating) if self.sharded else self.model
+        model = sharding.plain_copy(self.model, evaluating) if self.sharded else self.model
         if evaluating:  # every rank decodes its share; rank 0 scores
             model.eval()
             result = evaluate(model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,

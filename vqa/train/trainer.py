@@ -197,7 +197,6 @@ class Trainer:
         self.total_steps = self._planned_steps()
         if state is not None:
             self._restore(state)
-        # gradient_as_bucket_view, static_graph (vqa.train.step.wrap_ddp)
         self.ddp = wrap_ddp(self.loss, d.device, d.local_rank) if d.world > 1 and not self.sharded else None
         self.fwd = self.ddp or self.loss
         if self.compiled:

@@ -53,6 +53,9 @@ def parse_tasks(value: Any) -> tuple[str, ...]:
     return _tasks(value)
 
 
+# how torchrun's processes hold the model (vqa.train.sharding for fsdp)
+SHARDS = ("ddp", "fsdp")
+
 LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
 
 # the numeric options' ranges: field -> (the lowest value, whether a value must be above it rather than at
@@ -156,6 +159,12 @@ class TrainConfig(_Config):
     compile: bool | None = field(default=None, metadata=_opt(
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
         "on CUDA; off on CPUs, where tiny's compiled step is no faster). The first step waits for the compiler"))
+    shard: str = field(default="ddp", metadata=_opt(
+        "how torchrun's processes hold the model: ddp (each a full copy of the weights, gradients and optimizer "
+        "state) or fsdp (each 1/N of them, a block's weights gathered while it runs: for a model whose training "
+        "does not fit one device replicated, at the cost of moving the weights between devices every step; "
+        "AdamW or Muon; not with --precision fp16). One process trains unsharded; the checkpoints are the same "
+        "either way, and a run resumes with the other or another number of processes", choices=SHARDS))
     dist_timeout: float = field(default=30.0, metadata=_opt(
         "minutes a collective may wait for the slowest rank under torchrun (NCCL's own default is 10)"))
     image_cache: str = field(default="auto", metadata=_opt(
@@ -232,6 +241,11 @@ class TrainConfig(_Config):
             if task in self.tasks and getattr(self, name) < 1:
                 raise ConfigError(f"{flags[name]} must be >= 1 while --tasks includes {task} (0 never trains "
                                   f"it), got {getattr(self, name)}")
+        if self.shard not in SHARDS:
+            raise ConfigError(f"--shard {self.shard!r}: choose one of {', '.join(SHARDS)}")
+        if self.shard == "fsdp" and self.precision == "fp16":
+            raise ConfigError("--shard fsdp does not take --precision fp16 (its loss scaling is not set up for "
+                              "sharded gradients); use --precision bf16")
         if self.time_limit is not None and not parse_duration(self.time_limit) > 0:
             raise ConfigError(f"--time-limit must be longer than 0 seconds, got {self.time_limit!r}")
 

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..config import PARTS
 from ..errors import ConfigError
+from .sharding import gathered, like
 
 OPTIMIZERS = ("adamw", "muon")
 # Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a
@@ -128,7 +129,9 @@ class Muon(torch.optim.Optimizer):
                 buf.lerp_(p.grad, 1 - mom)
                 update = p.grad.lerp(buf, mom) if group["nesterov"] else buf
                 dtype = self.ns_dtype or (torch.bfloat16 if p.is_cuda else torch.float32)
-                update = orthogonalize(update, group["ns_steps"], dtype)
+                # Newton-Schulz needs the whole matrix: a sharded one (--shard fsdp) is gathered, each rank
+                # orthogonalizes it and keeps its own rows
+                update = like(orthogonalize(gathered(update), group["ns_steps"], dtype), p)
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update.to(p.dtype), alpha=-lr * (0.2 * math.sqrt(max(p.shape))))  # as torch rounds it
         return loss

@@ -11,6 +11,8 @@ import random
 import torch
 
 from .. import distributed
+from ..errors import ConfigError
+from . import sharding
 
 
 def rng_state(d: distributed.Dist) -> dict:
@@ -40,6 +42,22 @@ def restore_rng(state: dict, d: distributed.Dist) -> str | None:
             "an uninterrupted run (the data order does not)")
 
 
+def restore_optimizer(optimizer, state: dict, kind: str, out, sharded_root=None) -> None:
+    """The saved optimizer state into `optimizer`, keeping the base rates and weight decay given now.
+    `sharded_root`: the FSDP root of a sharded run (`vqa.train.sharding`), where each rank keeps its part of
+    the saved full state, whatever the world size and --shard that saved it."""
+    saved = state.get("optimizer_kind", "adamw")
+    if saved != kind:
+        raise ConfigError(f"{out} was trained with --optimizer {saved}; resume it with the same, not {kind}")
+    fresh = [(g["base_lr"], g["weight_decay"]) for g in optimizer.param_groups]
+    if sharded_root is not None:
+        sharding.load_optimizer_state(sharded_root, optimizer, state["optimizer"])
+    else:
+        optimizer.load_state_dict(state["optimizer"])
+    for g, (base_lr, wd) in zip(optimizer.param_groups, fresh, strict=True):
+        g["base_lr"], g["weight_decay"] = base_lr, wd  # --lr / --weight-decay given now win
+
+
 def data_position(state: dict, images_per_step: int) -> tuple[int, int]:
     """(epoch, images of the epoch's global order already trained on); older states counted batches."""
     if "image_in_epoch" in state:
@@ -47,4 +65,4 @@ def data_position(state: dict, images_per_step: int) -> tuple[int, int]:
     return int(state["epoch"]), int(state.get("batch_in_epoch", 0)) * images_per_step
 
 
-__all__ = ["rng_state", "restore_rng", "data_position"]
+__all__ = ["rng_state", "restore_rng", "restore_optimizer", "data_position"]

@@ -77,7 +77,7 @@ class StepRunner:
                  scaler: torch.amp.GradScaler, params: list[torch.Tensor], device: torch.device,
                  grad_clip: float = 1.0, amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
                  normalize: Callable | None = None):
-        """`fwd`: `TrainingLoss` (under DDP and torch.compile as training asks). `normalize(images, jitter,
+        """`fwd`: `TrainingLoss` (under DDP or FSDP, and torch.compile, as training asks). `normalize(images, jitter,
         device)`: a batch's uint8 images (and jitter) to the model's input on the device
         (`vqa.data.transforms.ImageNormalizer`); None: the images as they are."""
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
@@ -111,7 +111,8 @@ class StepRunner:
         if self.world > 1:
             torch.distributed.all_reduce(stats)  # the step's one collective besides the gradients'
         self.scaler.unscale_(self.optimizer)
-        # gradients are of the summed loss, averaged over ranks by DDP: x world / n is the global mean's
+        # gradients are of the summed loss, averaged over ranks by DDP or FSDP (whose reduce-scatter runs after
+        # every micro-batch: its gradients stay sharded between them): x world / n is the global mean's
         grads = [p.grad for p in self.params if p.grad is not None]
         torch._foreach_mul_(grads, self.world / stats[1].clamp(min=1.0))
         if self.grad_clip > 0:

@@ -36,7 +36,7 @@ from ..evaluation.evaluate import evaluate, flatten
 from ..locks import RunLock
 from ..logs import bars_off, get_logger
 from ..model import checkpoint
-from . import build
+from . import build, sharding
 from . import state as run_state
 from .budget import SharedBudget, TimeDecision, evaluation_due
 from .build import (
@@ -181,6 +181,10 @@ class Trainer:
 
     def _build_optim(self, state: dict | None) -> None:
         c, d = self.cfg, self.d
+        self.loss = TrainingLoss(self.model)
+        self.sharded = c.shard == "fsdp" and d.world > 1  # one process: nothing to shard
+        if self.sharded:  # before the optimizer: the parameters become DTensors
+            sharding.shard(self.loss)
         vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
         self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, fused=d.device.type == "cuda",
                                         kind=c.optimizer, dec_lr=c.decoder_lr, frozen=c.frozen_parts,
@@ -193,10 +197,7 @@ class Trainer:
         self.total_steps = self._planned_steps()
         if state is not None:
             self._restore(state)
-        self.loss = TrainingLoss(self.model)
-        self.ddp = None
-        if d.world > 1:  # gradient_as_bucket_view, static_graph (vqa.train.step.wrap_ddp)
-            self.ddp = wrap_ddp(self.loss, d.device, d.local_rank)
+        self.ddp = wrap_ddp(self.loss, d.device, d.local_rank) if d.world > 1 and not self.sharded else None
         self.fwd = self.ddp or self.loss
         if self.compiled:
             self.fwd = torch.compile(self.fwd)
@@ -205,14 +206,7 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         c, d = self.cfg, self.d
-        saved = state.get("optimizer_kind", "adamw")
-        if saved != c.optimizer:
-            raise ConfigError(f"{self.out} was trained with --optimizer {saved}; resume it with the same, "
-                              f"not {c.optimizer}")
-        fresh = [(g["base_lr"], g["weight_decay"]) for g in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(state["optimizer"])
-        for g, (base_lr, wd) in zip(self.optimizer.param_groups, fresh, strict=True):
-            g["base_lr"], g["weight_decay"] = base_lr, wd  # --lr / --weight-decay given now win
+        run_state.restore_optimizer(self.optimizer, state, c.optimizer, self.out, self.loss if self.sharded else None)
         if self.scaler.is_enabled() and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.best = int(state["step"]), float(state["best"])
@@ -327,7 +321,8 @@ class Trainer:
         if d.main:
             trim_metrics(metrics, self.step)
             log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
-                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}")
+                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}"
+                     + (", sharded (FSDP)" if self.sharded else ""))
         self.report = Reporter(metrics, self.cfg.report_to, d.main)
         if not d.main:
             return None
@@ -358,9 +353,12 @@ class Trainer:
     def _evaluate_and_save(self, metrics: Path) -> None:
         d = self.d
         scores, result = {}, {}
-        if self.val_data is not None and self.cfg.eval_images > 0:  # every rank decodes its share; rank 0 scores
-            self.model.eval()
-            result = evaluate(self.model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
+        evaluating = self.val_data is not None and self.cfg.eval_images > 0
+        # sharded: a full copy evaluates (every rank: decoding lengths differ, gathers would not meet) and saves
+        model = sharding.plain_copy(self.model, evaluating) if self.sharded else self.model
+        if evaluating:  # every rank decodes its share; rank 0 scores
+            model.eval()
+            result = evaluate(model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
                               max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
                               amp_dtype=self.amp_dtype, workers=self.workers,
                               max_unreadable=self.cfg.max_unreadable, need_caption_scores=False)
@@ -374,21 +372,23 @@ class Trainer:
             if shown:
                 log.info(f"vqa train: step {self.step}: " + ", ".join(shown))
         rng = run_state.rng_state(d)
+        optimizer = (sharding.full_optimizer_state(self.loss, self.optimizer) if self.sharded
+                     else self.optimizer.state_dict() if d.main else None)
         if not d.main:
             d.barrier()
             return
         metric = scores.get("vqa_accuracy", scores.get("CIDEr-D"))
         card = dict(self.card, step=self.step, val_split=self.val_split, val_scores=scores,
                     parameters=self.model.num_parameters())
-        state = dict(optimizer=self.optimizer.state_dict(), optimizer_kind=self.cfg.optimizer,
+        state = dict(optimizer=optimizer, optimizer_kind=self.cfg.optimizer,
                      scaler=self.scaler.state_dict(), step=self.step, epoch=self.epoch,
                      image_in_epoch=self.image_in_epoch, best=self.best, total_steps=self.total_steps,
                      time_used=self.time_used, **rng)
         if metric is None or metric > self.best:
             if metric is not None:
                 self.best = state["best"] = metric
-            checkpoint.save(self.out / "best", self.model, self.tok, card)
-        checkpoint.save(self.out / "last", self.model, self.tok, card, train_state=state)
+            checkpoint.save(self.out / "best", model, self.tok, card)
+        checkpoint.save(self.out / "last", model, self.tok, card, train_state=state)
         try:
             plot_curves(metrics, self.out / "curves.png")
         except Exception as e:  # a plot is never worth a run

@@ -3,6 +3,7 @@ pictures land in RUN/tensorboard while metrics.jsonl stays; without the package,
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -45,3 +46,55 @@ def test_without_tensorboard_one_line_names_the_extra(shapes_dir, tmp_path, caps
         Reporter(tmp_path / "metrics.jsonl", "tensorboard")
     fails(capsys, train_args(shapes_dir, tmp_path / "run", "--max-steps", "2", "--report-to", "tensorboard"),
           r"--report-to tensorboard needs the 'tensorboard' extra", status=1)
+
+
+class FakeTracker:
+    """What wandb and trackio are called with: init, log (with step), Image and finish, recorded."""
+
+    def __init__(self):
+        self.inits, self.logs, self.finished = [], [], 0
+
+    def init(self, **kw):
+        self.inits.append(kw)
+
+    def log(self, values, step):
+        self.logs.append((step, values))
+
+    def Image(self, array, caption):  # noqa: N802 -- the trackers' own name
+        return ("image", array.shape, caption)
+
+    def finish(self):
+        self.finished += 1
+
+
+@pytest.mark.parametrize("kind", ["wandb", "trackio"])
+def test_a_tracker_gets_the_run_and_resume_continues_it(shapes_dir, tmp_path, monkeypatch, kind):
+    fake = FakeTracker()
+    monkeypatch.setitem(sys.modules, kind, fake)
+    monkeypatch.delenv(f"{kind.upper()}_PROJECT", raising=False)
+    run = tmp_path / "run"
+    assert main(train_args(shapes_dir, run, "--max-steps", "4", "--eval-every", "2", "--report-to", kind)) == 0
+    (first,) = fake.inits
+    assert first["project"] == "vqa" and first["resume"] == "allow" and first["config"]["max_steps"] == 4
+    ident = json.loads((run / "tracker.json").read_text())[kind]
+    assert ident.startswith("run-") and (first["id"] if kind == "wandb" else first["name"]) == ident
+    steps = {step: values for step, values in fake.logs if "train/loss" in values}
+    assert sorted(steps) == [1, 2, 3, 4] and any(k.startswith("lr/") for k in steps[1])
+    assert [s for s, v in fake.logs if "val/vqa_accuracy" in v] == [2, 4]
+    pictures = [(s, v) for s, v in fake.logs if any(k.startswith("val_pictures/") for k in v)]
+    assert {s for s, _ in pictures} == {2, 4}
+    _, shape, caption = next(iter(pictures[0][1].values()))
+    assert shape[2] == 3 and isinstance(caption, str) and caption
+    assert fake.finished == 1
+    monkeypatch.setenv(f"{kind.upper()}_PROJECT", "mine")
+    before = len(fake.logs)
+    assert main(train_args(shapes_dir, run, "--max-steps", "6", "--resume", "--report-to", kind)) == 0
+    again = fake.inits[1]
+    assert again["project"] == "mine" and (again["id"] if kind == "wandb" else again["name"]) == ident
+    assert min(s for s, v in fake.logs[before:] if "train/loss" in v) == 5  # continues, not from 1
+
+
+def test_without_the_tracker_one_line_names_the_extra(shapes_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
+    fails(capsys, train_args(shapes_dir, tmp_path / "run", "--max-steps", "2", "--report-to", "wandb"),
+          r"--report-to wandb needs the 'wandb' extra \(wandb is not installed\): pip install 'vqa\[wandb\]'", status=1)

@@ -197,8 +197,9 @@ class TrainConfig(_Config):
         "ViT's blocks, which then freezes the rest of the ViT) (comma-separated)", metavar="TARGETS"))
     report_to: str = field(default="none", metadata=_opt(
         "also log the loss, learning rates, evaluation scores and captioned validation pictures to "
-        "tensorboard (RUN/tensorboard; the tensorboard package, extra [tensorboard]); metrics.jsonl is always "
-        "written", choices=("none", "tensorboard")))
+        "tensorboard (RUN/tensorboard; extra [tensorboard]), wandb or trackio (project vqa or $WANDB_PROJECT / "
+        "$TRACKIO_PROJECT; --resume continues the same tracker run; extras [wandb], [trackio]); metrics.jsonl "
+        "is always written", choices=("none", "tensorboard", "wandb", "trackio")))
 
     def __post_init__(self) -> None:
         self.tasks = _tasks(self.tasks)

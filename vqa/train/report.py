@@ -1,10 +1,14 @@
 """Where a run's numbers go: `metrics.jsonl` always (the curves, a resume's trim and the tests read it), and with
-`--report-to tensorboard` also TensorBoard event files in RUN/tensorboard: the loss, each parameter group's
-learning rate, the evaluation scores, and a few validation pictures with the captions the model gave them."""
+`--report-to tensorboard` also TensorBoard event files in RUN/tensorboard; with `--report-to wandb` or `trackio`
+a run of that tracker (project `vqa`, or $WANDB_PROJECT / $TRACKIO_PROJECT). Each gets the loss, each parameter
+group's learning rate, the evaluation scores, and a few validation pictures with the captions the model gave."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import secrets
 from pathlib import Path
 
 from ..errors import ExtraMissing
@@ -14,63 +18,108 @@ from .plots import read_metrics
 log = get_logger("train")
 PICTURES = 4  # captioned validation pictures per evaluation
 PICTURE_SIZE = 224  # pixels on the longer side
+TRACKERS = ("wandb", "trackio")  # modules with the same calls: init(project, name, config, resume), log, Image, finish
+
+
+class Tracker:
+    """A wandb or trackio run for a run folder. Its id (RUN/tracker.json) is made once, so `--resume` continues
+    the same tracker run; the run's train_config.json is its config."""
+
+    def __init__(self, kind: str, run: Path):
+        try:
+            self.m = importlib.import_module(kind)
+        except ImportError:
+            raise ExtraMissing(f"--report-to {kind}", kind, kind) from None
+        kept = run / "tracker.json"
+        ids = json.loads(kept.read_text()) if kept.is_file() else {}
+        if kind not in ids:
+            ids[kind] = f"{run.resolve().name}-{secrets.token_hex(4)}"  # folder names repeat across machines
+            kept.write_text(json.dumps(ids, indent=1) + "\n")
+        config_file = run / "train_config.json"
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        project = os.environ.get(f"{kind.upper()}_PROJECT", "vqa")
+        # wandb resumes a run by its id and shows its name; trackio resumes a run by its name
+        who = dict(id=ids[kind], name=run.resolve().name, dir=str(run)) if kind == "wandb" else dict(name=ids[kind])
+        self.m.init(project=project, config=config, resume="allow", **who)
+
+    def log(self, values: dict, step: int) -> None:
+        self.m.log(values, step=step)
+
+    def picture(self, tag: str, array, caption: str, step: int) -> None:
+        self.m.log({tag: self.m.Image(array, caption=caption)}, step=step)
+
+    def close(self) -> None:
+        self.m.finish()
 
 
 class Reporter:
     def __init__(self, metrics: Path, report_to: str = "none", main: bool = True):
         """`main`: this process writes (rank 0); the others keep a Reporter that writes nothing."""
-        self.metrics, self.main, self.writer = metrics, main, None
+        self.metrics, self.main, self.writer, self.tracker = metrics, main, None, None
         if main and report_to == "tensorboard":
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
                 raise ExtraMissing("--report-to tensorboard", "tensorboard", "tensorboard") from None
             self.writer = SummaryWriter(str(metrics.parent / "tensorboard"))
+        elif main and report_to in TRACKERS:
+            self.tracker = Tracker(report_to, metrics.parent)
 
     def log(self, rec: dict, param_groups: list[dict] | None = None) -> None:
-        """One metrics.jsonl line; in TensorBoard its numbers at rec["step"] (train/..., val/...) and, given the
+        """One metrics.jsonl line; in the report its numbers at rec["step"] (train/..., val/...) and, given the
         optimizer's groups, each group's learning rate (lr/<part>, lr/<part>_muon)."""
         if not self.main:
             return
         with open(self.metrics, "a") as f:
             f.write(json.dumps(rec) + "\n")
-        if self.writer is None:
+        if self.writer is None and self.tracker is None:
             return
-        step = rec["step"]
+        step, values = rec["step"], {}
         for key, value in rec.items():
             if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                tag = f"val/{key[4:]}" if key.startswith("val_") else f"train/{key}"
-                self.writer.add_scalar(tag, value, step)
-        seen = set()
+                values[f"val/{key[4:]}" if key.startswith("val_") else f"train/{key}"] = value
         for g in param_groups or ():
-            tag = f"lr/{g.get('part', 'all')}" + ("_muon" if g.get("muon") else "")
-            if tag not in seen:
-                seen.add(tag)
-                self.writer.add_scalar(tag, g["lr"], step)
-        self.writer.flush()
+            values.setdefault(f"lr/{g.get('part', 'all')}" + ("_muon" if g.get("muon") else ""), g["lr"])
+        if self.tracker is not None:
+            self.tracker.log(values, step)
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
 
     def pictures(self, step: int, caption_results: list[dict], val_data) -> None:
         """The first PICTURES captioned validation pictures, each with its caption (a folder split's; a shard
-        split's pictures are not kept after decoding, so only its captions are written)."""
-        if self.writer is None or not caption_results:
+        split's pictures are not kept after decoding: TensorBoard then gets only its captions, a tracker none)."""
+        if (self.writer is None and self.tracker is None) or not caption_results:
             return
         shown = caption_results[:PICTURES]
         paths = _picture_paths(val_data, {r["image_id"] for r in shown})
         for r in shown:
             tag = f"val_pictures/{r['image_id']}"
-            self.writer.add_text(tag, r["caption"], step)
+            if self.writer is not None:
+                self.writer.add_text(tag, r["caption"], step)
             path = paths.get(r["image_id"])
-            if path is not None:
-                try:
-                    self.writer.add_image(tag, _picture(path), step, dataformats="HWC")
-                except OSError as e:  # a picture is never worth a run
-                    log.warning(f"vqa train: could not show {path} in TensorBoard ({e})")
-        self.writer.flush()
+            if path is None:
+                continue
+            try:
+                array = _picture(path)
+            except OSError as e:  # a picture is never worth a run
+                log.warning(f"vqa train: could not show {path} in the report ({e})")
+                continue
+            if self.writer is not None:
+                self.writer.add_image(tag, array, step, dataformats="HWC")
+            if self.tracker is not None:
+                self.tracker.picture(tag, array, r["caption"], step)
+        if self.writer is not None:
+            self.writer.flush()
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
 
 def trim_metrics(metrics: Path, step: int) -> None:

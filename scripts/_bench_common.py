@@ -46,8 +46,11 @@ def preset_image_size(name: str) -> int:
 
 
 def build_ours(name: str, device, **overrides) -> VQAModel:
+    """The preset's model with random weights (the same shapes as its pretrained towers: what is timed and
+    measured does not depend on the weights, and nothing is downloaded)."""
     torch.manual_seed(0)
-    return VQAModel(preset(name, vocab_size=VOCAB, **overrides)).to(device)
+    random = {"vit_pretrained": False, "dec_pretrained": None, **overrides}
+    return VQAModel(preset(name, vocab_size=VOCAB, **random)).to(device)
 
 
 def vqa_batch(cfg, n_images: int, device, seed: int = 0) -> dict:

@@ -6,8 +6,13 @@ both, on `vqa train`'s own step (vqa.train.step.StepRunner, the preset's optimiz
 
 Columns: trained parameters; "weights + state": the bytes of every parameter plus the optimizer's state after a
 step; "step peak": tensor memory a step allocates above what was live when it began (activations and gradients;
-CPU: torch.profiler's allocation records, CUDA: max_memory_allocated), scripts/_bench_common.tensor_peak; the
-median step time over --repeats steps after one warm-up step."""
+CPU: torch.profiler's allocation records, CUDA: max_memory_allocated), scripts/_bench_common.tensor_peak;
+"total": the two together; "estimated": what `vqa train` prints before it starts on a GPU
+(vqa.train.build.estimated_bytes); the median step time over --repeats steps after one warm-up step, and the
+images a second it gives. Presets whose towers start from downloaded weights are built with random ones (the same
+shapes: nothing is downloaded).
+
+    .venv/bin/python scripts/bench_memory.py --device cuda --presets base-smollm2 --batch 32"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import TrainConfig  # noqa: E402
-from vqa.train.build import memory_options  # noqa: E402
+from vqa.train.build import estimated_bytes, memory_options  # noqa: E402
 
 VARIANTS = {"plain": {}, "checkpointing": dict(grad_checkpointing=True), "lora 16": dict(lora_rank=16),
             "lora 16 + checkpointing": dict(lora_rank=16, grad_checkpointing=True)}
@@ -40,7 +45,10 @@ def measure(name: str, device, batch: int, options: dict, repeats: int) -> list:
         runner([step]).tolist()  # waits for the step
         times.append(time.perf_counter() - t0)
     trained = model.num_parameters(trainable_only=True)
-    return [name, batch, f"{trained / 1e6:.2f} M", C.mib(weights + state), C.mib(peak), f"{statistics.median(times):.3f}"]
+    estimate = estimated_bytes(model, batch, bool(options.get("grad_checkpointing")))
+    sec = statistics.median(times)
+    return [name, batch, f"{trained / 1e6:.2f} M", C.mib(weights + state), C.mib(peak),
+            C.mib(weights + state + peak), C.mib(estimate), f"{sec:.3f}", f"{batch / sec:.1f}"]
 
 
 def _tensor_bytes(obj) -> int:
@@ -66,7 +74,8 @@ def main() -> None:
     for name in args.presets.split(","):
         for label, options in VARIANTS.items():
             rows.append([label, *measure(name, device, args.batch, options, args.repeats)])
-    print(C.table(["variant", "preset", "images", "trained", "weights + state MiB", "step peak MiB", "s / step"], rows))
+    print(C.table(["variant", "preset", "images", "trained", "weights + state MiB", "step peak MiB", "total MiB",
+                   "estimated MiB", "s / step", "images/s"], rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def test_pretrain_makes_a_run_folder_with_its_corpus_and_card(pretrained):
     assert tok.hf.to_str() == saved.hf.to_str()
     cfg = json.loads((pretrained / "train_config.json").read_text())
     assert cfg["captions_per_image"] == 4 and cfg["max_steps"] == 2
+    # the recipe on every device: a GPU's memory-sized default batch (256 on an H100) would train another run
+    assert cfg["batch_size"] == 32 and card["train_flags"]["batch_size"] == 32
 
 
 def test_the_same_seed_gives_the_same_weights(pretrained, tmp_path):

@@ -25,7 +25,8 @@ DEFAULT_IMAGES = 40000
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
 # token weighted as an answer's: the captions are what pretraining teaches
-PRETRAIN_FLAGS = dict(preset="tiny", captions_per_image=4, caption_weight=1.0, from_scratch=True)  # makes the towers
+# the recipe on every device: a GPU would otherwise take 256 images a step (its memory-sized default), another run
+PRETRAIN_FLAGS = dict(preset="tiny", batch_size=32, captions_per_image=4, caption_weight=1.0, from_scratch=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -77,3 +77,33 @@ def test_the_advice_names_lora_where_the_weights_fill_the_memory():
     assert "it may not fit; --lora-rank 16" in advice, advice
     # the estimate leaves the model as it was
     assert not lora.lora_layers(model) and flags == {n: p.requires_grad for n, p in model.named_parameters()}
+
+
+def test_a_sharded_estimate_keeps_a_share_of_the_state_and_the_gathered_groups_in_full():
+    from vqa.train.sharding import gathered_parameters
+
+    model = tiny_model(0, vit_depth=4, dec_depth=4)
+    total, b = model.num_parameters(), 8
+    activations = estimated_bytes(model, b) - 16 * total  # every parameter trained
+    # the groups fully_shard makes: ViT blocks, each decoder block's cross-attention, the rest of each block
+    size = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    dec = model.decoder
+    groups = ([size(blk) for blk in model.vision.vit.blocks] + [size(blk.cross_attn) for blk in dec.blocks]
+              + [size(blk) - size(blk.cross_attn) for blk in dec.blocks])
+    root = total - sum(groups)
+    assert root > 0 and gathered_parameters(model) == root + sum(sorted(groups)[-2:])
+    assert estimated_bytes(model, b, shards=4) == 16 * total // 4 + 4 * gathered_parameters(model) + activations
+    assert estimated_bytes(model, b, shards=1) == estimated_bytes(model, b)
+    assert estimated_bytes(model, b, shards=8) < estimated_bytes(model, b, shards=2) < estimated_bytes(model, b)
+
+
+def test_a_ddp_run_whose_state_fills_the_memory_is_told_to_shard_and_a_sharded_run_says_so():
+    model = tiny_model(0, dec_width=128, dec_depth=4, vocab_size=4000)  # weights and optimizer state dominate
+    ckpt, sharded = estimated_bytes(model, 1, checkpointing=True), estimated_bytes(model, 1, shards=4)
+    assert sharded < ckpt
+    total = int((sharded + ckpt) / 2 / 0.9)  # sharding over the 4 processes fits, checkpointing does not
+    advice = memory_advice(model, 1, total, False, None, world=4)
+    assert f"--shard fsdp would need ~{sharded / 2**30:.2f} GiB a process" in advice, advice
+    assert "--shard fsdp" not in memory_advice(model, 1, total, False, None)  # one process: nothing to shard
+    line = memory_advice(model, 1, total, False, None, shards=4, world=4)
+    assert "each of 4 sharded processes" in line and "may not fit" not in line

@@ -19,6 +19,7 @@ from ..model import VQAModel, checkpoint, lora, model_preset, shipped
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
+from . import sharding
 from .optim import part_of
 
 log = get_logger("train")
@@ -173,9 +174,11 @@ def memory_options(cfg: TrainConfig, model: VQAModel) -> None:
     model.set_grad_checkpointing(cfg.grad_checkpointing)
 
 
-def estimated_bytes(model, batch: int, checkpointing: bool = False) -> int:
-    """Estimated peak training memory for `batch` images: 16 bytes a trained parameter (weights, gradients,
-    AdamW's two moments), 4 a frozen one, plus the activations (BYTES_PER_TOKEN_WIDTH_LAYER)."""
+def estimated_bytes(model, batch: int, checkpointing: bool = False, shards: int = 1) -> int:
+    """Estimated peak training memory of one device for `batch` images: 16 bytes a trained parameter (weights,
+    gradients, AdamW's two moments), 4 a frozen one, plus the activations (BYTES_PER_TOKEN_WIDTH_LAYER).
+    `shards` > 1 (--shard fsdp over that many processes): each keeps 1/shards of the 16 or 4 bytes, plus the
+    full weights of the groups it gathers (`sharding.gathered_parameters`); the activations are the same."""
     vit, cfg = model.vision.vit, model.cfg
     towers = (((cfg.grid**2 + model.vision.num_prefix) * vit.embed_dim, len(vit.blocks)),
               (TEXT_TOKENS * cfg.dec_width, cfg.dec_depth))
@@ -185,42 +188,60 @@ def estimated_bytes(model, batch: int, checkpointing: bool = False) -> int:
     else:
         per_image = sum(BYTES_PER_TOKEN_WIDTH_LAYER * tw * n for tw, n in towers)
     trained = model.num_parameters(trainable_only=True)
-    return 16 * trained + 4 * (model.num_parameters() - trained) + batch * per_image
+    state = 16 * trained + 4 * (model.num_parameters() - trained)
+    if shards > 1:
+        state = state // shards + 4 * sharding.gathered_parameters(model)
+    return state + batch * per_image
 
 
 def memory_advice(model, batch: int, total: int, checkpointing: bool, lora_rank: int | None,
-                  share: float = 0.9) -> str:
+                  share: float = 0.9, shards: int = 1, world: int = 1) -> str:
     """One line: the estimated peak memory of a step of `batch` images against `total` bytes of device memory,
-    and where it exceeds `share` of it, the option that would make it fit (checkpointing, then LoRA, then a
-    smaller batch with accumulation)."""
+    and where it exceeds `share` of it, the option that would make it fit (checkpointing, then sharding over
+    the `world` processes of a DDP run, then LoRA, then a smaller batch with accumulation). `shards`: the
+    processes of a --shard fsdp run."""
     gib = 2**30
-    need, room = estimated_bytes(model, batch, checkpointing), share * total
-    line = f"estimated peak training memory {need / gib:.2f} GiB for {batch} images a step, of {total / gib:.1f} GiB"
+
+    def est(m, b, ckpt):  # one device's share of a sharded step, or the whole replicated one
+        return estimated_bytes(m, b, ckpt, shards)
+
+    need, room = est(model, batch, checkpointing), share * total
+    each = f", each of {shards} sharded processes" if shards > 1 else ""
+    line = (f"estimated peak training memory {need / gib:.2f} GiB for {batch} images a step{each}, of "
+            f"{total / gib:.1f} GiB")
     if need <= room:
         return line
-    if not checkpointing and estimated_bytes(model, batch, True) <= room:
-        return line + f": it may not fit; --grad-checkpointing would need ~{estimated_bytes(model, batch, True) / gib:.2f} GiB"
+    if not checkpointing and est(model, batch, True) <= room:
+        return line + f": it may not fit; --grad-checkpointing would need ~{est(model, batch, True) / gib:.2f} GiB"
+    if shards == 1 and world > 1 and (sharded := estimated_bytes(model, batch, checkpointing, world)) <= room:
+        return line + f": it may not fit; --shard fsdp would need ~{sharded / gib:.2f} GiB a process"
     if not lora_rank:
         with _adapted(model) as adapted:
             for ckpt in (checkpointing, True):
-                if estimated_bytes(adapted, batch, ckpt) <= room:
+                if est(adapted, batch, ckpt) <= room:
                     flags = f"--lora-rank {LORA_RANK_ADVICE}" + (" --grad-checkpointing" if ckpt and not checkpointing else "")
-                    return line + f": it may not fit; {flags} would need ~{estimated_bytes(adapted, batch, ckpt) / gib:.2f} GiB"
+                    return line + f": it may not fit; {flags} would need ~{est(adapted, batch, ckpt) / gib:.2f} GiB"
     smaller = batch // 2
-    while smaller >= 1 and estimated_bytes(model, smaller, checkpointing) > room:
+    while smaller >= 1 and est(model, smaller, checkpointing) > room:
         smaller //= 2
     if smaller >= 1:
         return line + (f": it may not fit; --batch-size {smaller} --accum {-(-batch // smaller)} trains the same "
-                       f"{batch} images a step in ~{estimated_bytes(model, smaller, checkpointing) / gib:.2f} GiB")
+                       f"{batch} images a step in ~{est(model, smaller, checkpointing) / gib:.2f} GiB")
     return line + ": it may not fit even one image a step; try a smaller preset"
 
 
-def memory_line(model, batch: int, device: torch.device, cfg: TrainConfig) -> str | None:
+def shards_of(cfg: TrainConfig, world: int) -> int:
+    """How many processes share the model's state: --shard fsdp's world (one process trains unsharded)."""
+    return world if cfg.shard == "fsdp" and world > 1 else 1
+
+
+def memory_line(model, batch: int, device: torch.device, cfg: TrainConfig, world: int = 1) -> str | None:
     """`memory_advice` against a GPU's memory (None elsewhere: a CPU's memory is the machine's)."""
     if device.type != "cuda":
         return None
     total = torch.cuda.get_device_properties(device).total_memory
-    return memory_advice(model, batch, total, cfg.grad_checkpointing, cfg.lora_rank)
+    return memory_advice(model, batch, total, cfg.grad_checkpointing, cfg.lora_rank, shards=shards_of(cfg, world),
+                         world=world)
 
 
 class _adapted:
@@ -242,13 +263,13 @@ class _adapted:
 
 
 def default_batch(model, device: torch.device, share: float = 0.6, most: int = 256,
-                  checkpointing: bool = False) -> int:
+                  checkpointing: bool = False, shards: int = 1) -> int:
     """Images per device when --batch-size is not given: 32 on a CPU; on a GPU the largest power of two up to
     `most` whose estimated training memory (`estimated_bytes`) fits in `share` of the GPU's memory."""
     if device.type != "cuda":
         return 32
     room = share * torch.cuda.get_device_properties(device).total_memory
     batch = 8
-    while batch * 2 <= most and estimated_bytes(model, batch * 2, checkpointing) <= room:
+    while batch * 2 <= most and estimated_bytes(model, batch * 2, checkpointing, shards) <= room:
         batch *= 2
     return batch

@@ -35,18 +35,34 @@ def shard(loss: nn.Module) -> nn.Module:
     # the cross-attention hands out views (its keys/values, its output), only ever read, never changed in place:
     # FSDP2's warning about in-place changes of a group's view outputs does not apply
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPAttention\) returned a view tensor")
-    model = loss.model
-    for blk in model.vision.vit.blocks:
-        fully_shard(blk)
-    dec = model.decoder
-    for blk in [*dec.blocks, *getattr(dec, "cross", ())]:  # the llama layout's cross-attention has blocks of its own
-        cross = getattr(blk, "cross_attn", None)
-        if cross is not None:  # memory_kv calls it outside the block's forward: a group with its own hooks
-            fully_shard(cross)
-            register_fsdp_forward_method(cross, "project_kv")
-        fully_shard(blk)
+    for group in groups(loss.model):
+        fully_shard(group)
+        if hasattr(group, "project_kv"):  # memory_kv calls it outside the block's forward: hooks of its own
+            register_fsdp_forward_method(group, "project_kv")
     fully_shard(loss)
     return loss
+
+
+def groups(model: VQAModel) -> list[nn.Module]:
+    """The modules sharded as groups of their own, inner before outer: every ViT block, each decoder block's
+    cross-attention, every decoder block (the llama layout's cross-attention blocks too); the root holds the rest."""
+    out = list(model.vision.vit.blocks)
+    dec = model.decoder
+    for blk in [*dec.blocks, *getattr(dec, "cross", ())]:
+        cross = getattr(blk, "cross_attn", None)
+        out += [cross, blk] if cross is not None else [blk]
+    return out
+
+
+def gathered_parameters(model: VQAModel) -> int:
+    """Parameters a rank holds in full at the peak of a sharded step: the root group's (gathered for the whole
+    step) and the two largest groups' (the one running and the next, prefetched)."""
+    sizes, seen = [], set()
+    for g in groups(model):  # inner before outer: an inner group's parameters are its own, not the outer's
+        inner = {id(p) for m in g.modules() if m is not g and id(m) in seen for p in m.parameters()}
+        sizes.append(sum(p.numel() for p in g.parameters() if id(p) not in inner))
+        seen.add(id(g))
+    return model.num_parameters() - sum(sizes) + sum(sorted(sizes)[-2:])
 
 
 def _options(everywhere: bool):

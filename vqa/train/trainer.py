@@ -42,7 +42,6 @@ from .budget import SharedBudget, TimeDecision, evaluation_due
 from .build import (
     check_flips,
     check_model_options,
-    default_batch,
     default_workers,
     init_from,
     init_from_shipped,
@@ -152,8 +151,9 @@ class Trainer:
     def _build_data(self) -> None:
         c, d = self.cfg, self.d
         self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
-        self.batch_size = c.batch_size or default_batch(self.model, d.device, checkpointing=c.grad_checkpointing)
-        if d.main and (line := build.memory_line(self.model, self.batch_size, d.device, c)):  # a GPU's fit, printed
+        self.batch_size = c.batch_size or build.default_batch(self.model, d.device, checkpointing=c.grad_checkpointing,
+                                                              shards=build.shards_of(c, d.world))
+        if d.main and (line := build.memory_line(self.model, self.batch_size, d.device, c, d.world)):  # a GPU's fit
             log.info("vqa train: " + line)
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes

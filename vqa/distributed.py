@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +89,9 @@ def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
     if not dist.is_initialized():
+        # torch._dynamo (timm imports it) imported after the group starts keeps the group's threads alive past
+        # destroy_process_group, into the interpreter's exit, where gloo can abort (SIGABRT): imported first, it does not
+        importlib.import_module("torch._dynamo")
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(rank=rank, world=world, local_rank=local, device=dev)

@@ -108,7 +108,7 @@ def keys_of(batches):
     """The sample each image of the batches came from (its caption row's meta names shard#key)."""
     out = []
     for b in batches:
-        g = b.group("caption")
+        g = next(g for g in b.groups if g.task == "caption")
         out.append([g.meta[g.image_index.tolist().index(k)]["image"] for k in range(b.num_images)])
     return out
 

@@ -54,9 +54,6 @@ class Batch:
     def num_images(self) -> int:
         return int(self.images.shape[0])
 
-    def group(self, task: str) -> TaskGroup | None:
-        return next((g for g in self.groups if g.task == task), None)
-
     def pin_memory(self) -> Batch:  # DataLoader(pin_memory=True) calls this
         return Batch(self.images.pin_memory(), [g.pin_memory() for g in self.groups],
                      None if self.jitter is None else self.jitter.pin_memory(),

@@ -404,3 +404,6 @@ def test_pack_pads_nothing_by_default():
     p = pack(its, 0, WEIGHTS)
     assert p.target_pos.numel() == sum(sum(r["loss_mask"]) for it in its for r in it["rows"])
     assert p.image_tokens.shape[1] == max(sum(len(r["input_ids"]) for r in it["rows"]) for it in its)
+    c = collate(its, pad_id=0, task_weights=WEIGHTS).packed
+    assert c.target_pos.numel() == p.target_pos.numel() and c.image_tokens.shape == p.image_tokens.shape
+    assert plan([[3]]) == (3, [[(0, 0)]])  # a multiple of 2 would make it 4

@@ -9,9 +9,11 @@ import pickle
 
 import torch
 from data_fixtures import make
+from helpers import tiny_model
+from test_packing import items
 
 from vqa.data.collate import collate, make_collate
-from vqa.data.packing import IGNORE
+from vqa.data.packing import IGNORE, pack, plan
 
 WEIGHTS = {"vqa": 1.0, "caption": 0.5}
 
@@ -145,3 +147,14 @@ def test_collate_edge_cases(data, monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
     evals = collate([make(data, train=False)[i] for i in range(2)], tok.pad_id)
     assert evals.pin_memory().jitter is None
+
+
+def test_pack_pads_nothing_by_default():
+    """Without a pad_multiple (eager training) there are exactly the real targets and each image's tokens."""
+    its = items(tiny_model(), seed=3, n_images=5)
+    p = pack(its, 0, WEIGHTS)
+    assert p.target_pos.numel() == sum(sum(r["loss_mask"]) for it in its for r in it["rows"])
+    assert p.image_tokens.shape[1] == max(sum(len(r["input_ids"]) for r in it["rows"]) for it in its)
+    c = collate(its, pad_id=0, task_weights=WEIGHTS).packed
+    assert c.target_pos.numel() == p.target_pos.numel() and c.image_tokens.shape == p.image_tokens.shape
+    assert plan([[3]]) == (3, [[(0, 0)]])  # a multiple of 2 would make it 4

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from helpers import tiny_model
 from test_packing import items
 from test_train import _torchrun, assert_same_run, losses, run_halted, train_args, weights
-from test_train_ddp import without_key_biases
+from test_train_ddp import assert_same_training, without_key_biases
 
 from vqa.config import TrainConfig
 from vqa.data.collate import collate
@@ -141,13 +141,7 @@ def test_fsdp_run_equals_one_process_and_its_checkpoint_is_an_unsharded_runs(sha
                                "--shard", "fsdp"), nproc=2)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "sharded (FSDP)" in two.stderr and "returned a view tensor" not in two.stderr
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert sorted(a) == sorted(b) == [1, 2, 3]
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4), step
-    wa, wb = without_key_biases(weights(tmp_path / "one")), without_key_biases(weights(tmp_path / "two"))
-    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
-    assert worst < 1e-5, worst
+    assert_same_training(tmp_path / "one", tmp_path / "two")
     for name in ("last", "best"):  # the same files as an unsharded run's
         assert sorted(p.name for p in (tmp_path / "two" / name).iterdir()) == sorted(
             p.name for p in (tmp_path / "one" / name).iterdir())

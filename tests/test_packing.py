@@ -397,13 +397,3 @@ def test_packed_batch_pins_every_tensor(monkeypatch):
     assert torch.equal(out.images, batch.images) and torch.equal(out.jitter, batch.jitter)
     assert out.groups == [] and out.images is not batch.images and out.jitter is not batch.jitter
 
-
-def test_pack_pads_nothing_by_default():
-    """Without a pad_multiple (eager training) there are exactly the real targets and each image's tokens."""
-    its = items(tiny_model(), seed=3, n_images=5)
-    p = pack(its, 0, WEIGHTS)
-    assert p.target_pos.numel() == sum(sum(r["loss_mask"]) for it in its for r in it["rows"])
-    assert p.image_tokens.shape[1] == max(sum(len(r["input_ids"]) for r in it["rows"]) for it in its)
-    c = collate(its, pad_id=0, task_weights=WEIGHTS).packed
-    assert c.target_pos.numel() == p.target_pos.numel() and c.image_tokens.shape == p.image_tokens.shape
-    assert plan([[3]]) == (3, [[(0, 0)]])  # a multiple of 2 would make it 4

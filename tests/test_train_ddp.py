@@ -24,13 +24,7 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(shapes_dir, tmp
     assert one.returncode == 0, one.stderr[-3000:]
     two = _torchrun(train_args(shapes_dir, tmp_path / "two", *common, "--batch-size", "4"), nproc=2)
     assert two.returncode == 0, two.stderr[-3000:]
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
-    assert sorted(a) == sorted(b) == [1, 2, 3]
-    for step in a:
-        assert b[step] == pytest.approx(a[step], rel=1e-4), step
-    wa, wb = without_key_biases(weights(tmp_path / "one")), without_key_biases(weights(tmp_path / "two"))
-    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
-    assert worst < 1e-5, worst
+    assert_same_training(tmp_path / "one", tmp_path / "two")
 
 
 def without_key_biases(state: dict) -> dict:
@@ -135,3 +129,14 @@ def test_dist_timeout_is_how_long_a_collective_waits_under_torchrun(monkeypatch,
     with pytest.raises(Joined):
         train(TrainConfig(data="d", out=str(tmp_path / "run"), device="cpu", dist_timeout=45))
     assert asked == [datetime.timedelta(minutes=45)]
+
+
+def assert_same_training(one, two):
+    """Two runs of 3 steps (one process and several) logged the same losses and ended with the same weights."""
+    a, b = losses(one), losses(two)
+    assert sorted(a) == sorted(b) == [1, 2, 3]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), step
+    wa, wb = without_key_biases(weights(one)), without_key_biases(weights(two))
+    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    assert worst < 1e-5, worst

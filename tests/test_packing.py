@@ -2,11 +2,10 @@
 images; each row a causal segment with its own positions, each token attending to its own image's patches
 through the image-major cross-attention core (vqa.model.attention.ImageRoute). The loss and gradients equal the
 model's own teacher-forced loss row by row, a token never sees another image, padding changes nothing, and the
-image keys/values are never copied per row."""
+image keys/values are never copied per row. Where each row goes: test_packing_plan.py."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import fields
 
 import pytest
@@ -15,7 +14,7 @@ from helpers import random_images, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqa.data.collate import collate, make_collate
-from vqa.data.packing import IGNORE, pack, plan
+from vqa.data.packing import IGNORE, pack
 from vqa.model.attention import ImageRoute
 from vqa.model.encoder_decoder import segment_mask
 
@@ -77,69 +76,6 @@ def test_segment_mask_is_built_on_the_segments_device():
     assert m.device.type == "meta" and m.shape == (2, 1, 4, 4) and m.dtype == torch.bool
     assert torch.equal(segment_mask(seg)[1, 0], torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0],
                                                               [0, 1, 1, 1]], dtype=torch.bool))
-
-
-# ---- where each row goes ----
-LENGTHS = [[[5, 5], [5, 5]], [[3, 9, 2], [20], [4]], [[7] * 6, [7], [7, 7]], [[1], [], [30, 2, 2, 2]],
-           [[13, 14, 12, 15, 16], [11] * 9, [18, 3], [12, 12, 12]]]
-
-
-@pytest.mark.parametrize("multiple", [1, 8])
-@pytest.mark.parametrize("lengths", LENGTHS)
-def test_plan_puts_every_row_in_exactly_one_packed_row_within_the_length(lengths, multiple):
-    t, layout = plan(lengths, multiple)
-    assert t % multiple == 0 and t >= max(n for ls in lengths for n in ls)
-    placed = sorted(seg for row in layout for seg in row)
-    assert placed == [(m, j) for m, ls in enumerate(lengths) for j in range(len(ls))]
-    assert all(sum(lengths[m][j] for m, j in row) <= t for row in layout)
-    assert all(row for row in layout)  # no empty packed row
-
-
-def test_plan_mixes_images_to_leave_no_padding():
-    """Images of 5 + 3, 5 + 3 and 6 + 2 tokens: three rows of 8, each row holding text of several images."""
-    t, layout = plan([[5, 3], [5, 3], [6, 2]])
-    assert (t, len(layout)) == (8, 3)  # 24 tokens for 24: no padding at all
-    assert any(len({m for m, _ in row}) > 1 for row in layout)
-
-
-def best_fit_decreasing(lengths: list[list[int]], cap: int) -> list[list[tuple[int, int]]]:
-    """Every (image, row) by length, longest first (ties in image then row order), each into the packed row
-    with the least room left that holds it (the latest such row on a tie), else a new row."""
-    order = sorted(((n, m, j) for m, ls in enumerate(lengths) for j, n in enumerate(ls)), key=lambda s: -s[0])
-    rows, room = [], []
-    for n, m, j in order:
-        fits = [r for r in range(len(rows)) if room[r] >= n]
-        if fits:
-            least = min(room[r] for r in fits)
-            r = [r for r in fits if room[r] == least][-1]
-        else:
-            rows.append([])
-            room.append(cap)
-            r = len(rows) - 1
-        rows[r].append((m, j))
-        room[r] -= n
-    return rows
-
-
-@pytest.mark.parametrize("multiple", [1, 8])
-def test_plan_pads_no_more_than_best_fit_at_any_candidate_length(multiple):
-    """Against best-fit decreasing written out here: at every candidate length (the longest row and the
-    multiples of 8 up to 128) the chosen plan has no more tokens, and it places rows as best fit does at its
-    own cap."""
-    rng = random.Random(multiple)
-    for _ in range(60):
-        lengths = [[rng.choice([1, 2, 3, 5, 7, 10, 14, 30]) for _ in range(rng.choice([0, 1, 2, 4, 9]))]
-                   for _ in range(rng.randint(1, 12))]
-        if not any(lengths):
-            lengths[0] = [4]
-        t, layout = plan(lengths, multiple)
-        tokens = len(layout) * t
-        longest = max(n for ls in lengths for n in ls)
-        up = lambda n: -(-n // multiple) * multiple  # noqa: E731
-        for cap in {longest, *range(-(-longest // 8) * 8, 129, 8)}:
-            rows = best_fit_decreasing(lengths, cap)
-            fill = max(sum(lengths[m][j] for m, j in row) for row in rows)
-            assert tokens <= len(rows) * up(fill), (lengths, cap)
 
 
 # ---- the packed tensors ----

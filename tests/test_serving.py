@@ -221,8 +221,8 @@ def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
 
 
 def test_a_seeded_sampled_answer_is_the_same_alone_and_among_others(pred):
-    """Sampled answers used to share one batched call, so one random generator: a seeded answer depended on
-    what else was in the batch. Each sampled request now gets a call, and so a generator, of its own."""
+    """Sampled answers in one batched call would share one random generator, so a seeded answer would depend on
+    what else was in the batch: each sampled request gets a call, and so a generator, of its own."""
     from vqa.config import GenerationConfig
 
     pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64)), draw("blue_square")]

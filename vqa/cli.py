@@ -12,7 +12,8 @@ from .logs import set_quiet
 
 # command -> (module, one-line help)
 COMMANDS = {
-    "data": ("vqa.data.cli", "build the built-in Shapes data set, inspect a data folder, or list / clear the image cache"),
+    "data": ("vqa.data.cli", "build the built-in synthetic sets, inspect or convert a data folder, or list / clear "
+                             "the image cache"),
     "train": ("vqa.train", "train a model on a data folder (one device, or many under torchrun)"),
     "pretrain": ("vqa.train.pretrain", "build the pretraining corpus and pretrain the tiny preset's towers on it"),
     "eval": ("vqa.evaluation.cli", "evaluate a checkpoint with the official VQA accuracy, BLEU-4 and CIDEr-D"),

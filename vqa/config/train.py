@@ -155,7 +155,8 @@ class TrainConfig(_Config):
                                                           "machine's cores divided among its GPUs, at most 16)"))
     device: str = field(default="auto", metadata=_opt("cpu, cuda, cuda:1, mps (auto: CUDA, else MPS, else CPU)"))
     precision: str = field(default="auto", metadata=_opt(
-        "auto: bf16 autocast on CUDA, fp32 elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
+        "auto: bf16 autocast on GPUs with bf16 tensor cores, fp16 with loss scaling on older GPUs, fp32 "
+        "elsewhere", choices=("auto", "fp32", "bf16", "fp16")))
     compile: bool | None = field(default=None, metadata=_opt(
         "torch.compile the training step, lengths padded to multiples of 8 so that few shapes compile (default: "
         "on CUDA; off on CPUs, where tiny's compiled step is no faster). The first step waits for the compiler"))

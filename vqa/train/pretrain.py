@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..options import check_out_folder
 
-DEFAULT_STEPS = 2500  # what the fine-tuning results in docs/pretraining.md started from
+DEFAULT_STEPS = 2500  # the shipped towers' length (vqa/weights/tiny/card.json), which fine-tuning starts from
 DEFAULT_IMAGES = 40000
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
@@ -33,10 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Build the pretraining corpus (procedural pictures: 12 kinds of objects, fills, textures, backgrounds, "
         "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
-        f"and train the tiny preset's encoder and decoder on it from random weights. The defaults ({DEFAULT_IMAGES:,} "
-        f"pictures, {DEFAULT_STEPS:,} steps) take about 25 minutes on a 2-core CPU (a few minutes for the "
-        "corpus, ~0.42 s a step), more beside other jobs. It makes DIR: a run folder (best/, last/, metrics.jsonl) that "
-        "`vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
+        f"and train the tiny preset's encoder and decoder on it from random weights, by default on {DEFAULT_IMAGES:,} "
+        f"pictures for {DEFAULT_STEPS:,} steps (how long that takes: docs/pretraining.md). It makes DIR: a run "
+        "folder (best/, last/, metrics.jsonl) that `vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
         "command again continues an interrupted run. The tiny preset's shipped towers (vqa/weights/tiny) were "
         "made by it with the defaults; `python scripts/ship_weights.py DIR` replaces them in a checkout.")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")

@@ -9,10 +9,10 @@ gradio's start-up check of its own address tried again on a busy machine.
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 
 from ..errors import ExtraMissing, VQAError
+from ..logs import get_logger
 
 try:
     import gradio as gr
@@ -26,6 +26,8 @@ from .examples import SAMPLES, SHAPES  # noqa: E402
 from .layout import MAX_TOP_K  # noqa: E402
 from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
 from .uploads import give_back_decoded_memory  # noqa: E402
+
+log = get_logger("demo")
 
 MAX_FILE_SIZE = "10mb"
 LAUNCH_ATTEMPTS = 3  # launches tried when gradio's start-up check of its own address (~17 s) fails
@@ -99,20 +101,20 @@ def start_warm_up(pred, max_batch: int, prog: str = "app.py") -> BackgroundWarmU
     if pred is None or not pred.compile:
         return None
     if pred.device.type == "cuda":
-        print(f"{prog}: compiling the model for batches of up to {max_batch}...", file=sys.stderr, flush=True)
+        log.info(f"{prog}: compiling the model for batches of up to {max_batch}...")
         w = warm_up(pred, max_batch, max_beams=MAX_TOP_K)
-        print(f"{prog}: compiled {w.shapes} batch shapes in {w.seconds:.0f} s", file=sys.stderr, flush=True)
+        log.info(f"{prog}: compiled {w.shapes} batch shapes in {w.seconds:.0f} s")
         return None
 
     def report(job: BackgroundWarmUp) -> None:
         if job.result is not None:
-            print(f"{prog}: compiled {job.result.shapes} batch shapes in {job.result.seconds:.0f} s; answering "
-                  "through the compiled model from now on", file=sys.stderr, flush=True)
+            log.info(f"{prog}: compiled {job.result.shapes} batch shapes in {job.result.seconds:.0f} s; answering "
+                     "through the compiled model from now on")
         else:
-            print(f"{prog}: compiling failed ({job.error}); answering eagerly", file=sys.stderr, flush=True)
+            log.warning(f"{prog}: compiling failed ({job.error}); answering eagerly")
 
-    print(f"{prog}: compiling the model for batches of up to {max_batch} in the background (minutes on a CPU); "
-          "answering eagerly until then", file=sys.stderr, flush=True)
+    log.info(f"{prog}: compiling the model for batches of up to {max_batch} in the background (minutes on a CPU); "
+             "answering eagerly until then")
     return BackgroundWarmUp(pred, max_batch, max_beams=MAX_TOP_K, on_done=report)
 
 
@@ -141,19 +143,19 @@ def run(args: argparse.Namespace, prog: str = "vqa demo") -> int:
             warnings.simplefilter("always", RuntimeWarning)
             pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile)
         for w in caught:  # int8 that cannot run here: say so once, on the console
-            print(f"{prog}: {w.message}", file=sys.stderr)
+            log.warning(f"{prog}: {w.message}")
     except VQAError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        log.error(f"{prog}: error: {e}")
         return 1
     if pred is None:
-        print(f"{prog}: no checkpoint at {DEFAULT_RUN}; serving a page that explains how to train one "
-              "(vqa data shapes, then vqa train)", file=sys.stderr)
+        log.warning(f"{prog}: no checkpoint at {DEFAULT_RUN}; serving a page that explains how to train one "
+                    "(vqa data shapes, then vqa train)")
     start_warm_up(pred, args.max_batch, prog)  # before listening on CUDA, else in the background
     demo = build_app(pred, max_batch=args.max_batch, batch_wait_ms=args.batch_wait)
     try:
         _, url, _ = serve(demo, args.host, args.port, concurrency, queue_size, block=False, quiet=True)
     except OSError as e:
-        print(f"{prog}: error: cannot listen on {args.host}:{args.port or 7860}: {e}", file=sys.stderr)
+        log.error(f"{prog}: error: cannot listen on {args.host}:{args.port or 7860}: {e}")
         return 1
     what = f"model {pred.path} on {pred.device} ({pred.precision})" if pred else "no model (how-to page)"
     print(f"vqa demo: serving {what} at {url} (batches of up to {args.max_batch}, {concurrency} at once, "

@@ -1,7 +1,8 @@
 """Attention (vqa/model/attention.py) and its causal mask (vqa/model/masks.py): the weights path equals SDPA
 (causal self-attention, an explicit mask, over a cache, cross-attention), the compiled step's one-query
 attention equals SDPA, a multi-token step over a cache needs a mask, dropout in training only, the recorded
-scores, QK-norm, one class for self- and cross-attention, and causal_mask against a hand-built one."""
+scores, QK-norm (LayerNorm, or RMSNorm with the layout's epsilon), the biases each layout has, rotary positions
+in the dtype of what they turn, one class for self- and cross-attention, and causal_mask against a hand-built one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from helpers import tiny_model
 
 from vqa.decoding.static_cache import StaticKVCache
 from vqa.model import Attention
+from vqa.model.attention import rotate
 
 
 def _attention_pair(cross: bool, seed: int = 0):
@@ -98,6 +100,48 @@ def test_attention_refuses_a_width_its_heads_do_not_divide():
     with pytest.raises(ValueError) as e:
         Attention(30, 4)
     assert str(e.value) == "dim=30 is not divisible by heads=4"
+
+
+def test_attention_refuses_key_value_heads_that_do_not_divide_its_heads():
+    with pytest.raises(ValueError) as e:
+        Attention(32, 4, kv_heads=3)
+    assert str(e.value) == "heads=4 is not a multiple of kv_heads=3"
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_projection_biases_follow_the_layout(cross):
+    """GPT-2's and ViT's layouts have a bias on every projection (the default), Llama's on none, Qwen2's on the
+    query/key/value projections only: each tensor of a checkpoint in that layout has its place, and no other."""
+    inputs = ["q", "kv"] if cross else ["qkv"]
+
+    def biased(attn):
+        return {name: getattr(attn, name).bias is not None for name in [*inputs, "proj"]}
+
+    assert biased(Attention(32, 4, cross=cross)) == dict.fromkeys([*inputs, "proj"], True)
+    assert biased(Attention(32, 4, cross=cross, bias=False, out_bias=False)) == dict.fromkeys([*inputs, "proj"], False)
+    assert biased(Attention(32, 4, cross=cross, out_bias=False)) == {**dict.fromkeys(inputs, True), "proj": False}
+
+
+def test_rms_qk_norm_uses_the_layouts_epsilon():
+    """Llama-layout decoders normalize queries and keys with RMSNorm at their config's epsilon (0.5 here, so
+    that torch's default epsilon would give other values)."""
+    attn = Attention(32, 4, qk_norm=True, rms_eps=0.5)
+    x = torch.randn(2, 4, 6, 8)
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 0.5)  # the norms' weights start at 1
+    for norm in (attn.q_norm, attn.k_norm):
+        assert isinstance(norm, torch.nn.RMSNorm)
+        torch.testing.assert_close(norm(x), expected)
+
+
+def test_rotary_positions_keep_the_dtype_of_what_they_turn():
+    """bf16 queries and keys (autocast) with float32 cos/sin tables: rotated in bf16, the dtype the cache holds,
+    pairing dimension i with i + Dh/2 as Llama does."""
+    x = torch.randn(1, 2, 3, 8).bfloat16()
+    angle = torch.randn(1, 1, 3, 8)
+    out = rotate(x, angle.cos(), angle.sin())
+    assert out.dtype == torch.bfloat16
+    turned = torch.cat((-x[..., 4:], x[..., :4]), dim=-1)
+    assert torch.equal(out, x * angle.cos().bfloat16() + turned * angle.sin().bfloat16())
 
 
 class _GrowingCache:

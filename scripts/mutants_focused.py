@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tests", nargs="+", help="the test files (and pytest options) that judge them")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--all", action="store_true", help="re-run mutants that have a result too")
+    p.add_argument("--limit", type=float, default=1800, help="seconds a mutant's run may take (a timeout kills)")
     p.add_argument("--survivors", action="store_true", help="re-run the survivors too (after new tests)")
     args, extra = p.parse_known_args(argv)  # the rest (e.g. --deselect ID) goes to pytest
     args.tests += extra
@@ -39,9 +40,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(name: str) -> tuple[str, int]:
         env = dict(os.environ, MUTANT_UNDER_TEST=name, OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               "--timeout=300", "--rootdir=.", *args.tests]
-        rc = subprocess.run(cmd, cwd="mutants", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        # os._exit once pytest is done, as mutmut's workers do: a mutant that leaves a worker thread running
+        # would otherwise hold the interpreter's exit for ever after its tests were judged
+        cmd = [sys.executable, "-c", "import os, sys, pytest; os._exit(pytest.main(sys.argv[1:]))", "-x", "-q",
+               "-p", "no:cacheprovider", "-p", "no:randomly", "--timeout=300", "--rootdir=.", *args.tests]
+        try:
+            rc = subprocess.run(cmd, cwd="mutants", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                timeout=args.limit).returncode
+        except subprocess.TimeoutExpired:  # a hang pytest's per-test timeout cannot end: mutmut's "timeout"
+            rc = -1
         return name, rc
 
     done = 0

@@ -179,11 +179,12 @@ def test_a_multi_token_step_over_a_cache_needs_a_mask_and_with_one_equals_the_un
 def test_attention_dropout_applies_in_training_only(t):
     torch.manual_seed(5)
     attn = Attention(32, 4, dropout=0.5)
-    plain = Attention(32, 4, dropout=0.0)
+    plain = Attention(32, 4)  # no dropout unless asked for
     plain.load_state_dict(attn.state_dict())
     x = torch.randn(2, t, 32)
     with torch.no_grad():
         want = plain.eval()(x)[0]
+        torch.testing.assert_close(plain.train()(x)[0], want)
         torch.testing.assert_close(attn.eval()(x)[0], want)  # eval: no dropout
         attn.train()
         a, b = attn(x)[0], attn(x)[0]

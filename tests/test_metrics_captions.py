@@ -2,12 +2,17 @@
 and caption_scores against BLEU and CIDEr-D written out from their definitions. VQA accuracy is in
 test_metrics.py."""
 
+import logging
 import math
+import shutil
+import sys
 from collections import Counter
 
 import pytest
 
+from vqa.errors import ExtraMissing
 from vqa.evaluation.metrics import caption_scores, ptb_tokenize
+from vqa.logs import get_logger
 
 
 # --- ptb_tokenize (expected strings produced by the real CoreNLP 3.4.1 jar + PUNCTUATIONS filter) --
@@ -219,15 +224,21 @@ def test_rouge_l_by_hand():
     assert "ROUGE-L" not in metrics.caption_scores({1: "a red circle"}, {1: ["a red circle"]})
 
 
-def test_without_java_meteor_is_left_out_in_one_line(monkeypatch, caplog):
+def test_without_java_meteor_is_left_out_in_one_line(monkeypatch):
     pytest.importorskip("pycocoevalcap")
     from vqa.evaluation import metrics
 
     monkeypatch.setattr(metrics.shutil, "which", lambda name: None)
-    with caplog.at_level("WARNING", logger="vqa"):
+    records = []  # vqa's own lines, however its logger is set up (it passes nothing on by default)
+    catch = logging.Handler(logging.WARNING)
+    catch.emit = records.append
+    get_logger("eval").addHandler(catch)
+    try:
         got = metrics.caption_scores({1: "a red circle"}, {1: ["a red circle", "a big red circle"]}, paper=True)
+    finally:
+        get_logger("eval").removeHandler(catch)
     assert "METEOR" not in got and {"BLEU-4", "ROUGE-L", "CIDEr-D"} <= set(got)
-    lines = [r.getMessage() for r in caplog.records if "METEOR" in r.getMessage()]
+    lines = [r.getMessage() for r in records if "METEOR" in r.getMessage()]
     assert len(lines) == 1 and "Java" in lines[0] and "\n" not in lines[0]
 
 
@@ -235,7 +246,7 @@ def test_with_java_meteor_is_scored(monkeypatch):
     pytest.importorskip("pycocoevalcap")
     from vqa.evaluation import metrics
 
-    if metrics.java() is None:
+    if shutil.which("java") is None:  # not metrics.java(): the test is of what it looks for
         pytest.skip("no Java here")
     found = []
     monkeypatch.setattr(metrics.shutil, "which", lambda name: found.append(name) or "/usr/bin/java")
@@ -245,3 +256,28 @@ def test_with_java_meteor_is_scored(monkeypatch):
     assert found == ["java", "java"]
     # identical captions: METEOR's fragmentation penalty alone (one chunk) keeps it just under 1
     assert 0.9 < same["METEOR"] <= 1.0 and other["METEOR"] < same["METEOR"] - 0.2
+
+
+class _FixedMeteor:
+    """A started METEOR scorer as `start_meteor` returns one, whose corpus score is fixed."""
+
+    def compute_score(self, gts, res):
+        return 0.375, [0.375] * len(res)
+
+
+def test_a_started_meteor_scorer_is_used_and_false_means_none():
+    """`vqa eval` starts METEOR before decoding and hands it over: caption_scores scores with that one and
+    starts no other; meteor=False (its absence already said) scores without it."""
+    pytest.importorskip("pycocoevalcap")
+    refs = {1: ["a red circle"], 2: ["two blue squares"]}
+    preds = {1: "a red circle", 2: "two squares"}
+    assert caption_scores(preds, refs, paper=True, meteor=_FixedMeteor())["METEOR"] == 0.375
+    assert "METEOR" not in caption_scores(preds, refs, paper=True, meteor=False)
+
+
+def test_scoring_captions_without_the_eval_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pycocoevalcap.bleu.bleu", None)  # what an uninstalled package imports as
+    with pytest.raises(ExtraMissing) as e:
+        caption_scores({1: "a red circle"}, {1: ["a red circle"]})
+    assert str(e.value) == ("scoring captions (BLEU-4, CIDEr-D) needs the 'eval' extra (pycocoevalcap.bleu.bleu is "
+                            "not installed): pip install 'vqa[eval]'")

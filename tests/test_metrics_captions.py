@@ -1,11 +1,13 @@
 """Tests for vqa.evaluation.metrics' caption scores: ptb_tokenize against outputs of the real Java pipeline,
-and caption_scores against BLEU and CIDEr-D written out from their definitions. VQA accuracy is in
+and caption_scores against BLEU and CIDEr-D written out from their definitions; METEOR with or without
+Java, a jar that does not start or dies, each said in one line. VQA accuracy is in
 test_metrics.py."""
 
 import logging
 import math
 import shutil
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -224,22 +226,66 @@ def test_rouge_l_by_hand():
     assert "ROUGE-L" not in metrics.caption_scores({1: "a red circle"}, {1: ["a red circle"]})
 
 
-def test_without_java_meteor_is_left_out_in_one_line(monkeypatch):
+@pytest.fixture
+def eval_lines():
+    """The lines `vqa eval`'s logger writes, however vqa's logging is set up (it passes nothing on by default)."""
+    records = []
+    catch = logging.Handler(logging.WARNING)
+    catch.emit = records.append
+    get_logger("eval").addHandler(catch)
+    yield records
+    get_logger("eval").removeHandler(catch)
+
+
+def test_without_java_meteor_is_left_out_in_one_line(monkeypatch, eval_lines):
     pytest.importorskip("pycocoevalcap")
     from vqa.evaluation import metrics
 
     monkeypatch.setattr(metrics.shutil, "which", lambda name: None)
-    records = []  # vqa's own lines, however its logger is set up (it passes nothing on by default)
-    catch = logging.Handler(logging.WARNING)
-    catch.emit = records.append
-    get_logger("eval").addHandler(catch)
-    try:
-        got = metrics.caption_scores({1: "a red circle"}, {1: ["a red circle", "a big red circle"]}, paper=True)
-    finally:
-        get_logger("eval").removeHandler(catch)
+    got = metrics.caption_scores({1: "a red circle"}, {1: ["a red circle", "a big red circle"]}, paper=True)
     assert "METEOR" not in got and {"BLEU-4", "ROUGE-L", "CIDEr-D"} <= set(got)
-    lines = [r.getMessage() for r in records if "METEOR" in r.getMessage()]
-    assert len(lines) == 1 and "Java" in lines[0] and "\n" not in lines[0]
+    assert [r.getMessage() for r in eval_lines] == [
+        "vqa eval: METEOR needs Java (no 'java' on PATH); the other caption scores are written"]
+
+
+def test_a_java_that_does_not_start_leaves_meteor_out_in_one_line(monkeypatch, eval_lines):
+    pytest.importorskip("pycocoevalcap")
+    from pycocoevalcap.meteor import meteor as jar
+
+    from vqa.evaluation import metrics
+
+    def refuse():
+        raise OSError("Cannot allocate memory")
+
+    monkeypatch.setattr(metrics.shutil, "which", lambda name: "/usr/bin/java")
+    monkeypatch.setattr(jar, "Meteor", refuse)
+    assert metrics.start_meteor() is None
+    assert [r.getMessage() for r in eval_lines] == ["vqa eval: METEOR's Java process did not start (Cannot allocate "
+                                                    "memory); the other caption scores are written"]
+
+
+def test_a_meteor_process_that_dies_is_stopped_and_named_in_one_line(eval_lines):
+    """The jar answers nothing (it died): its process is killed, the lock compute_score held is released (the
+    scorer's __del__ takes it again), no METEOR, one line."""
+    from vqa.evaluation import metrics
+
+    class Dead:
+        lock = threading.Lock()
+        killed = False
+
+        class meteor_p:  # noqa: N801 (pycocoevalcap's attribute)
+            @staticmethod
+            def kill():
+                Dead.killed = True
+
+        def compute_score(self, gts, res):
+            self.lock.acquire()
+            raise ValueError("could not convert string to float: ''")
+
+    assert metrics.meteor_score(Dead(), {1: ["a"]}, {1: ["a"]}) is None
+    assert Dead.killed and not Dead.lock.locked()
+    assert [r.getMessage() for r in eval_lines] == ["vqa eval: METEOR's Java process failed (could not convert string "
+                                                    "to float: ''); the other caption scores are written"]
 
 
 def test_with_java_meteor_is_scored(monkeypatch):

@@ -149,11 +149,15 @@ def load_train_state(path: str | Path) -> dict:
     try:
         state = torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        if "Weights only load failed" not in str(e):
-            raise CheckpointError(f"cannot resume: {f} is not a train state torch can read ({e})") from None
-        why = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line), "")
-        raise CheckpointError(f"cannot resume: {f} holds Python objects that loading it would have to run, so it "
-                              f"is refused (Weights only load failed{': ' + why if why else ''})") from None
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        code = next((line for line in lines if "GLOBAL" in line), None)  # weights_only met a class or function
+        if code:
+            raise CheckpointError(f"cannot resume: {f} holds Python objects that loading it would have to run, so "
+                                  f"it is refused (Weights only load failed: {code})") from None
+        # anything else is not a pickle torch writes: name the unpickler's own reason, not its advice
+        reason = next((line for line in lines if line.startswith("Unsupported")), lines[0] if lines else "")
+        raise CheckpointError(f"cannot resume: {f} is not a train state torch can read "
+                              f"({reason or type(e).__name__})") from None
     except (RuntimeError, EOFError, OSError) as e:  # cut short or damaged: torch's zip reader or the unpickler
         first = str(e).split(". ")[0] or type(e).__name__
         raise CheckpointError(f"cannot resume: {f} is not a complete train state ({first}); train again without "

@@ -6,7 +6,8 @@ mutmut runs every test of the selection that reaches a mutated function; for a c
 is killed by a failing test of the files given (`-x`: the first failure ends it); a mutant these files miss
 is a survivor, which can only lower the score.
 
-    cd mutants-root && python scripts/mutants_focused.py 'vqa.model.attention.*' tests/test_attention.py ...
+    # from the folder that holds mutmut's mutants/ (where `mutmut run` ran)
+    python scripts/mutants_focused.py 'vqa.model.attention.*' tests/test_attention.py ...
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     meta_path = Path("mutants", *module.split(".")[:-1], module.split(".")[-1] + ".py.meta")
     meta = json.loads(meta_path.read_text())
     codes = meta["exit_code_by_key"]
-    todo = [k for k, v in codes.items() if fnmatch.fnmatch(k, args.pattern) and (args.all or v is None or (args.survivors and v == 0))]
+    wanted = lambda v: args.all or v is None or (args.survivors and v == 0)  # noqa: E731 (None: not run yet)
+    todo = [k for k, v in codes.items() if fnmatch.fnmatch(k, args.pattern) and wanted(v)]
     print(f"{len(todo)} mutants of {meta_path}", flush=True)
 
     def run(name: str) -> tuple[str, int]:

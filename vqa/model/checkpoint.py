@@ -155,9 +155,9 @@ def load_train_state(path: str | Path) -> dict:
             raise CheckpointError(f"cannot resume: {f} holds Python objects that loading it would have to run, so "
                                   f"it is refused (Weights only load failed: {code})") from None
         # anything else is not a pickle torch writes: name the unpickler's own reason, not its advice
-        reason = next((line for line in lines if line.startswith("Unsupported")), lines[0] if lines else "")
-        raise CheckpointError(f"cannot resume: {f} is not a train state torch can read "
-                              f"({reason or type(e).__name__})") from None
+        reason = next((line for line in lines if line.startswith("Unsupported")),
+                      lines[0] if lines else type(e).__name__)
+        raise CheckpointError(f"cannot resume: {f} is not a train state torch can read ({reason})") from None
     except (RuntimeError, EOFError, OSError) as e:  # cut short or damaged: torch's zip reader or the unpickler
         first = str(e).split(". ")[0] or type(e).__name__
         raise CheckpointError(f"cannot resume: {f} is not a complete train state ({first}); train again without "

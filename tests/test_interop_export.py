@@ -128,6 +128,33 @@ def test_exported_configs_carry_what_the_logits_cannot_show(tmp_path):
     assert model.cfg.dec_embed_scale and dec.tie_word_embeddings is False
 
 
+def test_the_export_leans_on_no_transformers_default(tmp_path, monkeypatch):
+    """Every value the exported model computes with is written, so a transformers release with other defaults
+    exports the same model: with ViTConfig's and GPT2Config's defaults moved (relu, one channel, no qkv bias,
+    dropout 0.5), the folder loads into a model that computes vqa's logits in train mode, and the decoder's
+    keywords alone make a cross-attending decoder (what `from_encoder_decoder_configs` would otherwise set)."""
+    import transformers
+
+    from vqa.export.hf_export import hf_configs
+
+    moved = {transformers.ViTConfig: dict(hidden_act="relu", num_channels=1, qkv_bias=False, hidden_dropout_prob=0.5,
+                                          attention_probs_dropout_prob=0.5),
+             transformers.GPT2Config: dict(resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5)}
+    for cls, defaults in moved.items():
+        monkeypatch.setattr(transformers, cls.__name__, lambda _c=cls, _d=defaults, **kw: _c(**{**_d, **kw}))
+    run = _model_here(tmp_path / "run", dec_width=32)
+    model, tok, _ = checkpoint.load(run)
+    folder = export_transformers(run, tmp_path / "hf")
+    monkeypatch.undo()
+    hf = load_ved(folder).train()
+    x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
+    with torch.no_grad():
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+    assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
+    dec = transformers.GPT2Config(**hf_configs(model, tok)[1])
+    assert dec.add_cross_attention is True and dec.is_decoder is True
+
+
 def test_a_model_of_one_block_per_tower_exports(tmp_path):
     """One ViT block and one decoder block (the configs read the heads and widths off the first block): the
     exported model computes vqa's logits."""

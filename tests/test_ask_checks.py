@@ -123,6 +123,22 @@ def test_top_k_above_one_needs_beam_search(pred, pictures, capsys):
     assert "only beam search" in err and "Traceback" not in err
 
 
+def test_top_k_is_allowed_by_the_registry_not_by_a_method_name(monkeypatch):
+    """A method the registry marks `ranked` lists top-k answers; the check names the ranking methods it reads."""
+    from vqa.config import DECODING_METHODS, DecodingMethod
+    from vqa.inference.task_settings import answer_settings
+
+    with pytest.raises(InputError, match="only beam search"):
+        answer_settings(["vqa"], top_k=3, changes={"method": "greedy"})
+    monkeypatch.setitem(DECODING_METHODS, "greedy", DecodingMethod(DECODING_METHODS["greedy"].function,
+                                                                   random=False, ranked=True))
+    assert answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 3}).method == "greedy"
+    with pytest.raises(InputError, match="num_beams=2 cannot return top_k=3"):
+        answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 2})
+    with pytest.raises(InputError, match="only greedy or beam search.*use method=.greedy.,"):
+        answer_settings(["vqa"], top_k=3, changes={"method": "sample"})
+
+
 # ------------------------------------------------------------------------------------------------ never empty
 
 

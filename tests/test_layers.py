@@ -162,3 +162,4 @@ def test_each_decoding_method_the_config_registers_is_a_function_of_the_decoding
         assert layer_of(function.__module__) == layer_of("vqa.decoding"), name
         assert list(inspect.signature(function).parameters) == ["decoder", "config"], name
     assert [name for name, entry in DECODING_METHODS.items() if entry.random] == ["sample"]
+    assert [name for name, entry in DECODING_METHODS.items() if entry.ranked] == ["beam"]

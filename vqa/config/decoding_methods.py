@@ -17,12 +17,20 @@ from dataclasses import dataclass
 class DecodingMethod:
     function: str  # "vqa.decoding.MODULE:FUNCTION"
     random: bool  # the output is drawn from a random generator: a request's own, never shared in a batch
+    ranked: bool = False  # returns its `num_beams` outputs likeliest first: what lists the top-k answers
 
 
 DECODING_METHODS: dict[str, DecodingMethod] = {
     "greedy": DecodingMethod("vqa.decoding.greedy:greedy", random=False),
-    "beam": DecodingMethod("vqa.decoding.beam:beam_search", random=False),
+    "beam": DecodingMethod("vqa.decoding.beam:beam_search", random=False, ranked=True),
     "sample": DecodingMethod("vqa.decoding.sample:sample", random=True),
 }
 
-__all__ = ["DecodingMethod", "DECODING_METHODS"]
+
+
+def ranking_methods() -> list[str]:
+    """The methods that list several answers (["beam"]), for an error line."""
+    return [name for name, m in DECODING_METHODS.items() if m.ranked]
+
+
+__all__ = ["DecodingMethod", "DECODING_METHODS", "ranking_methods"]

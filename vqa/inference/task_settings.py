@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import GenerationConfig
+from ..config import DECODING_METHODS, GenerationConfig
+from ..config.decoding_methods import ranking_methods
 from ..decoding.generate import generation_config
 from ..errors import InputError
 
@@ -31,11 +32,13 @@ def answer_settings(tasks: Sequence[str], top_k: int = 1, generation: Generation
     check_task(tasks, "vqa")
     default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
     settings = at_least_one_token(generation_config(generation, changes or {}, default))
-    if top_k > 1 and settings.method != "beam":
-        raise InputError(f"top_k={top_k} lists the {top_k} likeliest answers, which only beam search finds: "
-                         f"{settings.method} decoding gives one answer (use method='beam', or top_k=1; "
-                         "`rank` scores a list of answers you give)")
-    if settings.method == "beam" and settings.num_beams < top_k:
+    ranked = DECODING_METHODS[settings.method].ranked
+    if top_k > 1 and not ranked:
+        ranking = ranking_methods()
+        raise InputError(f"top_k={top_k} lists the {top_k} likeliest answers, which only {' or '.join(ranking)} "
+                         f"search finds: {settings.method} decoding gives one answer (use method='{ranking[0]}', "
+                         "or top_k=1; `rank` scores a list of answers you give)")
+    if ranked and settings.num_beams < top_k:
         raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
     return settings
 

@@ -10,7 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ...config import GenerationConfig
+from ...config import DECODING_METHODS, GenerationConfig
+from ...config.decoding_methods import ranking_methods
 from ...data.readers.shards import SHARD_EXTS
 from ...data.sources import is_pattern
 from ...errors import ConfigError, InputError
@@ -60,9 +61,11 @@ def check_options(args) -> None:
     changes = given(args, GenerationConfig, ASK_RENAME if args.command == "ask" else None)
     method = GenerationConfig().replace(**changes).method
     top_k = getattr(args, "top_k", 1)
-    if args.command == "ask" and top_k > 1 and "method" in changes and method != "beam":
-        raise ConfigError(f"--top-k {top_k} lists the {top_k} likeliest answers, which only beam search finds: "
-                          f"{method} decoding gives one answer (use --method beam, or --top-k 1)")
+    if args.command == "ask" and top_k > 1 and "method" in changes and not DECODING_METHODS[method].ranked:
+        ranking = ranking_methods()
+        raise ConfigError(f"--top-k {top_k} lists the {top_k} likeliest answers, which only {' or '.join(ranking)} "
+                          f"search finds: {method} decoding gives one answer (use --method {ranking[0]}, "
+                          "or --top-k 1)")
 
 
 def single_image(args) -> bool:

@@ -107,3 +107,22 @@ def test_prompts_of_different_lengths_writing_past_the_context_decode_like_eager
         got = generate(model, prompts, images, max_new_tokens=40, compile=True, **kw)
         assert got.sequences == want.sequences and max(len(s) for s in want.sequences) > 2, kw
         assert got.scores == pytest.approx(want.scores, abs=1e-4)
+
+
+@torch.inference_mode()
+def test_a_compiled_decoding_holds_the_compiled_step_for_its_whole_run(model, images, quick_compile, monkeypatch):
+    """The compiled step's pooled buffers serve one decoding at a time: its lock is held while the method runs
+    (and taken by nothing when decoding eagerly, whose buffers are its own)."""
+    import vqa.decoding.generate as generation
+    from vqa.decoding.compiled import compiled_step
+
+    held, greedy = [], generation.method_function("greedy")
+
+    def spy(decoder, config):
+        held.append(compiled_step(model.decoder).lock.locked())
+        return greedy(decoder, config)
+
+    monkeypatch.setattr(generation, "method_function", lambda name: spy)
+    want = generate(model, PROMPTS, images, max_new_tokens=4)
+    assert generate(model, PROMPTS, images, max_new_tokens=4, compile=True).sequences == want.sequences
+    assert held == [False, True] and not compiled_step(model.decoder).lock.locked()

@@ -64,6 +64,11 @@ def ban_bias(model: VQAModel, banned: frozenset[int]) -> torch.Tensor | None:
         return bias
 
 
+def decode_state(compiled: bool) -> type[DecodeState]:
+    """The one place the implementation is chosen: `CompiledState` or `EagerState` (the same results)."""
+    return CompiledState if compiled else EagerState
+
+
 class BatchDecoder:
     """One batched decoding of B rows, as the decoding methods see it: the prompts run into the cache (`logits`
     [B, V] then holds what may follow each), then one token per row per `step`. `budget[b]` is how many tokens
@@ -93,8 +98,7 @@ class BatchDecoder:
             self.eos = self.vocab_list.index(model.cfg.eos_id)
             head = model.decoder.head_weight.index_select(0, self.vocab)  # [V', D]: the head's rows
         ids, valid = left_pad(prompts, model.cfg.pad_id, device)
-        state_class = CompiledState if compiled else EagerState
-        self.state: DecodeState = state_class(model.decoder, kv, head, len(prompts), longest, self.max_new)
+        self.state: DecodeState = decode_state(compiled)(model.decoder, kv, head, len(prompts), longest, self.max_new)
         self.logits = self.state.prefill(ids, valid, padded=len({len(q) for q in prompts}) > 1)  # [B, V]
 
     def choices(self, x: torch.Tensor, t: int) -> torch.Tensor:
@@ -131,4 +135,4 @@ class BatchDecoder:
         self.logits = self.logits.index_select(0, index)
 
 
-__all__ = ["Generation", "BatchDecoder", "ban_bias", "left_pad"]
+__all__ = ["Generation", "BatchDecoder", "ban_bias", "decode_state", "left_pad"]

@@ -5,10 +5,12 @@ torch.compile builds one graph per shape, so a compiled decoding runs at a few s
 to a power of two (`bucket`; the padding rows repeat row 0, are fed <eos> and their outputs are dropped) and
 its cache as long as the request can write, in a few lengths (`slot_bucket`) that a server compiles at
 start-up (`vqa.inference.warmup`). Its buffers come from the CompiledStep's pool, at the addresses a CUDA
-graph was captured with: one decoding at a time per model (`CompiledStep.lock`, taken by `generate`).
+graph was captured with: one decoding at a time per model (`CompiledStep.lock`, held through `exclusive`).
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 from torch import nn
@@ -48,6 +50,11 @@ class CompiledState:
             memory_kv = rows_of(memory_kv, padded_index(torch.arange(rows, device=k.device), batch))
         slots = slot_bucket(slots_needed(width, max_new))
         self.cache, self.kv = self.compiled_step.buffers(batch, slots, k.dtype, k.device, memory_kv)
+
+    @staticmethod
+    def exclusive(decoder: nn.Module) -> threading.Lock:
+        """The compiled step's lock: its pooled buffers, at a CUDA graph's addresses, serve one decoding at a time."""
+        return compiled_step(decoder).lock
 
     @property
     def batch(self) -> int:

@@ -12,6 +12,8 @@ decoding methods (greedy, sampling, beam search) run the same code either way.
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import torch
@@ -27,6 +29,11 @@ class DecodeState(Protocol):
     float32 [rows, V]."""
 
     rows: int  # the rows the decoding method sees: the prompts, or their beams after `expand`
+
+    @staticmethod
+    def exclusive(decoder: nn.Module) -> AbstractContextManager:
+        """Held around a whole decoding (built, then run): what keeps others off the buffers it shares."""
+        ...
 
     @property
     def batch(self) -> int:
@@ -73,6 +80,11 @@ class EagerState:
         self.cache = CacheBuffers.allocate(decoder.cfg, rows, width + max_new, k.dtype, k.device)
         self.written = 0  # cache slots holding keys
         self.padded = True
+
+    @staticmethod
+    def exclusive(decoder: nn.Module) -> AbstractContextManager:
+        """Nothing to hold: each eager decoding allocates its own buffers."""
+        return contextlib.nullcontext()
 
     @property
     def batch(self) -> int:

@@ -11,7 +11,6 @@ and calls the method.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Sequence
@@ -23,8 +22,7 @@ from einops import rearrange
 from ..config import DECODING_METHODS, GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
-from .batch import BatchDecoder, Generation, ban_bias
-from .compiled import compiled_step
+from .batch import BatchDecoder, Generation, ban_bias, decode_state
 from .compiled import encode as encode_images
 
 
@@ -103,8 +101,7 @@ def generate(
     kv = model.memory_kv(memory, image_index)
     ban = None if allowed is not None else ban_bias(model, banned)
     method = method_function(config.method)
-    # the compiled step's pooled buffers serve one decoding at a time
-    with compiled_step(model.decoder).lock if compile else contextlib.nullcontext():
+    with decode_state(compile).exclusive(model.decoder):
         return method(BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban), config)
 
 

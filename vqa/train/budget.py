@@ -16,6 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass
+from typing import NamedTuple
+
+
+class FitMark(NamedTuple):
+    """Where the step time was last fitted: the clock and the step then."""
+
+    time: float
+    step: int
 
 
 class TimeBudget:
@@ -26,7 +34,7 @@ class TimeBudget:
         self.start = time.time() - float(time_used)  # a resumed run continues on its remaining time
         self.steps_timed = 0
         self.durations: list[float] = []
-        self.fit_from: tuple[float, int] | None = None
+        self.fit_from: FitMark | None = None
 
     def elapsed(self) -> float:
         return time.time() - self.start
@@ -49,7 +57,7 @@ class TimeBudget:
             return False
         if self.fit_from is None:
             return True
-        return step - self.fit_from[1] >= self.REFIT_EVERY or time.time() - self.fit_from[0] >= self.limit / 20
+        return step - self.fit_from.step >= self.REFIT_EVERY or time.time() - self.fit_from.time >= self.limit / 20
 
     def plan(self, step: int) -> int:
         """The total step count that ends the schedule when the budget runs out, seen from `step`."""
@@ -58,8 +66,8 @@ class TimeBudget:
             timed = sorted(self.durations[1:])  # the first step compiles / warms caches
             per_step, share = timed[len(timed) // 2], 0.9
         else:
-            per_step, share = (now - self.fit_from[0]) / max(1, step - self.fit_from[1]), 0.98
-        self.fit_from = (now, step)
+            per_step, share = (now - self.fit_from.time) / max(1, step - self.fit_from.step), 0.98
+        self.fit_from = FitMark(now, step)
         return step + max(1, int(share * (self.limit - (now - self.start)) / max(per_step, 1e-9)))
 
 
@@ -142,15 +150,17 @@ class SharedBudget:
         return decision
 
 
-def evaluation_due(step: int, every: int, total: int | None, quarters: tuple[int, int] | None = None) -> bool:
+def evaluation_due(step: int, every: int, total: int | None, quarter: int | None = None,
+                   evaluated_quarter: int = 0) -> bool:
     """Whether training evaluates after `step`: every `every` steps if given; else four times a run, at each
-    quarter of a --time-limit's time (`quarters`: (the quarter reached, the last one evaluated); its planned
-    step count moves as the plan is refitted) or of the `total` planned steps (5 steps: after 2, 3, 4, 5).
-    The run's last step evaluates in any case (the caller)."""
+    quarter of a --time-limit's time (`quarter`: the quarter reached, evaluated once it passes
+    `evaluated_quarter`, the last one evaluated; the planned step count moves as the plan is refitted) or of
+    the `total` planned steps (5 steps: after 2, 3, 4, 5). The run's last step evaluates in any case (the
+    caller)."""
     if every:
         return step % every == 0
-    if quarters is not None:
-        return quarters[0] > quarters[1]
+    if quarter is not None:
+        return quarter > evaluated_quarter
     total = total or 10**9
     return step * 4 // total > (step - 1) * 4 // total
 

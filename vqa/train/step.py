@@ -52,6 +52,10 @@ def wrap_ddp(loss: torch.nn.Module, device: torch.device, local_rank: int = 0, s
                gradient_as_bucket_view=True, static_graph=static_graph)
 
 
+# the step's stats tensor, summed over ranks: [summed loss, weighted target count, *the caller's extra values]
+LOSS_SUM, TARGETS, EXTRA = 0, 1, slice(2, None)
+
+
 @dataclass(frozen=True)
 class StepStats:
     """A step's scalars on the host, summed over ranks: what `StepRunner` returns, read (the one sync)."""
@@ -63,8 +67,8 @@ class StepStats:
     @classmethod
     def read(cls, stats: torch.Tensor) -> StepStats:
         """From [summed loss, weighted target count, *extra]; waits for the device."""
-        loss_sum, targets, *extra = stats.tolist()
-        return cls(loss_sum, targets, tuple(extra))
+        values = stats.tolist()
+        return cls(values[LOSS_SUM], values[TARGETS], tuple(values[EXTRA]))
 
     @property
     def loss(self) -> float:
@@ -114,7 +118,7 @@ class StepRunner:
         # gradients are of the summed loss, averaged over ranks by DDP or FSDP (whose reduce-scatter runs after
         # every micro-batch: its gradients stay sharded between them): x world / n is the global mean's
         grads = [p.grad for p in self.params if p.grad is not None]
-        torch._foreach_mul_(grads, self.world / stats[1].clamp(min=1.0))
+        torch._foreach_mul_(grads, self.world / stats[TARGETS].clamp(min=1.0))
         if self.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.scaler.step(self.optimizer)

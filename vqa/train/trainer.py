@@ -299,7 +299,7 @@ class Trainer:
                 bar.update(1)
             finished = decision.out_of_time or (self.total_steps is not None and self.step >= self.total_steps)
             due = evaluation_due(self.step, c.eval_every, self.total_steps,
-                                 None if budget is None else (decision.quarter, evaluated_q))
+                                 None if budget is None else decision.quarter, evaluated_q)
             evaluated_q = max(decision.quarter, evaluated_q)
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start

@@ -99,7 +99,7 @@ class TrainConfig(_Config):
     questions_per_image: int = field(default=6, metadata=_opt("questions per image per step (Shapes has 6)"))
     captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
     caption_weight: float = field(default=0.5, metadata=_opt(
-        "loss weight of a caption token relative to an answer token (a caption has ~10x an answer's tokens)"))
+        "loss weight of a caption token relative to an answer token (a caption has many more tokens than an answer)"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's; 0: every weight stays as it starts)"))

@@ -212,8 +212,8 @@ def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
 
 def test_the_examples_and_the_decoding_controls():
     from vqa.config import GenerationConfig
+    from vqa.demo.ask_tab import decoding_controls
     from vqa.demo.examples import examples
-    from vqa.demo.layout import decoding_controls
 
     ex = examples()
     assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)
@@ -230,7 +230,7 @@ def test_the_examples_and_the_decoding_controls():
 
 
 def test_the_caption_tab_shows_the_controls_of_the_chosen_method_only():
-    from vqa.demo.layout import decoding_controls, shown_for
+    from vqa.demo.ask_tab import decoding_controls, shown_for
 
     names = [f.name for f in h.ui_fields()]
     assert [n for n, v in zip(names, shown_for("greedy"), strict=True) if v] == []

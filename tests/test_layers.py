@@ -139,7 +139,7 @@ def test_the_checker_sees_a_cycle_and_a_layer_breach():
     # the rule's own check: a made-up graph with a cycle is caught, one without is not
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
-    assert layer_of("vqa.config") < layer_of("vqa.model.attention") < layer_of("vqa.demo.layout")
+    assert layer_of("vqa.config") < layer_of("vqa.model.attention") < layer_of("vqa.demo.ask_tab")
 
 
 def test_lazy_imports_count(tmp_path):

@@ -2,9 +2,12 @@
 
     options.py      the command line: flags, defaults, their checks and queue sizes (light: no gradio)
     server.py       the entry point: loading the Predictor, launch (`serve`)
-    app.py          the page assembled (`build_app`): the batching layer, the familiarity reference, the tabs
-    layout.py       the Ask / Caption / Model card tab: its components and their wiring to the handlers
-    explorer.py     the attention explorer tab: its layout, its handlers and its wiring
+    app.py          the page assembled (`build_app`): the batching layer, the familiarity reference, the tabs;
+                    without a model, the page that says how to train one
+    ask_tab.py      the Ask / Caption / Model card tab's components
+    explorer_tab.py the attention explorer tab's components
+    events.py       both tabs' wiring: their components bound to the handlers (the endpoints' names)
+    explorer.py     the attention explorer's handlers (callable without a server) and its explanations kept
     handlers.py     the Ask / Caption / heatmap handlers as plain methods (callable without a server)
     uploads.py      the picture input: uploads that keep the user's file name, messages without server paths
     card.py         the model card, what the model was trained on and the familiarity reference

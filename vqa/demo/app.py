@@ -1,7 +1,7 @@
 """The demo assembled: `build_app(pred) -> gr.Blocks`. It makes what the page needs from the `vqa.Predictor`
 (the batching layer, the familiarity reference, the handlers), then builds the tabs' components
-(`vqa.demo.layout`, `vqa.demo.explorer`) and wires each tab to its handlers. Without a model, the page that
-says how to train one.
+(`vqa.demo.ask_tab`, `vqa.demo.explorer_tab`) and wires each tab to its handlers (`vqa.demo.events`). Without a
+model, the page that says how to train one (`how_to_train_page`).
 
 The endpoints `/ask`, `/caption`, `/heatmap`, `/explain` and `/export` keep their names for `gradio_client`.
 """
@@ -12,9 +12,10 @@ from typing import Any
 
 import gradio as gr
 
-from . import explorer as ex
-from . import layout
+from . import ask_tab, explorer_tab
 from .card import card_markdown, start_reference
+from .events import wire_ask_tab, wire_explorer_tab
+from .explorer import Explorer
 from .handlers import Handlers
 from .options import BATCH_WAIT_MS, MAX_BATCH
 
@@ -25,6 +26,28 @@ STATE_TTL = 1800
 # (the answer, its maps, the display copy as JPEG), the explanations are shared (vqa.demo.explorer)
 USERS_KEPT = 1000
 
+HOW_TO_TRAIN = """
+# vqa demo: no trained model yet
+
+The demo needs a checkpoint and none was found at `runs/tiny` (in the folder the demo was started from). Train
+the tiny model on the built-in Shapes set (about 10 minutes on a laptop CPU), then start the demo again:
+
+```bash
+vqa data shapes --out data/shapes
+vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m
+vqa demo --checkpoint runs/tiny
+```
+
+Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.
+"""
+
+
+def how_to_train_page() -> gr.Blocks:
+    """The page served without a model: how to train one."""
+    with gr.Blocks(title="vqa demo: no model") as page:
+        gr.Markdown(HOW_TO_TRAIN, elem_id="how-to-train")
+    return page
+
 
 def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATCH_WAIT_MS,
               reference: Any = "auto") -> gr.Blocks:
@@ -33,13 +56,13 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     from the training data named in the card, if it is on this machine; None: off; or a `Familiarity`).
     `demo.batching` is the batching layer behind /ask and /caption."""
     if pred is None:
-        return layout.how_to_train_page()
+        return how_to_train_page()
 
     from ..inference.serving import BatchedPredictor
 
     server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
     reference_note = start_reference(server, pred, reference)
-    handlers, explorer = Handlers(pred, server), ex.Explorer(pred)
+    handlers, explorer = Handlers(pred, server), Explorer(pred)
 
     with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:
         state = gr.State(None, time_to_live=STATE_TTL)
@@ -48,12 +71,12 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
                     "caption it. The heatmap shows where the model looked while it wrote each word; the "
                     "attention explorer shows every step.")
         with gr.Tabs(elem_id="main-tabs"):
-            ask_tab = layout.build_tab(pred.cfg, pred.tasks, card_markdown(pred, reference_note))
-            explorer_tab = ex.build_tab(pred.cfg, pred.grid)
-        layout.wire(ask_tab, handlers, state)
-        ex.wire(explorer_tab, explorer, state, explained)
+            ask = ask_tab.build_tab(pred.cfg, pred.tasks, card_markdown(pred, reference_note))
+            explore = explorer_tab.build_tab(pred.cfg, pred.grid)
+        wire_ask_tab(ask, handlers, state)
+        wire_explorer_tab(explore, explorer, state, explained)
     demo.batching = server  # for tests and the curious: the batching layer behind /ask and /caption
     return demo
 
 
-__all__ = ["build_app", "STATE_TTL", "USERS_KEPT"]
+__all__ = ["build_app", "how_to_train_page", "HOW_TO_TRAIN", "STATE_TTL", "USERS_KEPT"]

@@ -1,5 +1,6 @@
-"""The demo's attention explorer tab: its text, its components (`build_tab`), its handlers (`Explorer`, callable
-without a server) and their wiring (`wire`).
+"""The attention explorer's logic: its handlers (`Explorer`, callable without a server), the user's handle to
+an explanation (`Explained`) and the views drawn from one. The tab's components are `vqa.demo.explorer_tab`'s,
+their wiring `vqa.demo.events`'.
 
 It explains the user's last answer or caption with the model's own attention weights, read on a separate
 pass (`Predictor.explain`): the masked self-attention matrix, the chosen token's cross-attention in every
@@ -17,7 +18,6 @@ import tempfile
 import threading
 import weakref
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -27,16 +27,6 @@ from ..errors import VQAError
 from .handlers import MEAN, display_image
 from .uploads import fail
 
-EXPLORER_INTRO = """
-### How the model read the picture
-Ask a question or caption a picture first; this tab then explains that last answer with the model's own
-attention weights, read on a separate pass. **Masked self-attention**: how each token of the prompt and the
-answer reads the tokens before it (rows: the reading token; the grey triangle is masked). **Cross-attention**:
-where a generated word looks in the picture, in every decoder layer and head. **Query against the keys**: the
-two steps of attention for that word: the raw scores q.k/sqrt(d), then the softmax. **ViT**: where one image
-patch looks inside the image encoder (by default the patch the word looks at most), so it can be followed
-into the ViT and out to the word. Export writes the pictures as PNG and every array as `.npz`.
-"""
 EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains the answer.*"
 # export folders kept on disk, from all users: gradio serves its own copy of each file (in its cache, which
 # delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
@@ -221,72 +211,3 @@ def _remove(folders) -> None:
     for folder in list(folders):
         shutil.rmtree(folder, ignore_errors=True)
 
-
-@dataclass
-class ExplorerTab:
-    """The tab and its components."""
-
-    tab: gr.Tab
-    token: gr.Dropdown
-    layer: gr.Dropdown
-    head: gr.Dropdown
-    row: gr.Slider
-    col: gr.Slider
-    explain_btn: gr.Button
-    export_btn: gr.Button
-    info: gr.Markdown
-    self_img: gr.Image
-    cross_img: gr.Image
-    qk_img: gr.Image
-    vit_img: gr.Image
-    files: gr.File
-
-
-def build_tab(cfg, grid: int) -> ExplorerTab:
-    """The "Attention explorer" tab, inside the page's gr.Tabs, for a decoder of `cfg` and a `grid` x `grid`
-    patch grid."""
-    with gr.Tab("Attention explorer", id="explorer", elem_id="explorer-tab") as tab:
-        gr.Markdown(EXPLORER_INTRO)
-        with gr.Row(equal_height=True):
-            token = gr.Dropdown([], label="Generated token (its query)", elem_id="ex-token", scale=2)
-            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.cross_layers)],
-                                value=cfg.cross_layers - 1, label="Decoder layer", elem_id="ex-layer")
-            head = gr.Dropdown([("every head and the mean", MEAN)]
-                               + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)],
-                               value=MEAN, label="Head", elem_id="ex-head")
-            row = gr.Slider(1, grid, value=1, step=1, label="ViT: patch row", elem_id="ex-row")
-            col = gr.Slider(1, grid, value=1, step=1, label="ViT: patch column", elem_id="ex-col")
-        with gr.Row():
-            explain_btn = gr.Button("Explain the last answer", variant="primary", elem_id="explain-button")
-            export_btn = gr.Button("Export (PNG + .npz)", elem_id="export-button")
-        info = gr.Markdown(elem_id="explorer-info")
-        with gr.Row():
-            self_img = gr.Image(label="Masked self-attention (prompt + generated tokens)", type="pil",
-                                format="png", interactive=False, show_label=False, elem_id="self-attention")
-            cross_img = gr.Image(label="Cross-attention of the token: layers x heads", type="pil",
-                                 format="png", interactive=False, show_label=False, elem_id="cross-grid")
-        qk_img = gr.Image(label="The token's query against every image key: scores, then softmax",
-                          type="pil", format="png", interactive=False, show_label=False, elem_id="query-keys")
-        with gr.Row():
-            vit_img = gr.Image(label="Inside the ViT: self-attention from one patch", type="pil",
-                               format="png", interactive=False, show_label=False, elem_id="vit-attention")
-            files = gr.File(label="Export", file_count="multiple", interactive=False, elem_id="export")
-    return ExplorerTab(tab, token, layer, head, row, col, explain_btn, export_btn, info, self_img, cross_img,
-                       qk_img, vit_img, files)
-
-
-def wire(t: ExplorerTab, explorer: Explorer, state: gr.State, explained: gr.State) -> None:
-    """The tab's events: /explain (the button, or opening the tab) and /export, and the redraws."""
-    views = [t.self_img, t.cross_img, t.qk_img, t.vit_img]
-    controls = [t.token, t.layer, t.head]
-    gr.on([t.explain_btn.click, t.tab.select], explorer.explain, [state],
-          [explained, *controls, t.row, t.col, t.info, *views], api_name="explain",
-          concurrency_id="explain", concurrency_limit=2)
-    gr.on([t.layer.input, t.head.input], explorer.redraw_self, [explained, *controls], [t.self_img, t.qk_img],
-          concurrency_id="explain", api_visibility="undocumented")
-    t.token.input(explorer.redraw_token, [explained, *controls], [t.cross_img, t.qk_img, t.vit_img, t.row, t.col],
-                  concurrency_id="explain", api_visibility="undocumented")
-    gr.on([t.row.release, t.col.release], explorer.redraw_patch, [explained, t.row, t.col], t.vit_img,
-          concurrency_id="explain", api_visibility="undocumented")
-    t.export_btn.click(explorer.export, [explained, *controls, t.row, t.col], t.files, api_name="export",
-                       concurrency_id="explain")

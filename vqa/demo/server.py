@@ -22,8 +22,8 @@ except ImportError as e:
 from ..data.images import MAX_PIXELS  # noqa: E402
 from ..inference.warmup import BackgroundWarmUp, warm_up  # noqa: E402
 from .app import USERS_KEPT, build_app  # noqa: E402
+from .ask_tab import MAX_TOP_K  # noqa: E402
 from .examples import SAMPLES, SHAPES  # noqa: E402
-from .layout import MAX_TOP_K  # noqa: E402
 from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
 from .uploads import give_back_decoded_memory  # noqa: E402
 

@@ -1,9 +1,7 @@
-"""The "Ask and caption" tab: its components (`build_tab`: the picture and its examples; the Ask, Caption and
-Model card tabs; the heatmap and its word / layer / head selectors) and their wiring to the handlers
-(`wire`, `vqa.demo.handlers`); and the page served without a model, which says how to train one
-(`how_to_train_page`). `vqa.demo.app` assembles the page.
-
-The endpoints `/ask`, `/caption` and `/heatmap` keep their names for `gradio_client`.
+"""The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption and
+Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the decoding
+controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
+them to the handlers, `vqa.demo.app` assembles the page.
 """
 
 from __future__ import annotations
@@ -14,25 +12,10 @@ import gradio as gr
 
 from ..config import DECODING_METHODS, GenerationConfig
 from .examples import examples
-from .handlers import MAX_QUESTION_CHARS, MEAN, Handlers, ui_fields
+from .handlers import MAX_QUESTION_CHARS, MEAN, ui_fields
 from .uploads import picture_input
 
 MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
-
-HOW_TO_TRAIN = """
-# vqa demo: no trained model yet
-
-The demo needs a checkpoint and none was found at `runs/tiny` (in the folder the demo was started from). Train
-the tiny model on the built-in Shapes set (about 10 minutes on a laptop CPU), then start the demo again:
-
-```bash
-vqa data shapes --out data/shapes
-vqa train --data data/shapes --out runs/tiny --preset tiny --time-limit 10m
-vqa demo --checkpoint runs/tiny
-```
-
-Any run folder (or a checkpoint folder inside one) works with `--checkpoint`.
-"""
 
 
 def shown_for(method: str) -> list[bool]:
@@ -64,13 +47,6 @@ def untrained_note(task: str, tasks) -> str:
     refuses with the Predictor's message)."""
     does = "answer questions" if task == "vqa" else "write captions"
     return f"**This model does not {does}**: it was trained for {', '.join(tasks)} only (see the model card)."
-
-
-def how_to_train_page() -> gr.Blocks:
-    """The page served without a model: how to train one."""
-    with gr.Blocks(title="vqa demo: no model") as page:
-        gr.Markdown(HOW_TO_TRAIN, elem_id="how-to-train")
-    return page
 
 
 @dataclass
@@ -153,24 +129,3 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
     return AskTab(image, question, top_k, ask_btn, answer, scores, note, method, settings, cap_btn, cap_text,
                   cap_details, heat, word, layer, head)
 
-
-def wire(t: AskTab, handlers: Handlers, state: gr.State) -> None:
-    """The tab's events: /ask, /caption and /heatmap, the heatmap drawn after each answer, and the decoding
-    controls shown for the method chosen."""
-    # the answer is shown as soon as it is there; its heatmap is drawn by a second, lighter event (and
-    # through the API only when /heatmap is asked for)
-    heat_args = dict(fn=handlers.heatmap, inputs=[t.word, t.layer, t.head, state], outputs=t.heat,
-                     concurrency_id="heatmap", concurrency_limit=4, show_progress="hidden")
-    gr.on([t.word.input, t.layer.input, t.head.input], **heat_args, api_name="heatmap")
-    # a failed request clears the heatmap: it would show the previous picture's beside the error
-    asked = gr.on([t.ask_btn.click, t.question.submit], handlers.ask, [t.image, t.question, t.top_k, state],
-                  [t.answer, t.scores, t.word, t.note, state], api_name="ask", concurrency_id="model")
-    asked.success(**heat_args, api_name="heatmap_after_ask", api_visibility="private")
-    asked.failure(lambda: None, None, t.heat, api_visibility="private", queue=False)
-    t.method.change(lambda m: [gr.update(visible=v) for v in shown_for(m)], t.method, t.settings,
-                    api_visibility="private", queue=False)
-    captioned = t.cap_btn.click(handlers.caption, [t.image, t.method, *t.settings, state],
-                                [t.cap_text, t.cap_details, t.word, state], api_name="caption",
-                                concurrency_id="model")
-    captioned.success(**heat_args, api_name="heatmap_after_caption", api_visibility="private")
-    captioned.failure(lambda: None, None, t.heat, api_visibility="private", queue=False)

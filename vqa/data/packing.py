@@ -145,7 +145,7 @@ def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_mul
     ids, pos, seg, loss, token_weight = [], [], [], [], []
     for rs in rows:
         n = sum(len(r["input_ids"]) for r in rs)
-        ids.append([tok for r in rs for tok in r["input_ids"]] + [pad_id] * (t - n))
+        ids.append([token_id for r in rs for token_id in r["input_ids"]] + [pad_id] * (t - n))
         pos.append([p for r in rs for p in range(len(r["input_ids"]))] + [0] * (t - n))
         seg.append([j + 1 for j, r in enumerate(rs) for _ in r["input_ids"]] + [0] * (t - n))
         loss.append([m for r in rs for m in r["loss_mask"]] + [False] * (t - n))

@@ -72,8 +72,8 @@ def fingerprint(images: Sequence[str], pre: Preprocess) -> str:
     h.update(json.dumps(dict(version=VERSION, preprocess=pre.key(), n=len(images))).encode())
     for p in images:
         try:
-            st = os.stat(p)
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            file_stat = os.stat(p)
+            h.update(f"{p}\0{file_stat.st_size}\0{file_stat.st_mtime_ns}\n".encode())
         except OSError:
             h.update(f"{p}\0missing\n".encode())
     return h.hexdigest()

@@ -194,8 +194,8 @@ def main(argv=None) -> int:
     if world > 1:
         from vqa import distributed
 
-        d = distributed.setup(a.device)
-        device = d.device
+        dist = distributed.setup(a.device)
+        device = dist.device
     else:
         device = C.pick_device(a.device)
     main_rank = int(os.environ.get("RANK", 0)) == 0

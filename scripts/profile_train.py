@@ -48,7 +48,7 @@ def main() -> None:
         compiled = {"auto": None, "on": True, "off": False}[a.compile]
         t = Trainer(TrainConfig(data=a.data, out=out, preset=a.preset, max_steps=10**6, eval_images=0,
                                 device=a.device, batch_size=a.batch_size or None, compile=compiled))
-        batches, run, dev = t.batches(), t.runner, t.d.device
+        batches, run, dev = t.batches(), t.runner, t.dist.device
         cuda = dev.type == "cuda"
 
         def now() -> float:

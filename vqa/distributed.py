@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-import torch.distributed as dist
+import torch.distributed as tdist
 
 from . import errors
 from .device import pick_device
@@ -32,24 +32,24 @@ class Dist:
 
     def barrier(self) -> None:
         if self.world > 1:
-            dist.barrier()
+            tdist.barrier()
 
 
-def on_main(d: Dist, fn: Callable[[], T]) -> T | None:
+def on_main(dist: Dist, fn: Callable[[], T]) -> T | None:
     """Run `fn` on rank 0 alone and tell every rank how it went (one broadcast, which also holds the others
     until rank 0 is done): when it raises, rank 0 raises its error and every other rank an error of the same
     vqa.errors class with the same message, so that no rank waits at a later collective for one that has left.
     Returns `fn`'s result on rank 0, None elsewhere."""
     result, failure = None, None
-    if d.main:
+    if dist.main:
         try:
             result = fn()
         except Exception as e:
             failure = e
-    if d.world > 1:
+    if dist.world > 1:
         box = [None if failure is None else (type(failure).__name__, str(failure))]
-        dist.broadcast_object_list(box, src=0)
-        if box[0] is not None and not d.main:
+        tdist.broadcast_object_list(box, src=0)
+        if box[0] is not None and not dist.main:
             name, message = box[0]
             kind = getattr(errors, name, None)
             if isinstance(kind, type) and issubclass(kind, errors.VQAError):
@@ -60,19 +60,19 @@ def on_main(d: Dist, fn: Callable[[], T]) -> T | None:
     return result
 
 
-def agree(d: Dist, failure: BaseException | None) -> None:
+def agree(dist: Dist, failure: BaseException | None) -> None:
     """Every rank learns whether any rank failed: one all_gather, reached by a rank that failed too (it caught
     its error), so no rank waits at a later collective for one that has left. A rank that failed raises its own
     error; the others an error of the same vqa.errors class (any other: VQAError) naming the failed rank."""
-    if d.world > 1:
-        every: list = [None] * d.world
-        dist.all_gather_object(every, None if failure is None else (type(failure).__name__, str(failure)))
+    if dist.world > 1:
+        every: list = [None] * dist.world
+        tdist.all_gather_object(every, None if failure is None else (type(failure).__name__, str(failure)))
         failed = [(r, f) for r, f in enumerate(every) if f]
         if failure is None and failed:
             r, (name, message) = failed[0]
             kind = getattr(errors, name, None)
             kind = kind if isinstance(kind, type) and issubclass(kind, errors.VQAError) else errors.VQAError
-            raise kind(f"rank {r} of {d.world} failed: {name}: {message}")
+            raise kind(f"rank {r} of {dist.world} failed: {name}: {message}")
     if failure is not None:
         raise failure
 
@@ -88,15 +88,15 @@ def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:
     if dev.type == "cuda":
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
-    if not dist.is_initialized():
+    if not tdist.is_initialized():
         # torch._dynamo (timm imports it) imported after the group starts keeps the group's threads alive past
         # destroy_process_group, into the interpreter's exit, where gloo can abort (SIGABRT): imported first, it does not
         importlib.import_module("torch._dynamo")
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
+        tdist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(rank=rank, world=world, local_rank=local, device=dev)
 
 
 def cleanup() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if tdist.is_initialized():
+        tdist.destroy_process_group()

@@ -148,8 +148,8 @@ class Tokenizer:
         dec = self.hf.decoder
         out = []
         for i in ids:
-            tok = self.hf.id_to_token(int(i)) or ""
-            out.append(dec.decode(["x", tok])[1:] if dec is not None else tok)
+            token = self.hf.id_to_token(int(i)) or ""
+            out.append(dec.decode(["x", token])[1:] if dec is not None else token)
         return out
 
     def model_ids(self) -> dict:

@@ -72,8 +72,8 @@ def fingerprint(images: Sequence[str], pre: Preprocess) -> str:
     h.update(json.dumps(dict(version=VERSION, preprocess=pre.key(), n=len(images))).encode())
     for p in images:
         try:
-            st = os.stat(p)
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            file_stat = os.stat(p)
+            h.update(f"{p}\0{file_stat.st_size}\0{file_stat.st_mtime_ns}\n".encode())
         except OSError:
             h.update(f"{p}\0missing\n".encode())
     return h.hexdigest()
@@ -83,7 +83,7 @@ class ImageCache:
     """uint8 [N, 3, S, S] slots in a memory-mapped file. Picklable: a worker maps the file again by path."""
 
     def __init__(self, path: Path, n: int, size: int, fingerprint: str):
-        self.path, self.n, self.size, self.fp = Path(path), int(n), int(size), fingerprint
+        self.path, self.n, self.size, self.fingerprint = Path(path), int(n), int(size), fingerprint
         self.slot = 3 * self.size * self.size
         self.data_offset = HEADER + _align(self.n)
         self._mm: mmap.mmap | None = None
@@ -106,8 +106,8 @@ class ImageCache:
         recently used files of the folder that no process holds are removed to fit this one; None (said once)
         when the files in use leave no room."""
         path = Path(path)
-        fp = fingerprint(images, pre)
-        cache = cls(path, len(images), pre.size, fp)
+        digest = fingerprint(images, pre)
+        cache = cls(path, len(images), pre.size, digest)
         cache.quiet = quiet
         with folder_lock(path.parent):
             valid = cache._read_header() is not None
@@ -143,7 +143,7 @@ class ImageCache:
             self._hold = None
 
     def _header_bytes(self) -> bytes:
-        meta = json.dumps(dict(fingerprint=self.fp, n=self.n, size=self.size)).encode()
+        meta = json.dumps(dict(fingerprint=self.fingerprint, n=self.n, size=self.size)).encode()
         return (MAGIC + meta + b"\n").ljust(HEADER, b"\0")
 
     def _read_header(self) -> dict | None:
@@ -220,10 +220,10 @@ class ImageCache:
             _mm=None, _flags=None, _data=None, _hold=None)
 
 
-def default_cache_path(fp_source: Sequence[str], pre: Preprocess) -> Path:
+def default_cache_path(images: Sequence[str], pre: Preprocess) -> Path:
     """In vqa's cache folder, named by the image list and the whole preprocessing, so runs on the same images
     with the same preprocessing share it and runs with another never share a file."""
-    h = hashlib.blake2b("\n".join([*fp_source, pre.key()]).encode(), digest_size=8).hexdigest()
+    h = hashlib.blake2b("\n".join([*images, pre.key()]).encode(), digest_size=8).hexdigest()
     return image_cache_dir() / f"{h}-{pre.size}px.u8"
 
 

@@ -128,8 +128,8 @@ class Entry:
     filled: int | None = None
 
 
-def _describe(path: Path, st: os.stat_result, in_use: bool) -> Entry:
-    e = Entry(path, st.st_size, st.st_mtime, in_use)
+def _describe(path: Path, file_stat: os.stat_result, in_use: bool) -> Entry:
+    e = Entry(path, file_stat.st_size, file_stat.st_mtime, in_use)
     try:
         with open(path, "rb") as f:
             raw = f.read(HEADER)
@@ -164,11 +164,12 @@ def entries(folder: Path, details: bool = False) -> list[Entry]:
         if not NAME.fullmatch(p.name):
             continue
         try:
-            st = p.stat()
+            file_stat = p.stat()
         except OSError:
             continue
         use = _in_use(p)
-        out.append(_describe(p, st, use) if details else Entry(p, st.st_size, st.st_mtime, use))
+        out.append(_describe(p, file_stat, use) if details
+                   else Entry(p, file_stat.st_size, file_stat.st_mtime, use))
     return sorted(out, key=lambda e: (e.last_used, e.path.name))
 
 

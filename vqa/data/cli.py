@@ -171,14 +171,14 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"{args.dir}: splits {', '.join(found) or 'none'}")
     bad_total = 0
     for split in splits:
-        sd = open_split(args.dir, split, quiet=True)
-        if isinstance(sd, ShardSplit):
-            lines = describe(sd, scan=args.check_images, check_images=args.check_images)
+        split_data = open_split(args.dir, split, quiet=True)
+        if isinstance(split_data, ShardSplit):
+            lines = describe(split_data, scan=args.check_images, check_images=args.check_images)
             print("\n".join(lines))
             bad_total += sum(line.startswith("  bad sample") for line in lines)
             continue
-        print(sd.report())
-        t = sd.vqa
+        print(split_data.report())
+        t = split_data.vqa
         if len(t):
             s = t.strings.items
             ids, counts = np.unique(t.answer_type, return_counts=True)
@@ -189,13 +189,13 @@ def run_info(args: argparse.Namespace) -> int:
             print("  top answers: " + ", ".join(f"{s[i]!r} {int(mc[i])}" for i in top.tolist() if mc[i]))
         if args.check_images:
             bad = Counter()
-            for path in sorted(sd.images()):
+            for path in sorted(split_data.images()):
                 reason = check_image(path)
                 if reason:
                     bad[reason] += 1
                     print(f"  bad image: {reason}")
             bad_total += sum(bad.values())
-            print(f"  images checked: {len(sd.images())}, unreadable: {sum(bad.values())}")
-        if sd.skipped:
-            print(f"  skipped: {skipped_summary(sd.skipped)}")
+            print(f"  images checked: {len(split_data.images())}, unreadable: {sum(bad.values())}")
+        if split_data.skipped:
+            print(f"  skipped: {skipped_summary(split_data.skipped)}")
     return 1 if bad_total else 0

@@ -25,10 +25,10 @@ from .split import SplitData
 FORMATS = ("webdataset", "parquet")
 
 
-def folder_samples(sd: SplitData) -> Iterator[Sample]:
+def folder_samples(split_data: SplitData) -> Iterator[Sample]:
     """A folder split as samples: one per image, with all its questions and captions (file order)."""
-    vqa, caps = sd.vqa, sd.captions
-    n_all = len(sd.image_files)
+    vqa, caps = split_data.vqa, split_data.captions
+    n_all = len(split_data.image_files)
     q_order, c_order = np.argsort(vqa.image, kind="stable"), np.argsort(caps.image, kind="stable")
     q_start = np.concatenate([[0], np.cumsum(np.bincount(vqa.image, minlength=n_all))])
     c_start = np.concatenate([[0], np.cumsum(np.bincount(caps.image, minlength=n_all))])
@@ -38,7 +38,7 @@ def folder_samples(sd: SplitData) -> Iterator[Sample]:
         cs = c_order[c_start[j] : c_start[j + 1]].tolist()
         if not qs and not cs:
             continue
-        path = Path(sd.image_files.paths[j])
+        path = Path(split_data.image_files.paths[j])
         try:
             data = path.read_bytes()
         except OSError as e:

@@ -45,23 +45,25 @@ def check_ids(split, tasks: Iterable[str] = ("vqa", "caption"), max_images: int 
                 _first(images, "image_id", caps[0].image_id, s.where, split)
 
 
-def _check_tables(sd, tasks: tuple[str, ...]) -> None:
+def _check_tables(split_data, tasks: tuple[str, ...]) -> None:
     """A folder split (`SplitData`): an image_id on two image files, a question_id on two questions."""
-    paths = sd.image_files.paths
+    paths = split_data.image_files.paths
     if "caption" in tasks:
         images: dict = {}
-        t = sd.captions
+        t = split_data.captions
         for ident, image in zip(_ids(t.image_id), t.image.tolist(), strict=True):
             if images.setdefault(ident, image) != image:
-                raise DataError(f"{sd.split}: image_id {ident!r} is on two image files, {paths[images[ident]]} "
-                                f"and {paths[image]}; ids must be unique in a split (evaluation scores by them)")
+                raise DataError(f"{split_data.split}: image_id {ident!r} is on two image files, "
+                                f"{paths[images[ident]]} and {paths[image]}; ids must be unique in a split "
+                                "(evaluation scores by them)")
     if "vqa" in tasks:
         questions: dict = {}
-        t = sd.vqa
+        t = split_data.vqa
         for ident, image in zip(_ids(t.question_id), t.image.tolist(), strict=True):
             if ident in questions:
-                raise DataError(f"{sd.split}: question_id {ident!r} is on two questions (about {paths[questions[ident]]}"
-                                f" and {paths[image]}); ids must be unique in a split (evaluation scores by them)")
+                raise DataError(f"{split_data.split}: question_id {ident!r} is on two questions (about "
+                                f"{paths[questions[ident]]} and {paths[image]}); ids must be unique in a split "
+                                "(evaluation scores by them)")
             questions[ident] = image
 
 

@@ -82,10 +82,11 @@ def plan(lengths: list[list[int]], multiple: int = 1,
         return round_up(2, multiple), []
     longest, total = segs[0][0], sum(s[0] for s in segs)
     step = round_up(8, multiple)
-    caps = {round_up(longest, multiple)} | set(range(round_up(longest, step), max(longest, max_len) + 1, step))
+    candidates = ({round_up(longest, multiple)}
+                  | set(range(round_up(longest, step), max(longest, max_len) + 1, step)))
     best = None
-    for cap in sorted(caps):
-        rows, fill = _best_fit(segs, cap)
+    for capacity in sorted(candidates):
+        rows, fill = _best_fit(segs, capacity)
         t = round_up(max(fill), multiple)
         tokens = len(rows) * t
         if best is None or tokens < best[0]:
@@ -95,13 +96,14 @@ def plan(lengths: list[list[int]], multiple: int = 1,
     return best[1], best[2]
 
 
-def _best_fit(segs: list[tuple[int, int, int]], cap: int) -> tuple[list[list[tuple[int, int]]], list[int]]:
+def _best_fit(segs: list[tuple[int, int, int]],
+              capacity: int) -> tuple[list[list[tuple[int, int]]], list[int]]:
     """(rows, fill): segments (length, image, row), longest first, each into the row with the least room that
     holds it, a new row if none does. Rows are found by their room left: `free` has bit r set while some row
     has exactly r tokens of room, so the least room >= n is one bit operation."""
     rows: list[list[tuple[int, int]]] = []
     fill: list[int] = []
-    by_room: list[list[int]] = [[] for _ in range(cap + 1)]
+    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]
     free = 0
     for n, m, j in segs:
         fits = free >> n
@@ -111,7 +113,7 @@ def _best_fit(segs: list[tuple[int, int, int]], cap: int) -> tuple[list[list[tup
             if not by_room[room]:
                 free &= ~(1 << room)
         else:
-            room, r = cap, len(rows)
+            room, r = capacity, len(rows)
             rows.append([])
             fill.append(0)
         rows[r].append((m, j))
@@ -145,7 +147,7 @@ def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_mul
     ids, pos, seg, loss, token_weight = [], [], [], [], []
     for rs in rows:
         n = sum(len(r["input_ids"]) for r in rs)
-        ids.append([tok for r in rs for tok in r["input_ids"]] + [pad_id] * (t - n))
+        ids.append([token_id for r in rs for token_id in r["input_ids"]] + [pad_id] * (t - n))
         pos.append([p for r in rs for p in range(len(r["input_ids"]))] + [0] * (t - n))
         seg.append([j + 1 for j, r in enumerate(rs) for _ in r["input_ids"]] + [0] * (t - n))
         loss.append([m for r in rs for m in r["loss_mask"]] + [False] * (t - n))

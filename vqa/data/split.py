@@ -107,10 +107,10 @@ def corpus_texts(split_data: SplitData | Iterable[SplitData], limit: int | None 
     questions + captions, an even sample of them (every k-th question with its answers, every k-th caption):
     VQA v2's 858k take a fifth of the time to train on, and a BPE vocabulary is settled long before."""
     parts = [split_data] if isinstance(split_data, SplitData) else list(split_data)
-    total = sum(len(sd.vqa.question) + len(sd.captions.caption) for sd in parts)
+    total = sum(len(part.vqa.question) + len(part.captions.caption) for part in parts)
     step = 1 if limit is None or total <= limit else -(-total // limit)  # ceil
-    for sd in parts:
-        t = sd.vqa
+    for part in parts:
+        t = part.vqa
         s = t.strings.items
         empty = t.strings.id("")
         starts = t.ans_start.tolist()
@@ -119,7 +119,7 @@ def corpus_texts(split_data: SplitData | Iterable[SplitData], limit: int | None 
             i *= step
             yield s[q]
             yield from (s[a] for a in dict.fromkeys(answers[starts[i] : starts[i + 1]]) if a != empty)
-        yield from sd.captions.caption[::step]
+        yield from part.captions.caption[::step]
 
 
 def corpus_batches(split_data: SplitData | Iterable[SplitData], size: int = 4096) -> Iterator[list[str]]:

@@ -123,10 +123,11 @@ class BatchDecoder:
         """Token ids of rows of `vocab` indices (unchanged without a vocab)."""
         return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
 
-    def expand(self, k: int) -> None:
-        """Give each row k copies (beam search: the prompt ran once, its beams continue from it): B becomes B*K."""
-        self.state.expand(k)
-        self.logits = self.logits.repeat_interleave(k, 0)  # [B*K, V]
+    def expand(self, copies: int) -> None:
+        """Repeat each row `copies` times (beam search: the prompt ran once, its beams continue from it): B
+        becomes B*K."""
+        self.state.expand(copies)
+        self.logits = self.logits.repeat_interleave(copies, 0)  # [B*K, V]
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same

@@ -76,10 +76,10 @@ class CompiledState:
             tokens = torch.cat((tokens, tokens.new_full((self.batch - self.rows,), self.decoder.cfg.eos_id)))
         return self.compiled_step(self.decoder, self.head, tokens, self.cache, self.kv)[: self.rows]
 
-    def expand(self, k: int) -> None:
+    def expand(self, copies: int) -> None:
         old = self.cache
-        each = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [rows*k]
-        self.rows *= k
+        each = torch.arange(self.rows, device=old.pos.device).repeat_interleave(copies)  # [rows*copies]
+        self.rows *= copies
         batch = bucket(self.rows)
         index = padded_index(each, batch)  # [batch]: then copies of row 0
         self.cache, self.kv = self.compiled_step.buffers(batch, old.slots, old.k[0].dtype, old.k[0].device,

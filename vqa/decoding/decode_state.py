@@ -54,8 +54,9 @@ class DecodeState(Protocol):
         """Feed one token id per row [rows]; the logits [rows, V] of the next."""
         ...
 
-    def expand(self, k: int) -> None:
-        """Give each row k copies, in place of it (row i becomes rows i*k .. i*k+k-1): `rows` becomes rows * k."""
+    def expand(self, copies: int) -> None:
+        """Repeat each row `copies` times, in place of it (row i becomes rows i*copies .. (i+1)*copies-1):
+        `rows` becomes rows * copies."""
         ...
 
     def reorder(self, index: torch.Tensor) -> None:
@@ -104,10 +105,10 @@ class EagerState:
         return decode_step(self.decoder, self.head, tokens, c.pos, c.slot, c.key_valid, c.k, c.v, self.kv,
                            written=self.written, padded=self.padded)
 
-    def expand(self, k: int) -> None:
+    def expand(self, copies: int) -> None:
         old = self.cache
-        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(k)  # [rows*k]
-        self.rows *= k
+        index = torch.arange(self.rows, device=old.pos.device).repeat_interleave(copies)  # [rows*copies]
+        self.rows *= copies
         self.kv = rows_of(self.kv, index)
         self.cache = CacheBuffers.allocate(self.decoder.cfg, self.rows, old.slots, old.k[0].dtype, old.k[0].device)
         self.cache.copy_rows(old, index)

@@ -235,17 +235,17 @@ def ptb_tokenize(text: str) -> str:
     text = text.replace("\n", " ").replace("&amp;", "&").translate(_CHAR_MAP)
     tokens: list[str] = []
     for m in _TOKEN.finditer(text):
-        kind, tok = m.lastgroup, m.group()
+        kind, token = m.lastgroup, m.group()
         if kind == "word":
-            tokens.extend(_split_word(tok))
-        elif kind == "char" and tok not in "\"'`":
-            tokens.append(_BRACKETS.get(tok, tok))
+            tokens.extend(_split_word(token))
+        elif kind == "char" and token not in "\"'`":
+            tokens.append(_BRACKETS.get(token, token))
         elif kind == "keep":
-            tokens.append(tok)
+            tokens.append(token)
         elif kind == "smiley":
-            tokens.append(tok[:-1] + _BRACKETS[tok[-1]])
+            tokens.append(token[:-1] + _BRACKETS[token[-1]])
         elif kind == "fraction":
-            tokens.append(tok.replace(" ", "\xa0"))
+            tokens.append(token.replace(" ", "\xa0"))
     return " ".join(t for t in (t.lower() for t in tokens) if t not in PUNCTUATIONS)
 
 

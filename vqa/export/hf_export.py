@@ -114,21 +114,21 @@ def hf_configs(model, tok) -> tuple[dict, dict]:
 def hf_tensors(model) -> dict[str, torch.Tensor]:
     """The VisionEncoderDecoder tensors of `model` (float32), the memory projection folded where needed."""
     cfg = model.cfg
-    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    state = {k: v.detach().float() for k, v in model.state_dict().items()}
     if cfg.dec_positions != "learned":
-        sd["decoder.pos.weight"] = model.decoder.pe.float()  # the fixed table, as a learned one
+        state["decoder.pos.weight"] = model.decoder.pe.float()  # the fixed table, as a learned one
     project = model.vision.vit.embed_dim != cfg.dec_width
     if not project:
-        w, b = sd["vision.proj.weight"], sd["vision.proj.bias"]
+        w, b = state["vision.proj.weight"], state["vision.proj.bias"]
         if not (torch.equal(w, torch.eye(w.shape[0])) and not b.any()):
             for i in range(cfg.dec_depth):
                 kw, kb = f"decoder.blocks.{i}.cross_attn.kv.weight", f"decoder.blocks.{i}.cross_attn.kv.bias"
-                wkv = sd[kw].double()
-                sd[kw] = (wkv @ w.double()).float()  # kv(P m + b) = (W_kv P) m + (W_kv b + b_kv)
-                sd[kb] = (wkv @ b.double() + sd[kb].double()).float()
-    out = vqa_to_hf(sd, len(model.vision.vit.blocks), cfg.dec_depth, project)
+                wkv = state[kw].double()
+                state[kw] = (wkv @ w.double()).float()  # kv(P m + b) = (W_kv P) m + (W_kv b + b_kv)
+                state[kb] = (wkv @ b.double() + state[kb].double()).float()
+    out = vqa_to_hf(state, len(model.vision.vit.blocks), cfg.dec_depth, project)
     if cfg.dec_embed_scale:  # the scale on the input side only: the head reads the embedding unscaled
-        emb = sd["decoder.embed.weight"]
+        emb = state["decoder.embed.weight"]
         out["decoder.transformer.wte.weight"] = emb * model.decoder.embed_scale
         out["decoder.lm_head.weight"] = emb.clone()  # untied (else: tied to wte, stored once)
     return out

@@ -179,29 +179,31 @@ class _Tensors:
     """The weights of model.safetensors, or of pytorch_model.bin read with weights_only=True."""
 
     def __init__(self, folder: Path):
-        st, pt = folder / "model.safetensors", folder / "pytorch_model.bin"
-        if st.is_file():
+        safetensors_path, bin_path = folder / "model.safetensors", folder / "pytorch_model.bin"
+        if safetensors_path.is_file():
             from safetensors import safe_open
 
-            self.path = st
+            self.path = safetensors_path
             try:
-                with safe_open(str(st), framework="pt") as f:
+                with safe_open(str(safetensors_path), framework="pt") as f:
                     self.shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
             except Exception as e:  # safetensors' own error type for a bad or truncated header
-                raise ConfigError(f"{st}: not a readable safetensors file ({str(e).splitlines()[0][:200]})") from None
+                raise ConfigError(f"{safetensors_path}: not a readable safetensors file "
+                                  f"({str(e).splitlines()[0][:200]})") from None
             self._tensors = None
-        elif pt.is_file():
-            self.path = pt
+        elif bin_path.is_file():
+            self.path = bin_path
             try:
-                self._tensors = torch.load(pt, map_location="cpu", weights_only=True, mmap=True)
+                self._tensors = torch.load(bin_path, map_location="cpu", weights_only=True, mmap=True)
             except Exception as e:  # pickle's and torch's many errors; weights_only refuses code
-                raise ConfigError(f"{pt}: not a readable weights file ({type(e).__name__}: "
+                raise ConfigError(f"{bin_path}: not a readable weights file ({type(e).__name__}: "
                                   f"{str(e).splitlines()[0][:200]})") from None
             if not isinstance(self._tensors, dict):
-                raise ConfigError(f"{pt}: expected a dict of tensors, got {type(self._tensors).__name__}")
+                raise ConfigError(f"{bin_path}: expected a dict of tensors, "
+                                  f"got {type(self._tensors).__name__}")
             self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items() if torch.is_tensor(v)}
         else:
-            raise ConfigError(f"{st}: missing (nor pytorch_model.bin): no weights in {folder}")
+            raise ConfigError(f"{safetensors_path}: missing (nor pytorch_model.bin): no weights in {folder}")
 
     def load(self, names) -> dict[str, torch.Tensor]:
         if self._tensors is not None:

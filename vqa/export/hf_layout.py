@@ -116,23 +116,24 @@ def hf_to_vqa(t: dict[str, torch.Tensor], vit_depth: int, dec_depth: int, dec_wi
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def vqa_to_hf(sd: dict[str, torch.Tensor], vit_depth: int, dec_depth: int, project: bool) -> dict[str, torch.Tensor]:
+def vqa_to_hf(state: dict[str, torch.Tensor], vit_depth: int, dec_depth: int,
+              project: bool) -> dict[str, torch.Tensor]:
     """The tensors of a VisionEncoderDecoder file from a VQAModel state dict (`hf_to_vqa` backwards). With
     `project` (the widths differ) vision.proj becomes enc_to_dec_proj; without, the caller has folded it into
     each cross-attention's key/value projection already and it is left out."""
-    out = {theirs: sd[ours] for theirs, ours in VIT_TOP + DEC_TOP}
+    out = {theirs: state[ours] for theirs, ours in VIT_TOP + DEC_TOP}
     for i in range(vit_depth):
         pre, blk = f"encoder.encoder.layer.{i}.", f"vision.vit.blocks.{i}."
-        out.update({pre + theirs: sd[blk + ours] for theirs, ours in VIT_BLOCK})
+        out.update({pre + theirs: state[blk + ours] for theirs, ours in VIT_BLOCK})
         for part in ("weight", "bias"):
-            for name, chunk in zip(QKV, sd[f"{blk}attn.qkv.{part}"].chunk(3), strict=True):
+            for name, chunk in zip(QKV, state[f"{blk}attn.qkv.{part}"].chunk(3), strict=True):
                 out[f"{pre}attention.attention.{name}.{part}"] = chunk
     for i in range(dec_depth):
         pre, blk = f"decoder.transformer.h.{i}.", f"decoder.blocks.{i}."
         for theirs, ours, conv1d in BLOCK_KEYS + CROSS_KEYS:
-            out[pre + theirs] = sd[blk + ours].t() if conv1d else sd[blk + ours]
+            out[pre + theirs] = state[blk + ours].t() if conv1d else state[blk + ours]
     if project:
-        out.update({theirs: sd[ours] for theirs, ours in PROJ})
+        out.update({theirs: state[ours] for theirs, ours in PROJ})
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 

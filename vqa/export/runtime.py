@@ -116,20 +116,20 @@ class OnnxPredictor:
             last[:, banned] = -np.inf
             if t < min_new_tokens:
                 last[:, self.eos] = -np.inf
-            tok = last.argmax(-1)
+            next_ids = last.argmax(-1)
             for i in range(b):
                 if not done[i]:
-                    if tok[i] == self.eos:
+                    if next_ids[i] == self.eos:
                         done[i] = True
                     else:
-                        out[i].append(int(tok[i]))
+                        out[i].append(int(next_ids[i]))
                         done[i] = len(out[i]) >= budget[i]
             if done.all():
                 break
             pos = np.minimum(pos + 1, self.max_len - 1)  # a finished row is still fed: keep it in the table
             key_mask = np.concatenate([key_mask, np.ones((b, 1), dtype=bool)], 1)
-            logits, past_k, past_v = self.step(tok[:, None].astype(np.int64), pos[:, None], key_mask, past_k,
-                                               past_v, memory_k, memory_v)
+            logits, past_k, past_v = self.step(next_ids[:, None].astype(np.int64), pos[:, None], key_mask,
+                                               past_k, past_v, memory_k, memory_v)
         return out
 
     # ---- the tasks ----

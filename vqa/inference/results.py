@@ -19,12 +19,12 @@ class _Generated:
         """The generated words with their attention maps [L, H, grid, grid]: word pieces are joined and
         their maps averaged. A piece that starts with a space (the tokenizer's word marker) starts a word."""
         groups: list[tuple[str, list[int]]] = []
-        for i, tok in enumerate(self.tokens):
-            if not groups or tok.startswith(" ") or not tok.strip():
-                groups.append((tok.strip(), [i]))
+        for i, piece in enumerate(self.tokens):
+            if not groups or piece.startswith(" ") or not piece.strip():
+                groups.append((piece.strip(), [i]))
             else:
                 text, idx = groups[-1]
-                groups[-1] = (text + tok, idx + [i])
+                groups[-1] = (text + piece, idx + [i])
         out = []
         for text, idx in groups:
             maps = None if self.attention is None else self.attention[idx].mean(0)

@@ -124,10 +124,11 @@ class VQAModel(nn.Module):
         hidden, _ = self.decoder(input_ids, self.memory_kv(self.encode(images), image_index))  # [B, T, D]
         loss, n = None, 0
         if loss_mask is not None:
-            pos = target_positions(loss_mask)
-            n = int(pos.numel())
-            labels = input_ids[:, 1:].reshape(-1).index_select(0, pos)
-            loss = F.cross_entropy(self.target_logits(hidden, pos).float(), labels, reduction="sum") / max(n, 1)
+            target_pos = target_positions(loss_mask)
+            n = int(target_pos.numel())
+            labels = input_ids[:, 1:].reshape(-1).index_select(0, target_pos)
+            loss = F.cross_entropy(self.target_logits(hidden, target_pos).float(), labels,
+                                   reduction="sum") / max(n, 1)
         return Output(loss=loss, logits=self.decoder.logits(hidden) if return_logits else None, n_targets=n)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

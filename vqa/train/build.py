@@ -25,7 +25,7 @@ from .optim import part_of
 log = get_logger("train")
 
 
-def new_tokenizer(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
+def new_tokenizer(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """The tokenizer of a new run: the pretrained decoder's own, a given tokenizer.json, or BPE trained on
     the training text. With a pretrained decoder it also says (on stderr) how many training texts are too
     long for dec_max_len in that tokenizer's tokens."""
@@ -43,18 +43,18 @@ def new_tokenizer(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
         return tok
     if cfg.tokenizer:
         return Tokenizer.load(cfg.tokenizer)
-    return _trained_bpe(cfg, train_data, d)
+    return _trained_bpe(cfg, train_data, dist)
 
 
-def _trained_bpe(cfg: TrainConfig, train_data, d: Dist) -> Tokenizer:
+def _trained_bpe(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """BPE trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
     text = [None]
-    if d.main:
+    if dist.main:
         tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size)
         text = [tok.hf.to_str()]
-    if d.world > 1:
+    if dist.world > 1:
         torch.distributed.broadcast_object_list(text, src=0)
-    if d.main:
+    if dist.main:
         return tok
     from tokenizers import Tokenizer as HFTokenizer
 

@@ -91,12 +91,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--minutes must be more than 0, got {args.minutes}")
     out = Path(args.out)
     t0 = time.perf_counter()
-    tok = build_corpus(out / "corpus", args.images, args.val_images, args.seed, args.workers)
+    tokenizer_path = build_corpus(out / "corpus", args.images, args.val_images, args.seed, args.workers)
     corpus_s = time.perf_counter() - t0
     length = (dict(time_limit=f"{args.minutes}m") if args.minutes is not None
               else dict(max_steps=args.max_steps or DEFAULT_STEPS))
     flags = dict(PRETRAIN_FLAGS, data=str(out / "corpus"), out=str(out), seed=args.seed, schedule=args.schedule,
-                 tokenizer=str(tok), resume=(out / "last").exists() or (out / "last.old").exists(), **length)
+                 tokenizer=str(tokenizer_path), resume=(out / "last").exists() or (out / "last.old").exists(), **length)
     cfg: TrainConfig = resolve(flags)
     trainer = train(cfg)
     card = dict(command="vqa pretrain " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["pretrain"] else None,

@@ -27,7 +27,7 @@ class Tracker:
 
     def __init__(self, kind: str, run: Path):
         try:
-            self.m = importlib.import_module(kind)
+            self.module = importlib.import_module(kind)
         except ImportError:
             raise ExtraMissing(f"--report-to {kind}", kind, kind) from None
         kept = run / "tracker.json"
@@ -40,16 +40,16 @@ class Tracker:
         project = os.environ.get(f"{kind.upper()}_PROJECT", "vqa")
         # wandb resumes a run by its id and shows its name; trackio resumes a run by its name
         who = dict(id=ids[kind], name=run.resolve().name, dir=str(run)) if kind == "wandb" else dict(name=ids[kind])
-        self.m.init(project=project, config=config, resume="allow", **who)
+        self.module.init(project=project, config=config, resume="allow", **who)
 
     def log(self, values: dict, step: int) -> None:
-        self.m.log(values, step=step)
+        self.module.log(values, step=step)
 
     def picture(self, tag: str, array, caption: str, step: int) -> None:
-        self.m.log({tag: self.m.Image(array, caption=caption)}, step=step)
+        self.module.log({tag: self.module.Image(array, caption=caption)}, step=step)
 
     def close(self) -> None:
-        self.m.finish()
+        self.module.finish()
 
 
 class Reporter:

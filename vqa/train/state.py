@@ -15,31 +15,31 @@ from ..errors import ConfigError
 from . import sharding
 
 
-def rng_state(d: distributed.Dist) -> dict:
+def rng_state(dist: distributed.Dist) -> dict:
     """Python's and torch's generators; on CUDA every rank's own generator, gathered on rank 0."""
     cuda = None
-    if d.device.type == "cuda":
-        cuda = [torch.cuda.get_rng_state(d.device)]
-        if d.world > 1:
-            cuda = [None] * d.world
-            torch.distributed.all_gather_object(cuda, torch.cuda.get_rng_state(d.device))
+    if dist.device.type == "cuda":
+        cuda = [torch.cuda.get_rng_state(dist.device)]
+        if dist.world > 1:
+            cuda = [None] * dist.world
+            torch.distributed.all_gather_object(cuda, torch.cuda.get_rng_state(dist.device))
     return dict(python_rng=random.getstate(), torch_rng=torch.get_rng_state(), cuda_rng=cuda)
 
 
-def restore_rng(state: dict, d: distributed.Dist) -> str | None:
+def restore_rng(state: dict, dist: distributed.Dist) -> str | None:
     """Put the saved generators back; returns a warning when the CUDA ones cannot be (another world size or a
     CPU-saved run), else None."""
     random.setstate(state["python_rng"])
     torch.set_rng_state(state["torch_rng"])
-    if d.device.type != "cuda":
+    if dist.device.type != "cuda":
         return None
     cuda = state.get("cuda_rng")
-    if cuda is not None and len(cuda) == d.world:
-        torch.cuda.set_rng_state(cuda[d.rank], d.device)  # this rank's own generator
+    if cuda is not None and len(cuda) == dist.world:
+        torch.cuda.set_rng_state(cuda[dist.rank], dist.device)  # this rank's own generator
         return None
     saved = "no CUDA generator" if cuda is None else f"{len(cuda)} CUDA generators"
-    return (f"the run was saved with {saved} and resumes on {d.world} GPU(s): dropout masks will differ from "
-            "an uninterrupted run (the data order does not)")
+    return (f"the run was saved with {saved} and resumes on {dist.world} GPU(s): dropout masks will differ "
+            "from an uninterrupted run (the data order does not)")
 
 
 def restore_optimizer(optimizer, state: dict, kind: str, out, sharded_root=None) -> None:

@@ -131,7 +131,7 @@ def host_tensors(optimizer) -> list[torch.Tensor]:
     """Optimizer state that lives on the host by design (AdamW's step counters, unless capturable): reading
     it costs no device sync, so `count_syncs` may ignore it."""
     parts = getattr(optimizer, "parts", [optimizer])
-    return [v for o in parts for st in o.state.values() for v in st.values()
+    return [v for o in parts for param_state in o.state.values() for v in param_state.values()
             if torch.is_tensor(v) and v.device.type == "cpu" and v.ndim == 0]
 
 

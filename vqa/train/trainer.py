@@ -60,10 +60,10 @@ log = get_logger("train")
 
 def train(cfg: TrainConfig) -> Trainer:
     """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
-    d = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
+    dist = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
     trainer = None
     try:
-        trainer = Trainer(cfg, d)
+        trainer = Trainer(cfg, dist)
         trainer.fit()
         return trainer
     finally:
@@ -73,10 +73,10 @@ def train(cfg: TrainConfig) -> Trainer:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, d: distributed.Dist | None = None):
+    def __init__(self, cfg: TrainConfig, dist: distributed.Dist | None = None):
         if cfg.lr is None or cfg.optimizer is None:
             cfg = cfg.with_preset_defaults()
-        self.cfg, self.d = cfg, d or distributed.Dist()
+        self.cfg, self.dist = cfg, dist or distributed.Dist()
         self.out = Path(cfg.out)
         self.lock = None
         try:
@@ -88,7 +88,7 @@ class Trainer:
             self.train_data = open_split(cfg.data, self.train_split)
             self.val_data = open_split(cfg.data, self.val_split) if self.val_split else None
             check_ids(self.val_data, cfg.tasks, cfg.eval_images)  # a repeated id stops here, not at the first eval
-            if self.val_data is None and self.d.main:
+            if self.val_data is None and self.dist.main:
                 log.info(f"vqa train: no validation split in {cfg.data}; training without evaluation")
             state = self._build_model()
             self._build_data()
@@ -101,7 +101,7 @@ class Trainer:
     def _prepare_out(self) -> None:
         """On rank 0: the folder, its lock, the recovery of interrupted writes. Every rank waits for it and
         leaves with rank 0's error when it fails (a held lock, an existing run, an unwritable folder)."""
-        distributed.on_main(self.d, self._prepare_out_main)
+        distributed.on_main(self.dist, self._prepare_out_main)
 
     def _prepare_out_main(self) -> None:
         try:
@@ -127,85 +127,85 @@ class Trainer:
             state = checkpoint.load_train_state(last)
         elif c.init_from:
             model, self.tok, self.card = init_from(c, c.init_from)
-            if self.d.main:
+            if self.dist.main:
                 log.info(f"vqa train: starting from the weights of {c.init_from} (a new run: step 0, a new optimizer)")
         elif shipped_towers(c):
             model, self.tok, self.card = init_from_shipped(c)
-            if self.d.main:
+            if self.dist.main:
                 log.info(f"vqa train: starting from the {c.preset} preset's pretrained towers "
                          f"({self.card['init_from']['weights']}; --from-scratch for random weights)")
         else:
-            if c.resume and self.d.main:
+            if c.resume and self.dist.main:
                 log.info(f"vqa train: nothing to resume in {self.out}; starting a new run")
-            self.tok = new_tokenizer(c, self.train_data, self.d)
+            self.tok = new_tokenizer(c, self.train_data, self.dist)
             model = new_model(c, self.tok)
             self.card = {}
         data = c.data if "://" in c.data or c.data.startswith("pipe:") else str(Path(c.data).resolve())
         self.card.update(preset=c.preset, data=data, train_split=self.train_split,
                          tasks=list(c.tasks))
-        torch.manual_seed(c.seed * 1_000_003 + self.d.rank)  # dropout: each rank its own masks
-        self.model = model.to(self.d.device).train()
+        torch.manual_seed(c.seed * 1_000_003 + self.dist.rank)  # dropout: each rank its own masks
+        self.model = model.to(self.dist.device).train()
         build.memory_options(c, self.model)  # --lora-rank, --grad-checkpointing
         return state
 
     def _build_data(self) -> None:
-        c, d = self.cfg, self.d
-        self.workers = c.workers if c.workers >= 0 else default_workers(d.device)
-        self.batch_size = c.batch_size or build.default_batch(self.model, d.device, checkpointing=c.grad_checkpointing,
-                                                              shards=build.shards_of(c, d.world))
-        if d.main and (line := build.memory_line(self.model, self.batch_size, d.device, c, d.world)):  # a GPU's fit
+        c, dist = self.cfg, self.dist
+        self.workers = c.workers if c.workers >= 0 else default_workers(dist.device)
+        self.batch_size = c.batch_size or build.default_batch(
+            self.model, dist.device, checkpointing=c.grad_checkpointing, shards=build.shards_of(c, dist.world))
+        if dist.main and (line := build.memory_line(self.model, self.batch_size, dist.device, c, dist.world)):  # a GPU's fit
             log.info("vqa train: " + line)
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes
-        self.compiled = c.compile if c.compile is not None else d.device.type == "cuda"  # where it pays
+        self.compiled = c.compile if c.compile is not None else dist.device.type == "cuda"  # where it pays
         self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1,
                                     task_weights={"vqa": 1.0, "caption": c.caption_weight})
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
             captions_per_image=c.captions_per_image, seed=c.seed,
-            layout=Layout(d.rank, d.world, self.workers, self.batch_size, c.accum), collate=self.collate,
-            pin=d.device.type == "cuda", image_cache=c.image_cache, image_cache_budget=c.image_cache_budget,
-            quiet=not d.main, max_unreadable=c.max_unreadable,
+            layout=Layout(dist.rank, dist.world, self.workers, self.batch_size, c.accum),
+            pin=dist.device.type == "cuda", quiet=not dist.main, max_unreadable=c.max_unreadable,
+            image_cache=c.image_cache, image_cache_budget=c.image_cache_budget, collate=self.collate,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:
             raise DataError(f"split '{self.train_split}' of {c.data} has no images for the tasks {', '.join(c.tasks)}")
-        self.images_per_step = self.batch_size * c.accum * d.world
+        self.images_per_step = self.batch_size * c.accum * dist.world
         self.steps_per_epoch = self.data.steps_per_epoch
         if self.steps_per_epoch == 0:
             raise ConfigError(f"{self.data.num_images} training images cannot fill one step of {self.batch_size} x "
-                              f"{c.accum} x {d.world} images" + (f" x {max(1, self.workers)} loader workers (each "
+                              f"{c.accum} x {dist.world} images" + (f" x {max(1, self.workers)} loader workers (each "
                               "reads its own part of the shards)" if self.data.sampler is None else "")
                               + ": lower --batch-size or --accum")
 
     def _build_optim(self, state: dict | None) -> None:
-        c, d = self.cfg, self.d
+        c, dist = self.cfg, self.dist
         self.loss = TrainingLoss(self.model)
-        self.sharded = c.shard == "fsdp" and d.world > 1  # one process: nothing to shard
+        self.sharded = c.shard == "fsdp" and dist.world > 1  # one process: nothing to shard
         if self.sharded:  # before the optimizer: the parameters become DTensors
             sharding.shard(self.loss)
         vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
-        self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, fused=d.device.type == "cuda",
-                                        kind=c.optimizer, dec_lr=c.decoder_lr, frozen=c.frozen_parts,
-                                        muon_scale=c.muon_lr_scale)
+        self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, kind=c.optimizer,
+                                        dec_lr=c.decoder_lr, frozen=c.frozen_parts,
+                                        fused=dist.device.type == "cuda", muon_scale=c.muon_lr_scale)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        self.amp_dtype = autocast_dtype(c.precision, d.device)
-        use_tensor_cores(d.device)
-        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
+        self.amp_dtype = autocast_dtype(c.precision, dist.device)
+        use_tensor_cores(dist.device)
+        self.scaler = torch.amp.GradScaler(dist.device.type, enabled=self.amp_dtype == torch.float16)
         self.step, self.epoch, self.image_in_epoch, self.best, self.time_used = 0, 0, 0, -math.inf, 0.0
         self.total_steps = self._planned_steps()
         if state is not None:
             self._restore(state)
-        self.ddp = wrap_ddp(self.loss, d.device, d.local_rank) if d.world > 1 and not self.sharded else None
+        self.ddp = wrap_ddp(self.loss, dist.device, dist.local_rank) if dist.world > 1 and not self.sharded else None
         self.fwd = self.ddp or self.loss
         if self.compiled:
             self.fwd = torch.compile(self.fwd)
-        self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, d.device, c.grad_clip,
-                                 self.amp_dtype, d.world, self.ddp, normalize=self.normalize)
+        self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, dist.device, c.grad_clip,
+                                 self.amp_dtype, dist.world, self.ddp, normalize=self.normalize)
 
     def _restore(self, state: dict) -> None:
-        c, d = self.cfg, self.d
+        c, dist = self.cfg, self.dist
         run_state.restore_optimizer(self.optimizer, state, c.optimizer, self.out, self.loss if self.sharded else None)
         if self.scaler.is_enabled() and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -214,8 +214,8 @@ class Trainer:
         self.time_used = float(state.get("time_used", 0.0))
         if self.total_steps is None:  # a time-limited run keeps its last plan until it refits
             self.total_steps = state.get("total_steps")
-        warning = run_state.restore_rng(state, d)
-        if warning and d.main:
+        warning = run_state.restore_rng(state, dist)
+        if warning and dist.main:
             log.warning(f"vqa train: {warning}")
 
     def _planned_steps(self) -> int | None:
@@ -261,8 +261,8 @@ class Trainer:
 
     def fit(self, halt_at_step: int | None = None) -> int:
         """Train to the planned end; `halt_at_step` stops early after that step's checkpoint (as if killed)."""
-        c, d = self.cfg, self.d
-        budget = SharedBudget(parse_duration(c.time_limit), self.time_used, d.world) if c.time_limit else None
+        c, dist = self.cfg, self.dist
+        budget = SharedBudget(parse_duration(c.time_limit), self.time_used, dist.world) if c.time_limit else None
         start = time.time() - self.time_used
         metrics = self.out / "metrics.jsonl"
         bar = self._start_reports(metrics)
@@ -308,7 +308,7 @@ class Trainer:
                 break
         if bar is not None:
             bar.close()
-        if d.main:
+        if dist.main:
             log.info(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}")
             if c.time_limit and self.step != halt_at_step:  # the steps it allowed, and the command repeating them
                 log.info("vqa train: " + write_repeat_command(c, self.out, self.step, self.images_per_step).rstrip("\n"))
@@ -317,14 +317,14 @@ class Trainer:
     def _start_reports(self, metrics: Path) -> tqdm | None:
         """The metrics log (trimmed to the last checkpoint on resume), the start-up line and, on rank 0, the
         progress bar."""
-        d = self.d
-        if d.main:
+        dist = self.dist
+        if dist.main:
             trim_metrics(metrics, self.step)
             log.info(f"vqa train: {self.model.num_parameters() / 1e6:.2f} M parameters, {self.data.num_images} images, "
-                     f"{self.steps_per_epoch} steps/epoch, device {d.device} x {d.world}"
+                     f"{self.steps_per_epoch} steps/epoch, device {dist.device} x {dist.world}"
                      + (", sharded (FSDP)" if self.sharded else ""))
-        self.report = Reporter(metrics, self.cfg.report_to, d.main)
-        if not d.main:
+        self.report = Reporter(metrics, self.cfg.report_to, dist.main)
+        if not dist.main:
             return None
         return tqdm(total=self.total_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr,
                     disable=bars_off())
@@ -344,38 +344,38 @@ class Trainer:
         if total is None or c.warmup < total:
             return c.warmup
         short = max(1, total // 10)
-        if not getattr(self, "_warned_warmup", False) and self.d.main:
+        if not getattr(self, "_warned_warmup", False) and self.dist.main:
             log.info(f"vqa train: --warmup {c.warmup} is not shorter than the run's {total} steps; warming up over "
                      f"{short} instead")
         self._warned_warmup = True
         return short
 
     def _evaluate_and_save(self, metrics: Path) -> None:
-        d = self.d
+        dist = self.dist
         scores, result = {}, {}
         evaluating = self.val_data is not None and self.cfg.eval_images > 0
         # sharded: a full copy evaluates (every rank: decoding lengths differ, gathers would not meet) and saves
         model = sharding.plain_copy(self.model, evaluating) if self.sharded else self.model
         if evaluating:  # every rank decodes its share; rank 0 scores
             model.eval()
-            result = evaluate(model, self.tok, self.val_data, tasks=self.cfg.tasks, device=d.device,
-                              max_images=self.cfg.eval_images, progress=False, rank=d.rank, world=d.world,
-                              amp_dtype=self.amp_dtype, workers=self.workers,
+            result = evaluate(model, self.tok, self.val_data, tasks=self.cfg.tasks, device=dist.device,
+                              max_images=self.cfg.eval_images, progress=False, rank=dist.rank,
+                              world=dist.world, amp_dtype=self.amp_dtype, workers=self.workers,
                               max_unreadable=self.cfg.max_unreadable, need_caption_scores=False)
             scores = result["summary"]
             self.model.train()
-        if scores and d.main:
+        if scores and dist.main:
             rec = dict(step=self.step, epoch=self.epoch, **{f"val_{k}": v for k, v in flatten(scores).items()})
             self.report.log(rec)
             self.report.pictures(self.step, result.get("caption_results", []), self.val_data)
             shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
             if shown:
                 log.info(f"vqa train: step {self.step}: " + ", ".join(shown))
-        rng = run_state.rng_state(d)
+        rng = run_state.rng_state(dist)
         optimizer = (sharding.full_optimizer_state(self.loss, self.optimizer) if self.sharded
-                     else self.optimizer.state_dict() if d.main else None)
-        if not d.main:
-            d.barrier()
+                     else self.optimizer.state_dict() if dist.main else None)
+        if not dist.main:
+            dist.barrier()
             return
         metric = scores.get("vqa_accuracy", scores.get("CIDEr-D"))
         card = dict(self.card, step=self.step, val_split=self.val_split, val_scores=scores,
@@ -393,7 +393,7 @@ class Trainer:
             plot_curves(metrics, self.out / "curves.png")
         except Exception as e:  # a plot is never worth a run
             log.warning(f"vqa train: could not draw curves.png ({type(e).__name__}: {e})")
-        d.barrier()
+        dist.barrier()
 
 
 __all__ = ["Trainer", "train", "read_metrics"]

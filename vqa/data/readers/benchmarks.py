@@ -54,23 +54,24 @@ class _Question:
         self.answers, self.answer_type, self.question_type = answers, answer_type, question_type
 
 
-def _add(questions: Iterable[_Question], folders: list[Path], finder: ImageFinder, sd: SplitData, out: VQABuilder,
-         require_answers: bool) -> None:
+def _add(questions: Iterable[_Question], folders: list[Path], finder: ImageFinder, split_data: SplitData,
+         out: VQABuilder, require_answers: bool) -> None:
     images: dict[str, int | None] = {}
     for q in questions:
         text = " ".join(q.question.split())
         answers = [a.strip() for a in q.answers or []]
         if not text:
-            sd.skipped["empty question"] += 1
+            split_data.skipped["empty question"] += 1
             continue
         if not any(answers) and require_answers:
-            sd.skipped["question without answers" if q.answers is None else "question with only empty answers"] += 1
+            why = "question without answers" if q.answers is None else "question with only empty answers"
+            split_data.skipped[why] += 1
             continue
         if q.file not in images:
             path = finder.named(q.file, folders)
-            images[q.file] = None if path is None else sd.image_files.id(path)
+            images[q.file] = None if path is None else split_data.image_files.id(path)
         if images[q.file] is None:
-            sd.skipped["question with a missing image"] += 1
+            split_data.skipped["question with a missing image"] += 1
             continue
         real = [a for a in answers if a]
         mc = Counter(real).most_common(1)[0][0] if real else ""
@@ -101,13 +102,13 @@ def _textvqa_item(q, where: str) -> _TextVQAItem:
                         required(q, "question", str, where), answers)
 
 
-def load_textvqa(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: VQABuilder,
+def load_textvqa(path: Path, split: str, finder: ImageFinder, split_data: SplitData, out: VQABuilder,
                  require_answers: bool) -> None:
-    root = sd.data_dir
+    root = split_data.data_dir
     folders = [root / f"{split}_images", root / "train_images", root / "images"]
     items = read_list(path, _TEXTVQA, "data", "TextVQA", _textvqa_item)
     _add((_Question(q.question_id, q.image_id, f"{q.image_id}.jpg", q.question, q.answers) for q in items),
-         folders, finder, sd, out, require_answers)
+         folders, finder, split_data, out, require_answers)
 
 
 # --- VizWiz -----------------------------------------------------------------------------------------------
@@ -144,13 +145,13 @@ def _read_vizwiz(path: Path) -> list[_VizWizItem]:
     return out
 
 
-def load_vizwiz(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: VQABuilder,
+def load_vizwiz(path: Path, split: str, finder: ImageFinder, split_data: SplitData, out: VQABuilder,
                 require_answers: bool) -> None:
-    root = sd.data_dir
+    root = split_data.data_dir
     folders = [root / split, root / "images" / split, root / "Images", root / "images"]
     _add((_Question(q.image, Path(q.image).stem, q.image, q.question,
                     None if q.answers is None else [a.answer for a in q.answers], q.answer_type)
-          for q in _read_vizwiz(path)), folders, finder, sd, out, require_answers)
+          for q in _read_vizwiz(path)), folders, finder, split_data, out, require_answers)
 
 
 # --- GQA --------------------------------------------------------------------------------------------------
@@ -187,10 +188,10 @@ def _read_gqa(path: Path) -> dict[str, _GQAItem]:
     return out
 
 
-def load_gqa(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: VQABuilder,
+def load_gqa(path: Path, split: str, finder: ImageFinder, split_data: SplitData, out: VQABuilder,
              require_answers: bool) -> None:
-    root = sd.data_dir
+    root = split_data.data_dir
     folders = [root / "images", root / split]
     _add((_Question(qid, q.imageId, f"{q.imageId}.jpg", q.question, None if q.answer is None else [q.answer],
                     q.types.structural if q.types else "", q.types.detailed if q.types else "")
-          for qid, q in _read_gqa(path).items()), folders, finder, sd, out, require_answers)
+          for qid, q in _read_gqa(path).items()), folders, finder, split_data, out, require_answers)

@@ -54,22 +54,22 @@ def _read_coco(path: Path) -> _Coco:
     return out
 
 
-def load_coco(path: Path, finder: ImageFinder, sd: SplitData, out: CaptionBuilder) -> None:
+def load_coco(path: Path, finder: ImageFinder, split_data: SplitData, out: CaptionBuilder) -> None:
     data = _read_coco(path)
     files = {im.id: im.file_name for im in data.images}
     resolved: dict[Any, int | None] = {}
     for a in data.annotations:
         caption = " ".join(a.caption.split())
         if not caption:
-            sd.skipped["empty caption"] += 1
+            split_data.skipped["empty caption"] += 1
             continue
         if a.image_id not in files:
-            sd.skipped["caption of an image id not in 'images'"] += 1
+            split_data.skipped["caption of an image id not in 'images'"] += 1
             continue
         if a.image_id not in resolved:
             path_ = finder.file(files[a.image_id])
-            resolved[a.image_id] = None if path_ is None else sd.image_files.id(path_)
+            resolved[a.image_id] = None if path_ is None else split_data.image_files.id(path_)
         if resolved[a.image_id] is None:
-            sd.skipped["caption with a missing image"] += 1
+            split_data.skipped["caption with a missing image"] += 1
             continue
         out.add(resolved[a.image_id], caption, a.image_id, a.id)

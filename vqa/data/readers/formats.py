@@ -37,7 +37,7 @@ class FileToRead:
     path: Path
     split: str
     finder: ImageFinder
-    sd: SplitData
+    split_data: SplitData
     vqa: VQABuilder
     caps: CaptionBuilder
     require_answers: bool
@@ -58,15 +58,17 @@ class Format:
 
 # a file is of the first format whose pattern matches its name (and that accepts it)
 FORMATS = (
-    Format("karpathy", KARPATHY, lambda f: load_karpathy(f.path, f.split, f.finder, f.sd, f.caps),
+    Format("karpathy", KARPATHY, lambda f: load_karpathy(f.path, f.split, f.finder, f.split_data, f.caps),
            splits=tuple(SPLITS)),
-    Format("vqa_v2", VQA_QUESTIONS, lambda f: load_vqa(f.path, f.finder, f.sd, f.vqa, f.require_answers)),
-    Format("coco", COCO_CAPTIONS, lambda f: load_coco(f.path, f.finder, f.sd, f.caps)),
-    Format("jsonl", JSONL, lambda f: load_jsonl(f.path, f.sd, f.vqa, f.caps, f.check_images)),
+    Format("vqa_v2", VQA_QUESTIONS,
+           lambda f: load_vqa(f.path, f.finder, f.split_data, f.vqa, f.require_answers)),
+    Format("coco", COCO_CAPTIONS, lambda f: load_coco(f.path, f.finder, f.split_data, f.caps)),
+    Format("jsonl", JSONL, lambda f: load_jsonl(f.path, f.split_data, f.vqa, f.caps, f.check_images)),
     Format("textvqa", TEXTVQA,
-           lambda f: load_textvqa(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers)),
-    Format("gqa", GQA, lambda f: load_gqa(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers)),
-    Format("vizwiz", VIZWIZ, lambda f: load_vizwiz(f.path, f.split, f.finder, f.sd, f.vqa, f.require_answers),
+           lambda f: load_textvqa(f.path, f.split, f.finder, f.split_data, f.vqa, f.require_answers)),
+    Format("gqa", GQA, lambda f: load_gqa(f.path, f.split, f.finder, f.split_data, f.vqa, f.require_answers)),
+    Format("vizwiz", VIZWIZ,
+           lambda f: load_vizwiz(f.path, f.split, f.finder, f.split_data, f.vqa, f.require_answers),
            accepts=is_vizwiz),
 )
 
@@ -131,20 +133,20 @@ def load_split(
         found = ", ".join(splits) if splits else ("none (expected VQA v2, COCO captions, Karpathy, TextVQA, VizWiz, GQA "
                                                   "or <split>.jsonl files)")
         raise DataError(f"{data_dir}: no split {split!r}; the splits found are: {found}")
-    sd = SplitData(split=split, data_dir=data_dir)
+    split_data = SplitData(split=split, data_dir=data_dir)
     finder = ImageFinder(data_dir, split, check_images)
-    vqa, caps = VQABuilder(sd.image_files, Strings()), CaptionBuilder(sd.image_files)
+    vqa, caps = VQABuilder(split_data.image_files, Strings()), CaptionBuilder(split_data.image_files)
     for fmt, s, path in _data_files(data_dir):
         if s != split:
             continue
-        sd.files.append(path)
-        fmt.read(FileToRead(path, split, finder, sd, vqa, caps, require_answers, check_images))
-    sd.vqa, sd.captions = vqa.freeze(), caps.freeze()
-    if not len(sd.vqa) and not len(sd.captions):
-        raise DataError(f"{data_dir}: split {split!r} has no usable records ({sd.report()})")
-    if sd.skipped and not quiet:
-        print(f"warning: {sd.report()}", file=sys.stderr)
-    return sd
+        split_data.files.append(path)
+        fmt.read(FileToRead(path, split, finder, split_data, vqa, caps, require_answers, check_images))
+    split_data.vqa, split_data.captions = vqa.freeze(), caps.freeze()
+    if not len(split_data.vqa) and not len(split_data.captions):
+        raise DataError(f"{data_dir}: split {split!r} has no usable records ({split_data.report()})")
+    if split_data.skipped and not quiet:
+        print(f"warning: {split_data.report()}", file=sys.stderr)
+    return split_data
 
 
 __all__ = ["FORMATS", "Format", "find_splits", "pick_split", "load_split"]

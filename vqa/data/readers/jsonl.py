@@ -64,7 +64,8 @@ def text_field(obj: dict, key: str, where: str) -> str:
 
 
 
-def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder, check_images: bool) -> None:
+def load_jsonl(path: Path, split_data: SplitData, vqa: VQABuilder, caps: CaptionBuilder,
+               check_images: bool) -> None:
     """One JSON object a line: {"image", "question", "answers"} and/or {"image", "caption"}."""
     text = decode_text(path, read_bytes(path))
     seen: dict = {}  # question id -> its line
@@ -84,7 +85,7 @@ def load_jsonl(path: Path, sd: SplitData, vqa: VQABuilder, caps: CaptionBuilder,
         caption = text_field(obj, "caption", where) if has_c else ""
         image = path.parent / image_rel
         if check_images and not image.is_file():
-            sd.skipped["line with a missing image"] += 1
+            split_data.skipped["line with a missing image"] += 1
             continue
         image_id = obj.get("image_id", image_rel)
         if has_q:

@@ -57,20 +57,21 @@ def _image(im, where: str) -> _Image:
                   im.get("filepath") or "", im.get("cocoid"), im.get("imgid"))
 
 
-def load_karpathy(path: Path, split: str, finder: ImageFinder, sd: SplitData, out: CaptionBuilder) -> None:
-    root, wanted = sd.data_dir, SPLITS[split]
+def load_karpathy(path: Path, split: str, finder: ImageFinder, split_data: SplitData,
+                  out: CaptionBuilder) -> None:
+    root, wanted = split_data.data_dir, SPLITS[split]
     for im in read_list(path, _KARPATHY, "images", "Karpathy split", _image):
         if im.split not in wanted:
             continue
         folders = [root / im.filepath, root / "images" / im.filepath] if im.filepath else [root / "images", root]
         image_id = im.cocoid if im.cocoid is not None else im.imgid
         image = finder.named(im.filename, folders)
-        index = None if image is None else sd.image_files.id(image)
+        index = None if image is None else split_data.image_files.id(image)
         for s in im.sentences:
             caption = " ".join(s.raw.split())
             if not caption:
-                sd.skipped["empty caption"] += 1
+                split_data.skipped["empty caption"] += 1
             elif index is None:
-                sd.skipped["caption with a missing image"] += 1
+                split_data.skipped["caption with a missing image"] += 1
             else:
                 out.add(index, caption, image_id, s.sentid)

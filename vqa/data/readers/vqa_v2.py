@@ -88,11 +88,12 @@ def _read_annotations(path: Path) -> Iterator[_Annotation]:
         yield a
 
 
-def load_vqa(qpath: Path, finder: ImageFinder, sd: SplitData, out: VQABuilder, require_answers: bool) -> None:
+def load_vqa(qpath: Path, finder: ImageFinder, split_data: SplitData, out: VQABuilder,
+             require_answers: bool) -> None:
     m = VQA_QUESTIONS.match(qpath.name)
     assert m is not None
     aname = f"{m['v2'] or ''}mscoco_{m['split']}_annotations.json"
-    root = sd.data_dir
+    root = split_data.data_dir
     apath = next((p for p in (qpath.parent / aname, root / aname, root / "annotations" / aname) if p.is_file()), None)
     questions = _read_questions(qpath)
     sid = out.strings.id
@@ -105,7 +106,7 @@ def load_vqa(qpath: Path, finder: ImageFinder, sd: SplitData, out: VQABuilder, r
         if require_answers:
             raise DataError(f"{qpath}: no annotations file {aname} beside it (or in {root} or {root / 'annotations'})")
     else:
-        sd.files.append(apath)
+        split_data.files.append(apath)
         for a in _read_annotations(apath):
             pos[a.question_id] = len(atype)
             # all ten, empty strings included: the official evaluation scores against every annotator's
@@ -116,28 +117,28 @@ def load_vqa(qpath: Path, finder: ImageFinder, sd: SplitData, out: VQABuilder, r
             qtype.append(sid(str(a.question_type)))
             mc = a.multiple_choice_answer
             mcs.append(sid(mc.strip()) if isinstance(mc, str) and mc.strip() else -1)
-    images: dict[Any, int | None] = {}  # image id -> index in sd.image_files (None: missing)
+    images: dict[Any, int | None] = {}  # image id -> index in split_data.image_files (None: missing)
     for i, q in enumerate(questions):
         questions[i] = None  # type: ignore[call-overload]  # released as we go
         text = q.question.strip()
         p = pos.pop(q.question_id, None)
         if not text:
-            sd.skipped["empty question"] += 1
+            split_data.skipped["empty question"] += 1
             continue
         if p is None and require_answers:
-            sd.skipped["question without annotation"] += 1
+            split_data.skipped["question without annotation"] += 1
             continue
         answers = ans[start[p] : start[p + 1]].tolist() if p is not None else []
         real = [a for a in answers if a != empty]
         if not real and require_answers:
-            sd.skipped["question with only empty answers"] += 1
+            split_data.skipped["question with only empty answers"] += 1
             continue
         if q.image_id not in images:
             path = finder.vqa(q.image_id)
-            images[q.image_id] = None if path is None else sd.image_files.id(path)
+            images[q.image_id] = None if path is None else split_data.image_files.id(path)
         image = images[q.image_id]
         if image is None:
-            sd.skipped["question with a missing image"] += 1
+            split_data.skipped["question with a missing image"] += 1
             continue
         if p is None:
             out.add_ids(image, sid(text), [], q.question_id, q.image_id, empty, empty, empty)
@@ -145,4 +146,4 @@ def load_vqa(qpath: Path, finder: ImageFinder, sd: SplitData, out: VQABuilder, r
         mc = mcs[p] if mcs[p] >= 0 else (Counter(real).most_common(1)[0][0] if real else empty)
         out.add_ids(image, sid(text), answers, q.question_id, q.image_id, atype[p], qtype[p], mc)
     if pos:
-        sd.skipped["annotation without a question"] += len(pos)
+        split_data.skipped["annotation without a question"] += len(pos)

@@ -98,14 +98,14 @@ def _merge(args) -> int:
     return 1 if errors else 0
 
 
-def _run(args, load, collection, output, d, top_k: int):
+def _run(args, load, collection, output, dist, top_k: int):
     from ...distributed import agree
     from .job import Job
     from .settings import JobSettings
 
     failure = None
     try:  # every rank learns whether any failed here, so none waits for a rank that has left
-        pred = load(args, compile=args.compile, device=d.device)
+        pred = load(args, compile=args.compile, device=dist.device)
         # the settings, checked before any work (a model not trained for the task stops here)
         if args.command == "ask":
             settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
@@ -115,12 +115,13 @@ def _run(args, load, collection, output, d, top_k: int):
         stamp.check(output.out, output.settings_found)  # another model or other options: refused before decoding
     except Exception as e:  # noqa: BLE001 -- told to the other ranks, then raised again
         failure = e
-    agree(d, failure)
-    if d.main:
+    agree(dist, failure)
+    if dist.main:
         log.info(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
-                 f"{' x ' + str(d.world) + ' processes' if d.world > 1 else ''}, batches of {args.batch_size}")
+                 f"{' x ' + str(dist.world) + ' processes' if dist.world > 1 else ''}, "
+                 f"batches of {args.batch_size}")
     job = Job(pred, collection, output, args.command, settings, top_k=top_k,
-              batch=args.batch_size, workers=args.workers, dist=d, stamp=stamp.digest)
+              batch=args.batch_size, workers=args.workers, dist=dist, stamp=stamp.digest)
     return job.run()
 
 
@@ -147,28 +148,28 @@ def run_collection(args, load) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and args.out is None:
         raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
-    d = setup(args.device or "auto")
+    dist = setup(args.device or "auto")
     try:
-        return _collect(args, load, collection, d, top_k)
+        return _collect(args, load, collection, dist, top_k)
     finally:  # the process group ends before the interpreter does: gloo aborts a rank whose group outlives it
         cleanup()
 
 
-def _collect(args, load, collection, d, top_k: int) -> int:
+def _collect(args, load, collection, dist, top_k: int) -> int:
     from .job import open_output
     from .output import Output
 
     repeats = collection.describe_repeats()
-    if repeats and d.main:  # one record per (image, question): resuming depends on it, but never silently
+    if repeats and dist.main:  # one record per (image, question): resuming depends on it, but never silently
         where = f"{args.questions}: " if getattr(args, "questions", None) else ""
         log.warning(f"vqa {args.command}: {where}{repeats}")
-    output = Output(args.out, d.rank, d.world)
-    open_output(output, d)  # a second writer, or a malformed output, stops here: before the model loads
+    output = Output(args.out, dist.rank, dist.world)
+    open_output(output, dist)  # a second writer, or a malformed output, stops here: before the model loads
     try:
-        s = _run(args, load, collection, output, d, top_k)
+        s = _run(args, load, collection, output, dist, top_k)
     finally:
         output.release()
-    if d.main:
+    if dist.main:
         rate = s.written / s.seconds if s.seconds > 0 else 0.0
         msg = f"vqa {args.command}: {s.written} records written in {s.seconds:.1f} s ({rate:.1f} images/s)"
         if s.skipped:

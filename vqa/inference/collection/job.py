@@ -160,17 +160,17 @@ class Job:
                 self.output.write(rec, pos)
 
 
-def open_output(output: Output, d: Dist) -> None:
+def open_output(output: Output, dist: Dist) -> None:
     """Lock the output on every rank (all ranks fail together when any lock is taken), then read what is done."""
     err = None
     try:
         output.lock()
     except ConfigError as e:
         err = str(e)
-    if d.world > 1:
+    if dist.world > 1:
         import torch.distributed as tdist
 
-        errs: list = [None] * d.world
+        errs: list = [None] * dist.world
         tdist.all_gather_object(errs, err)
         err = next((e for e in errs if e), None)
     if err:
@@ -183,13 +183,13 @@ def open_output(output: Output, d: Dist) -> None:
         raise
 
 
-def _sum(d: Dist, values: tuple[int, ...]) -> tuple[int, ...]:
+def _sum(dist: Dist, values: tuple[int, ...]) -> tuple[int, ...]:
     """`values` summed over the ranks (every rank gets the sums)."""
-    if d.world == 1:
+    if dist.world == 1:
         return values
     import torch.distributed as tdist
 
-    every: list = [None] * d.world
+    every: list = [None] * dist.world
     tdist.all_gather_object(every, values)
     return tuple(sum(v) for v in zip(*every, strict=True))
 

@@ -176,9 +176,8 @@ _encoders: weakref.WeakKeyDictionary[nn.Module, CompiledEncoder] = weakref.WeakK
 
 
 def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> torch.Tensor:
-    """model.encode(images) [M, N, D], through the compiled encoder when `compile`. It pays everywhere it was
-    measured: CUDA, int8 on a CPU, and float32 on a CPU too (tiny 1.2x at batch 1 and 1.7x at batch 32, small
-    1.2x / 1.05x)."""
+    """model.encode(images) [M, N, D], through the compiled encoder when `compile` (faster on CUDA and on a CPU,
+    float32 or int8: docs/performance.md has the figures)."""
     if not compile:
         return model.encode(images)
     with _compiled_lock:

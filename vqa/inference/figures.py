@@ -34,8 +34,8 @@ def _figure(width: float, height: float):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ExtraMissing("drawing attention figures", "eval", e.name) from None
+    except ImportError as missing:
+        raise ExtraMissing("drawing attention figures", "eval", missing.name) from None
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)

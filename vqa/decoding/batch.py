@@ -124,10 +124,10 @@ class BatchDecoder:
         return rows if self.vocab is None else [[self.vocab_list[i] for i in r] for r in rows]
 
     def expand(self, copies: int) -> None:
-        """Repeat each row `copies` times (beam search: the prompt ran once, its beams continue from it): B
-        becomes B*K."""
+        """Repeat each row `copies` times (beam search: the prompt ran once, its beams continue from it): B rows
+        become B * copies."""
         self.state.expand(copies)
-        self.logits = self.logits.repeat_interleave(copies, 0)  # [B*K, V]
+        self.logits = self.logits.repeat_interleave(copies, 0)  # [B * copies, V]
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (beam search: each beam takes its parent's cache). The parents are beams of the same

@@ -6,7 +6,7 @@ decoding methods (greedy, sampling, beam search) run the same code either way.
     state = EagerState(decoder, memory_kv, head, rows, width, max_new)  # or CompiledState(...): the same
     logits = state.prefill(ids, valid, padded)  # ids [rows, width] -> [rows, V]
     logits = state.step(tokens)  # tokens [rows] -> [rows, V], at most max_new times
-    state.expand(k)  # beam search: each row becomes k rows
+    state.expand(copies)  # beam search: each row becomes `copies` rows
     state.reorder(index)  # beam search: row i takes row index[i]'s cache
 """
 

@@ -16,7 +16,7 @@ Files: `base` (JSON I/O, field checks, removed options), `model`, `presets`, `tr
 from __future__ import annotations
 
 from .base import REMOVED_FIELDS, check_fields
-from .decoding_methods import DECODING_METHODS, DecodingMethod
+from .decoding_methods import DECODING_METHODS, DecodingMethod, ranking_methods
 from .generation import ANSWER_TOKENS, CAPTION_TOKENS, GenerationConfig
 from .model import DEC_ACTIVATIONS, ModelConfig, timm_data_config
 from .presets import GPT2_DECODER, PRESETS, VIT_ARCHITECTURE, Preset, get_preset, preset, preset_fields
@@ -24,7 +24,7 @@ from .train import LENGTH_FIELDS, PARTS, TrainConfig, parse_duration, parse_task
 
 __all__ = [
     "REMOVED_FIELDS", "check_fields", "ANSWER_TOKENS", "CAPTION_TOKENS", "DECODING_METHODS", "DecodingMethod",
-    "GenerationConfig", "DEC_ACTIVATIONS", "ModelConfig", "timm_data_config", "GPT2_DECODER", "PRESETS",
-    "VIT_ARCHITECTURE", "Preset", "get_preset", "preset", "preset_fields", "LENGTH_FIELDS", "PARTS", "TrainConfig",
-    "parse_duration", "parse_tasks", "train_defaults",
+    "ranking_methods", "GenerationConfig", "DEC_ACTIVATIONS", "ModelConfig", "timm_data_config",
+    "GPT2_DECODER", "PRESETS", "VIT_ARCHITECTURE", "Preset", "get_preset", "preset", "preset_fields",
+    "LENGTH_FIELDS", "PARTS", "TrainConfig", "parse_duration", "parse_tasks", "train_defaults",
 ]

@@ -27,7 +27,6 @@ DECODING_METHODS: dict[str, DecodingMethod] = {
 }
 
 
-
 def ranking_methods() -> list[str]:
     """The methods that list several answers (["beam"]), for an error line."""
     return [name for name, m in DECODING_METHODS.items() if m.ranked]

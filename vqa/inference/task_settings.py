@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import DECODING_METHODS, GenerationConfig
-from ..config.decoding_methods import ranking_methods
+from ..config import DECODING_METHODS, GenerationConfig, ranking_methods
 from ..decoding.generate import generation_config
 from ..errors import InputError
 

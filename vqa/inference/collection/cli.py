@@ -10,8 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ...config import DECODING_METHODS, GenerationConfig
-from ...config.decoding_methods import ranking_methods
+from ...config import DECODING_METHODS, GenerationConfig, ranking_methods
 from ...data.readers.shards import SHARD_EXTS
 from ...data.sources import is_pattern
 from ...errors import ConfigError, InputError

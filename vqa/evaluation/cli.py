@@ -9,8 +9,13 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
-(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
---max-new-tokens says otherwise.
+(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`).
+
+Decoding is what `vqa ask` / `vqa caption` serve unless the decoding options say otherwise
+(`GenerationConfig.served`: answers by beam search over 3 beams at length penalty 0, at most 10 tokens;
+captions greedy); the options apply to both tasks, as on `vqa ask`. Each question is scored by its
+benchmark's own rules (`vqa.evaluation.answer_rules`: VQA v2, TextVQA, VizWiz, GQA, from the format of its
+file) unless --scoring names one. The table and summary.json say which decoding and which rules were used.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ..config import GenerationConfig, parse_tasks
 from ..errors import ConfigError, ExtraMissing
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
+from .answer_rules import RULES
 
 
 def add_arguments(p) -> None:
@@ -48,7 +54,12 @@ def add_arguments(p) -> None:
     p.add_argument("--consistency", action="store_true",
                    help="Shapes / Scenes: ask counterfactual twins of the questions (picture mirrored, object "
                         "recoloured, object removed) and score the pairs (consistency.json)")
-    add_dataclass_arguments(p, GenerationConfig, title="decoding")
+    p.add_argument("--scoring", choices=("auto", *RULES), default="auto",
+                   help="whose rules score the answers (default auto: each question's benchmark's, from its file's "
+                        "format; VQA v2's for VQA v2, OK-VQA, JSONL and shards)")
+    add_dataclass_arguments(p, GenerationConfig, title="decoding (default: as `vqa ask` / `vqa caption` serve: "
+                                                      "answers by beam search over 3 beams, captions greedy)")
+    p._option_string_actions["--method"].help = "decoding method (default: beam for answers, greedy for captions)"
 
 
 def run(args) -> int:
@@ -65,7 +76,7 @@ def run(args) -> int:
     if args.out:
         check_out_folder("--out", args.out)
     changes = given(args, GenerationConfig)
-    generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
+    generation = {t: GenerationConfig.served(t, **changes) for t in ("vqa", "caption")}  # as `vqa ask` decodes
     device = pick_device(args.device)
     model, tok, card = checkpoint.load(args.checkpoint, device)
     precision = "float32"
@@ -98,7 +109,7 @@ def run(args) -> int:
     compile = precision == "int8" if args.compile is None else args.compile
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
                    batch_images=args.batch_size, generation=generation, compile=compile, paper=True,
-                   observers=list(observers.values()))
+                   observers=list(observers.values()), scoring=None if args.scoring == "auto" else args.scoring)
     label = name if not is_pattern(name) else "shards"
     folder = checkpoint.resolve(args.checkpoint)
     # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)

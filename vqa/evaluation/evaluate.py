@@ -1,10 +1,12 @@
 """Evaluation: run a model over a split and score it with the official metrics (the `vqa eval` command is
 `vqa.evaluation.cli`).
 
-`evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
-default, never generating a special token but <eos> (the tokenizer's `never_generated`), and returns the
-summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4, CIDEr-D) with the result lists
-in the official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L and the calibration of the answers'
+`evaluate` decodes every question (and one caption per image) with the task's GenerationConfig (greedy unless
+given: training's evaluations, for speed; `vqa eval` gives what is served, `GenerationConfig.served`), never
+generating a special token but <eos> (the tokenizer's `never_generated`), and returns the summary (VQA
+accuracy overall / per answer type / per question type, each question scored by its benchmark's rules
+(`answer_rules`), BLEU-1..4, CIDEr-D, and the decoding and rules used, in words) with the result lists in the
+official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L and the calibration of the answers'
 confidence (`vqa.evaluation.calibration`). `format_summary` prints the table papers print.
 """
 
@@ -29,8 +31,9 @@ from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError, ExtraMissing
 from ..logs import bars_off, get_logger
+from .answer_rules import score_answers
 from .calibration import calibration_summary
-from .metrics import caption_scores, start_meteor, vqa_scores
+from .metrics import caption_scores, start_meteor
 
 
 def generation_for(tasks, generation: GenerationConfig | Mapping[str, GenerationConfig] | None) -> dict:
@@ -46,7 +49,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
              compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
              max_unreadable: float | None = None, need_caption_scores: bool = True, paper: bool = False,
-             observers: Sequence[Callable] = ()) -> dict:
+             observers: Sequence[Callable] = (), scoring: str | None = None) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
     with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
@@ -63,7 +66,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     training's evaluations leave out (METEOR, ROUGE-L, the calibration of the answers' confidence).
     `observers`: each called as `observer(group, memory, generation)` after a group of rows is decoded (the
     rows' TaskGroup, its batch's encoded images, the Generation), on this rank's rows (`vqa eval
-    --grounding`, `--consistency`)."""
+    --grounding`, `--consistency`). `scoring`: one `answer_rules.RULES` name for every answer (default: each
+    question's benchmark's, from the format of its file)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
@@ -126,8 +130,11 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         raise DataError(f"question_id {qid!r} is on {n} questions of this split; question ids must be unique "
                         "(each answer is scored by its question's id)")
     summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
+    decoded = [t for t, done in (("vqa", vqa_pred), ("caption", cap_pred)) if done]
+    if decoded:
+        summary["decoding"] = {t: gen[t].describe() for t in decoded}
     if vqa_pred:
-        scores = vqa_scores(vqa_pred, vqa_recs)
+        scores, summary["scoring"] = score_answers(vqa_pred, vqa_recs, split_data, scoring)
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],
                        per_answer_type=scores["per_answer_type"], per_question_type=scores["per_question_type"])
         if paper:
@@ -168,6 +175,7 @@ def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
 
 
 ANSWER_TYPES = ("yes/no", "number", "other")  # VQA v2's, in the order its papers print them
+TASK_WORDS = {"vqa": "answers", "caption": "captions"}
 CAPTION_COLUMNS = (("BLEU-4", "BLEU-4"), ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr", "CIDEr-D"))
 
 
@@ -178,14 +186,19 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def format_summary(s: dict) -> str:
-    """The summary as papers print it: VQA accuracy overall and per answer type; captions' BLEU-4, METEOR,
-    ROUGE-L and CIDEr (x100, "-" for a score not computed); then the calibration and the question types."""
+    """The summary as papers print it, after the decoding scored: VQA accuracy (and the benchmark rules it was
+    scored by) overall and per answer type; captions' BLEU-4, METEOR, ROUGE-L and CIDEr (x100, "-" for a
+    score not computed); then the calibration and the question types."""
     precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
     lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
+    decoding = s.get("decoding") or {}
+    if decoding:
+        lines.append("decoding: " + "; ".join(f"{TASK_WORDS.get(t, t)} {how}" for t, how in decoding.items()))
     if "vqa_accuracy" in s:
         types = [t for t in ANSWER_TYPES if t in s["per_answer_type"]]
         types += sorted(t for t in s["per_answer_type"] if t not in ANSWER_TYPES)
-        lines.append(f"VQA accuracy ({s['questions']} questions):")
+        scored = f", scored by {s['scoring']}" if s.get("scoring") else ""
+        lines.append(f"VQA accuracy ({s['questions']} questions{scored}):")
         lines += _table([["", "overall", *types],
                          ["", f"{s['vqa_accuracy']:.2f}", *(f"{s['per_answer_type'][t]:.2f}" for t in types)]])
     if "CIDEr-D" in s:

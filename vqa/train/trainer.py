@@ -369,8 +369,8 @@ class Trainer:
             self.report.log(rec)
             self.report.pictures(self.step, result.get("caption_results", []), self.val_data)
             shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
-            if shown:
-                log.info(f"vqa train: step {self.step}: " + ", ".join(shown))
+            if shown:  # decoded greedily, for speed: `vqa eval` scores the beam search that is served
+                log.info(f"vqa train: step {self.step}: " + ", ".join(shown) + " (greedy decoding)")
         rng = run_state.rng_state(dist)
         optimizer = (sharding.full_optimizer_state(self.loss, self.optimizer) if self.sharded
                      else self.optimizer.state_dict() if dist.main else None)

@@ -60,6 +60,9 @@ def add_arguments(p) -> None:
     add_dataclass_arguments(p, GenerationConfig, title="decoding (default: as `vqa ask` / `vqa caption` serve: "
                                                       "answers by beam search over 3 beams, captions greedy)")
     p._option_string_actions["--method"].help = "decoding method (default: beam for answers, greedy for captions)"
+    p._option_string_actions["--length-penalty"].help = ("beam: hypotheses rank by log-probability / length ** "
+                                                         "this (default: 0, the total log-probability, for "
+                                                         "answers; 1.0 for captions)")
 
 
 def run(args) -> int:

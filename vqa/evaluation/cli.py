@@ -9,7 +9,8 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
-(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
+(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). On a built-in set's split the table breaks each
+question type down by template (`vqa.evaluation.wordings`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
 """
 

@@ -7,7 +7,7 @@ modification time (ns), inode and device, so a large file is read once, not at e
 the file changes that key. A file modified less than RACY_SECONDS before it was read is not remembered (a
 rewrite within one tick of the clock would keep its key), nor one that changed while it was read. A cache that
 cannot be read or parsed is ignored (and rewritten whole); writers take turns under a lock beside it and
-replace it atomically, so a reader never sees half a file.
+replace it with `os.replace`, which readers see whole or not at all.
 """
 
 from __future__ import annotations

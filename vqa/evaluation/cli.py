@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
 from ..errors import ConfigError, ExtraMissing
+from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
 
@@ -106,7 +107,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(folder), step=card.get("step"), data=data, split=name, precision=precision,
+    s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name, precision=precision,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:

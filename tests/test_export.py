@@ -17,6 +17,7 @@ from vqa.cli import main
 from vqa.errors import CheckpointError, ConfigError
 from vqa.export import onnx as export
 from vqa.export.onnx import MARKER
+from vqa.identity import checkpoint_identity
 from vqa.model import checkpoint
 
 pytest.importorskip("onnxruntime")  # the `onnx` extra; `dev` installs it, so CI runs these
@@ -50,6 +51,7 @@ def test_the_export_folder_holds_both_graphs_and_what_runs_them(exported):
     cfg = json.loads((exported / "config.json").read_text())
     assert cfg["onnx"]["step_inputs"][:3] == ["input_ids", "position_ids", "key_mask"]
     assert cfg["dec_depth"] == checkpoint.load(shared_checkpoint())[0].cfg.dec_depth
+    assert json.loads((exported / MARKER).read_text())["model"] == checkpoint_identity(shared_checkpoint())
 
 
 def test_onnx_logits_equal_pytorchs_at_every_step(onnx_pred, pred):

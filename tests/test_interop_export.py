@@ -19,6 +19,7 @@ from vqa.decoding.generate import generate
 from vqa.export.hf_export import export_transformers
 from vqa.export.hf_import import import_transformers
 from vqa.export.hf_layout import IGNORED
+from vqa.identity import checkpoint_identity
 from vqa.model import VQAModel, checkpoint
 from vqa.tokenizer import Tokenizer
 
@@ -47,6 +48,7 @@ def test_import_then_export_gives_the_source_tensors_back(tmp_path, kind):
     for k, v in before.items():
         assert torch.equal(v, after[k]), k
     assert ("enc_to_dec_proj.weight" in after) == (kind == "projection")
+    assert json.loads((out / "vqa-export.json").read_text())["model"] == checkpoint_identity(checkpoint.resolve(run))
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen["decoder_start_token_id"] == gen["eos_token_id"] and "forced_bos_token_id" not in gen
     assert "decoder_start_token_id" not in json.loads((out / "config.json").read_text()).get("decoder", {})

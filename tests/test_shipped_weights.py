@@ -12,6 +12,7 @@ import torch
 from test_train import fails
 
 from vqa.cli import main
+from vqa.identity import checkpoint_identity
 from vqa.model import checkpoint, shipped
 
 pytestmark = pytest.mark.slow
@@ -21,6 +22,7 @@ def test_the_shipped_towers_are_what_their_card_says():
     folder = shipped.folder("tiny")
     card = shipped.card("tiny")
     assert card["sha256"] == shipped.sha256(folder / "model.safetensors")
+    assert card["identity"] == checkpoint_identity(folder)  # the weights with their config and tokenizer
     assert card["command"].startswith("vqa pretrain") and card["steps"] > 0 and card["init_from"] == "random weights"
     model, tok, loaded = shipped.load("tiny")
     assert sum(p.numel() for p in model.parameters()) == card["parameters"]

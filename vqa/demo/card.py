@@ -69,6 +69,7 @@ def card_markdown(pred, reference_note: str = "") -> str:
         lines += ["", reference_note]
     rows = [
         ("checkpoint", f"`{pred.path}`" if pred.path else "in memory"),
+        ("identity", f"`{pred.identity}`" if pred.identity else "in memory (no files)"),
         ("preset", c.get("preset", "?")),
         ("parameters", f"{pred.model.num_parameters():,}"),
         ("image encoder", f"{vit_kind(cfg)}, {cfg.vit_image_size} px in {cfg.vit_patch_size} px patches"

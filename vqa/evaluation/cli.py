@@ -9,7 +9,8 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
-(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`).
+(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). On a built-in set's split the table breaks each
+question type down by template (`vqa.evaluation.wordings`).
 
 Decoding is what `vqa ask` / `vqa caption` serve unless the decoding options say otherwise
 (`GenerationConfig.served`: answers by beam search over 3 beams at length penalty 0, at most 10 tokens;
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
 from ..errors import ConfigError, ExtraMissing
+from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
 from .answer_rules import RULES
@@ -119,7 +121,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(folder), step=card.get("step"), data=data, split=name, precision=precision,
+    s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name, precision=precision,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:

@@ -52,6 +52,7 @@ gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,7 +68,9 @@ from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, patch_maps, score_candidates
 from ..device import pick_device
 from ..errors import InputError
+from ..identity import checkpoint_identity
 from ..model.checkpoint import load as load_checkpoint
+from ..model.checkpoint import resolve as resolve_checkpoint
 from . import task_settings
 from .beam_answers import answers_from_beams, ranked_candidates
 from .encoding_cache import EncodingCache
@@ -136,6 +139,12 @@ class Predictor(PictureInputs):
         p = cls(model, tokenizer, card, device=dev, **kwargs)
         p.path = Path(path)
         return p
+
+    @functools.cached_property
+    def identity(self) -> str | None:
+        """The checkpoint's identity (`vqa.identity`: all of its weights, adapters, config and tokenizer), read
+        on first use; None for a model given in memory."""
+        return checkpoint_identity(resolve_checkpoint(self.path)) if self.path is not None else None
 
     def __repr__(self) -> str:
         return (f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.precision}, "

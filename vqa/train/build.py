@@ -14,6 +14,7 @@ from ..data.sources import training_texts
 from ..data.synthetic.generator import mirror_safe
 from ..distributed import Dist
 from ..errors import ConfigError
+from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..model import VQAModel, checkpoint, lora, model_preset, shipped
 from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
@@ -86,6 +87,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     imported from transformers (`vqa import`: no <question> / <answer>) gains those two tokens, its embedding
     two rows (`vqa.model.vocab`); a shorter dec_max_len keeps the first rows of learned positions."""
     src, tok, card = checkpoint.load(path)
+    started = dict(init_from=str(path), init_identity=checkpoint_identity(checkpoint.resolve(path)))
     if tok.question_id is None:
         tok = tok.with_prompt_tokens()
         src = grow_embedding(src, tok.vocab_size)
@@ -98,7 +100,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
                           "decoder would no longer compute as the language model it started from")
     mcfg = ModelConfig.from_dict({**src.cfg.to_dict(), **cfg.model})
     if mcfg == src.cfg:
-        return src, tok, dict(init_from=str(path))
+        return src, tok, started
     model = VQAModel(mcfg, load_pretrained=False)  # the source's weights replace any pretrained ones
     state = src.state_dict()
     pos = state.get("decoder.pos.weight")
@@ -110,7 +112,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
         changed = sorted(k for k in cfg.model if src.cfg.to_dict().get(k) != mcfg.to_dict()[k])
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
                           f"weights cannot be reused ({str(e).splitlines()[0]})") from None
-    return model, tok, dict(init_from=str(path))
+    return model, tok, started
 
 
 def shipped_towers(cfg: TrainConfig) -> str | None:

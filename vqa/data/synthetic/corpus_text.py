@@ -14,7 +14,7 @@ from itertools import product
 
 import numpy as np
 
-from .corpus_layout import COLOURS, KINDS, RELATIONS, relation_holds, size_word
+from .corpus_layout import COLOURS, FILLS, KINDS, RELATIONS, relation_holds, size_word
 from .generator import FAMILIES
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6}  # others: yes/no
@@ -28,6 +28,12 @@ EXIST_Q = ("is there {}?", "can you see {}?")
 COUNT_Q = ("how many {} are there?", "count the {}.")
 SPATIAL_Q = ("is the {a} {rel} the {b}?", "true or false: the {a} is {rel} the {b}?")
 COMPARE_Q = ("are there more {} than {}?", "are there fewer {} than {}?")
+# every wording per family (spatial: one per form and relation asked), as `templates` matches a question back to it
+TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence": EXIST_Q, "count": COUNT_Q,
+             "spatial": tuple(t.replace("{rel}", rel) for t in SPATIAL_Q for rel in RELATIONS[:4]),
+             "comparison": COMPARE_Q}
+# the words a slot holds: an object's name, with its article
+SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), *FILLS, "object", "objects", "a", "an")
 
 
 def article(phrase: str) -> str:

@@ -25,9 +25,10 @@ def _room(model, prompt: list[int], max_new: int) -> int:
     return min(max_new, model.cfg.dec_max_len - len(prompt))
 
 
-def ref_greedy(model, image, prompt, max_new, banned=(), min_new=0):
+def ref_greedy(model, image, prompt, max_new, banned=(), min_new=0, gaps: list | None = None):
     """Greedy decoding without a cache: re-run the whole model on prompt + generated at every step; the
-    likeliest token but the `banned` ones (and <eos> before `min_new`), scored by its own log-probability."""
+    likeliest token but the `banned` ones (and <eos> before `min_new`), scored by its own log-probability.
+    `gaps` collects each choice's margin (top-1 minus top-2 log-probability)."""
     eos, seq, score = model.cfg.eos_id, [], 0.0
     for t in range(_room(model, prompt, max_new)):
         logp = _next_logp(model, image, prompt + seq)
@@ -35,6 +36,9 @@ def ref_greedy(model, image, prompt, max_new, banned=(), min_new=0):
         choice[list(banned)] = float("-inf")
         if t < min_new:
             choice[eos] = float("-inf")
+        if gaps is not None:
+            top = choice.topk(2).values
+            gaps.append(float(top[0] - top[1]))
         tok = int(choice.argmax())
         score += float(logp[tok])
         if tok == eos:
@@ -43,12 +47,13 @@ def ref_greedy(model, image, prompt, max_new, banned=(), min_new=0):
     return seq, score
 
 
-def ref_beam(model, image, prompt, max_new, k, length_penalty):
+def ref_beam(model, image, prompt, max_new, k, length_penalty, gaps: list | None = None):
     """Beam search without a cache and without any early stop: every live beam runs until the prompt's length
     budget. Of the 2k best continuations, <eos> ends a hypothesis only among the top k, the first k others
     live on; beams alive at the budget end there; hypotheses rank by logp / length ** length_penalty. The
     search under test may stop sooner only where its bound proves nothing better can come: it must return
-    exactly this."""
+    exactly this. `gaps` collects the score gaps between neighbours wherever a rank decides something: the
+    2k + 1 best candidates of each step and the k + 1 best hypotheses at the end."""
     eos = model.cfg.eos_id
     live, ended = [([], 0.0)], []
     room = _room(model, prompt, max_new)
@@ -62,6 +67,8 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty):
         for (seq, s), logp in zip(live, logps, strict=True):
             cands += [(s + token_logp, seq, w) for w, token_logp in enumerate(logp)]
         cands.sort(key=lambda c: -c[0])
+        if gaps is not None:
+            gaps += [a[0] - b[0] for a, b in zip(cands[: 2 * k], cands[1 : 2 * k + 1], strict=True)]
         nxt = []
         for rank, (s, seq, w) in enumerate(cands[: 2 * k]):
             if w == eos:
@@ -76,6 +83,8 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty):
             break
         live = nxt
     ended.sort(key=lambda h: -h[0])
+    if gaps is not None:
+        gaps += [a[0] - b[0] for a, b in zip(ended[:k], ended[1 : k + 1], strict=False)]
     return [(seq, s) for _, seq, s in ended[:k]]
 
 

@@ -11,21 +11,17 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from ..errors import ExtraMissing, VQAError
+import gradio as gr
+
+from ..data.images import MAX_PIXELS
+from ..errors import VQAError
+from ..inference.warmup import BackgroundWarmUp, warm_up
 from ..logs import get_logger
-
-try:
-    import gradio as gr
-except ImportError as e:
-    raise ExtraMissing("the demo", "demo", e.name) from None
-
-from ..data.images import MAX_PIXELS  # noqa: E402
-from ..inference.warmup import BackgroundWarmUp, warm_up  # noqa: E402
-from .app import USERS_KEPT, build_app  # noqa: E402
-from .ask_tab import MAX_TOP_K  # noqa: E402
-from .examples import SAMPLES, SHAPES  # noqa: E402
-from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
-from .uploads import give_back_decoded_memory  # noqa: E402
+from .app import USERS_KEPT, build_app
+from .ask_tab import MAX_TOP_K
+from .examples import SAMPLES, SHAPES
+from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes
+from .uploads import give_back_decoded_memory
 
 log = get_logger("demo")
 

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
-from ..errors import ConfigError, ExtraMissing
+from ..errors import ConfigError
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
 
@@ -114,10 +114,7 @@ def run(args) -> int:
     if "calibration" in s:
         from .calibration import plot_reliability
 
-        try:
-            plot_reliability(s["calibration"], out / "reliability.png")
-        except ExtraMissing as e:
-            get_logger("eval").warning("vqa eval: %s; no reliability.png", e)
+        plot_reliability(s["calibration"], out / "reliability.png")
     print(format_summary(s))
     if "grounding" in observers:
         from .grounding import format_grounding

@@ -72,7 +72,8 @@ def serve(demo: gr.Blocks, host: str = DEFAULT_HOST, port: int | None = None, co
     return out
 
 
-def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None):
+def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None,
+                   revision: str | None = None):
     """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none. `int8`: dynamic
     int8 linear layers (CPU; a warning and float32 where int8 cannot run); `compile`: the compiled decode step
     (default: the Predictor's, on CUDA and for int8)."""
@@ -86,7 +87,8 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
         except CheckpointError:
             return None
         checkpoint = str(DEFAULT_RUN)
-    return Predictor.from_pretrained(checkpoint, device=device, max_pixels=MAX_PIXELS, cache_size=ENCODING_CACHE,
+    return Predictor.from_pretrained(checkpoint, device=device, revision=revision, max_pixels=MAX_PIXELS,
+                                     cache_size=ENCODING_CACHE,
                                      quantize="int8" if int8 else None, compile=compile)
 
 
@@ -137,7 +139,8 @@ def run(args: argparse.Namespace, prog: str = "vqa demo") -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile)
+            pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile,
+                                  revision=args.revision)
         for w in caught:  # int8 that cannot run here: say so once, on the console
             log.warning(f"{prog}: {w.message}")
     except VQAError as e:

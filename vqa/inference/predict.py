@@ -68,6 +68,7 @@ from ..decoding.generate import generate, patch_maps, score_candidates
 from ..device import pick_device
 from ..errors import InputError
 from ..model.checkpoint import load as load_checkpoint
+from ..model.checkpoint import resolve as resolve_checkpoint
 from . import task_settings
 from .beam_answers import answers_from_beams, ranked_candidates
 from .encoding_cache import EncodingCache
@@ -128,13 +129,16 @@ class Predictor(PictureInputs):
         self.answer_vocab = sorted(tokens | {self.tokenizer.eos_id})
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None, **kwargs) -> Predictor:
-        """Load a checkpoint folder or a run folder (its best/, else last/) onto `device` (default: CUDA,
-        else MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
+    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
+                        revision: str | None = None, **kwargs) -> Predictor:
+        """Load a checkpoint folder or a run folder (its best/, else last/), or a Hugging Face Hub name
+        ("user/name", "user/name@rev" or `revision=`: `vqa.model.hub`), onto `device` (default: CUDA, else
+        MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
         dev = pick_device(device)
-        model, tokenizer, card = load_checkpoint(path, device=dev)
+        folder = resolve_checkpoint(path, revision)  # a Hub name: its snapshot folder in the cache
+        model, tokenizer, card = load_checkpoint(folder, device=dev)
         p = cls(model, tokenizer, card, device=dev, **kwargs)
-        p.path = Path(path)
+        p.path = Path(path) if Path(path).exists() else folder
         return p
 
     def __repr__(self) -> str:

@@ -114,14 +114,19 @@ def run(args) -> int:
     if args.command == "ask":
         args.question = args.inputs[1]
     pred = _load(args, compile=bool(args.compile))  # one image: compiled only when --compile asks for it
+    from .streaming import print_stream
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
-        res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
+        if _streams(args):
+            res = print_stream(pred.stream(args.image, args.question, args.top_k, settings), sys.stdout)
+        else:
+            res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
         written = _attention_out(pred, args, res)
         if args.json:
             print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
             return 0
-        print(res.answer)
+        if not _streams(args):
+            print(res.answer)
         if args.top_k > 1:
             width = max(len(a) for a, _ in res.top_k)
             for i, (a, p) in enumerate(res.top_k, 1):
@@ -130,10 +135,18 @@ def run(args) -> int:
             print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
                   "to fit the model)")
         return 0
-    res = pred.caption(args.image, **given(args, GenerationConfig))
+    if _streams(args):
+        res = print_stream(pred.stream(args.image, **given(args, GenerationConfig)), sys.stdout)
+    else:
+        res = pred.caption(args.image, **given(args, GenerationConfig))
     written = _attention_out(pred, args, res)
     if args.json:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
-    else:
+    elif not _streams(args):
         print(res.caption)
     return 0
+
+
+def _streams(args) -> bool:
+    """Text on a terminal is printed as it is decoded; JSON and a pipe get the whole text at once."""
+    return not args.json and sys.stdout.isatty()

@@ -190,7 +190,6 @@ def test_attention_maps_of_a_padded_batch_equal_each_rows_alone(pred):
 
 
 def test_heatmap_has_the_image_size_and_follows_the_letterbox():
-    pytest.importorskip("matplotlib", reason="the heatmap needs the eval extra (pip install 'vqa[eval]')")
     grid = 4
     maps = torch.zeros(2, 3, grid, grid)
     maps[1, 2, 1, 0] = 1.0  # layer 1, head 2 looks at the second patch row, first column only
@@ -225,7 +224,6 @@ def test_heatmap_has_the_image_size_and_follows_the_letterbox():
 
 
 def test_heatmap_on_the_predictor_output_matches_the_input_size(pred):
-    pytest.importorskip("matplotlib", reason="the heatmap needs the eval extra (pip install 'vqa[eval]')")
     img = draw("red_circle", size=(123, 77))
     res = pred.answer(img, COLOR_Q, return_attention=True)
     heat = attention_heatmap(img, res.words()[0][1], image_size=pred.cfg.vit_image_size)

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
-from ..errors import ConfigError, ExtraMissing
+from ..errors import ConfigError
 from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
@@ -34,7 +34,10 @@ from .answer_rules import RULES
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used)")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used), or "
+                   "a Hugging Face Hub name (user/name)")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="with a Hugging Face Hub name: the branch, tag or commit to load (as user/name@REV)")
     p.add_argument("--data", required=True)
     p.add_argument("--split", help="the split to score (default: 'val', else the one split named val..., e.g. "
                    "val2014), or a shard pattern")
@@ -73,6 +76,7 @@ def run(args) -> int:
     from ..data.sources import is_pattern, list_splits, open_split
     from ..device import pick_device
     from ..model import checkpoint
+    from ..model.hub import is_hub_name, split_name
     from .evaluate import evaluate, format_summary
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-images", args.max_images)):
@@ -83,7 +87,8 @@ def run(args) -> int:
     changes = given(args, GenerationConfig)
     generation = {t: GenerationConfig.served(t, **changes) for t in ("vqa", "caption")}  # as `vqa ask` decodes
     device = pick_device(args.device)
-    model, tok, card = checkpoint.load(args.checkpoint, device)
+    folder = checkpoint.resolve(args.checkpoint, args.revision)  # a Hub name: downloaded once, here
+    model, tok, card = checkpoint.load(folder, device)
     precision = "float32"
     if args.int8:
         from ..decoding.quantize import apply_precision
@@ -116,9 +121,10 @@ def run(args) -> int:
                    batch_images=args.batch_size, generation=generation, compile=compile, paper=True,
                    observers=list(observers.values()), scoring=None if args.scoring == "auto" else args.scoring)
     label = name if not is_pattern(name) else "shards"
-    folder = checkpoint.resolve(args.checkpoint)
-    # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)
-    out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-eval-{label}")
+    # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best); a
+    # Hub model's beside the command, never in the Hugging Face cache
+    beside = Path(split_name(args.checkpoint)[0].replace("/", "--")) if is_hub_name(args.checkpoint) else folder
+    out = Path(args.out) if args.out else beside.with_name(f"{beside.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
     s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name, precision=precision,
@@ -130,10 +136,7 @@ def run(args) -> int:
     if "calibration" in s:
         from .calibration import plot_reliability
 
-        try:
-            plot_reliability(s["calibration"], out / "reliability.png")
-        except ExtraMissing as e:
-            get_logger("eval").warning("vqa eval: %s; no reliability.png", e)
+        plot_reliability(s["calibration"], out / "reliability.png")
     print(format_summary(s))
     if "grounding" in observers:
         from .grounding import format_grounding

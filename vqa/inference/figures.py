@@ -24,18 +24,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..errors import ExtraMissing
 from .heatmaps import attention_heatmap, draw_patch_grid
 
 MASKED = "#d9d9d9"  # the causal mask's cells
 
 
 def _figure(width: float, height: float):
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as missing:
-        raise ExtraMissing("drawing attention figures", "eval", missing.name) from None
+    # imported when drawn: the CLI starts without matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)

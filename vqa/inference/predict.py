@@ -131,13 +131,16 @@ class Predictor(PictureInputs):
         self.answer_vocab = sorted(tokens | {self.tokenizer.eos_id})
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None, **kwargs) -> Predictor:
-        """Load a checkpoint folder or a run folder (its best/, else last/) onto `device` (default: CUDA,
-        else MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
+    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
+                        revision: str | None = None, **kwargs) -> Predictor:
+        """Load a checkpoint folder or a run folder (its best/, else last/), or a Hugging Face Hub name
+        ("user/name", "user/name@rev" or `revision=`: `vqa.model.hub`), onto `device` (default: CUDA, else
+        MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
         dev = pick_device(device)
-        model, tokenizer, card = load_checkpoint(path, device=dev)
+        folder = resolve_checkpoint(path, revision)  # a Hub name: its snapshot folder in the cache
+        model, tokenizer, card = load_checkpoint(folder, device=dev)
         p = cls(model, tokenizer, card, device=dev, **kwargs)
-        p.path = Path(path)
+        p.path = Path(path) if Path(path).exists() else folder
         return p
 
     @functools.cached_property
@@ -222,9 +225,9 @@ class Predictor(PictureInputs):
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
                      generation: GenerationConfig | None = None, return_attention: bool = False,
-                     **changes) -> list[Answer]:
+                     watch=None, **changes) -> list[Answer]:
         """`answer` for each (image, question) pair in one batched decoding; a single image (not in a list)
-        is asked every question. Each distinct image is encoded once."""
+        is asked every question. Each distinct image is encoded once. `watch`: `generate`'s (streaming)."""
         if _is_single_image(images):
             images = [images] * len(questions)
         images, questions = list(images), list(questions)
@@ -240,7 +243,8 @@ class Predictor(PictureInputs):
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings,
-                           vocab=self.answer_vocab, banned=self.tokenizer.never_generated, compile=self.compile)
+                           vocab=self.answer_vocab, banned=self.tokenizer.never_generated, compile=self.compile,
+                           watch=watch)
             results = []
             for b, question in enumerate(questions):
                 hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
@@ -278,8 +282,8 @@ class Predictor(PictureInputs):
         return self.caption_batch([image], generation, return_attention, **changes)[0]
 
     def caption_batch(self, images: Sequence[Any], generation: GenerationConfig | None = None,
-                      return_attention: bool = False, **changes) -> list[Caption]:
-        """`caption` for each image in one batched decoding."""
+                      return_attention: bool = False, watch=None, **changes) -> list[Caption]:
+        """`caption` for each image in one batched decoding. `watch`: `generate`'s (streaming)."""
         if _is_single_image(images):
             images = [images]
         images = list(images)
@@ -290,7 +294,7 @@ class Predictor(PictureInputs):
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings,
-                           banned=self.tokenizer.never_generated, compile=self.compile)
+                           banned=self.tokenizer.never_generated, compile=self.compile, watch=watch)
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
@@ -303,6 +307,15 @@ class Predictor(PictureInputs):
                     res.attention = m
         return results
 
+
+    def stream(self, image: Any, question: str | None = None, top_k: int = 1,
+               generation: GenerationConfig | None = None, **changes):
+        """The answer to `question` (without one: the caption) as it is decoded: yields the text so far each
+        time it changes, the last one equal to `answer` / `caption`'s, and returns that Answer / Caption
+        (`vqa.inference.streaming`: beam search yields its best hypothesis so far, which may be revised)."""
+        from .streaming import stream
+
+        return stream(self, image, question, top_k, generation, **changes)
 
     # ---- the attention explorer ----
     def explain(self, image: Any, question: str | None = None, result: Answer | Caption | None = None,

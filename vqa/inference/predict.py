@@ -29,8 +29,9 @@ k beams: greedy decoding and sampling give one answer, and asking them for more 
 scores a closed list instead: a softmax over the candidates' total log-probabilities, summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
-end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
-not know (emoji, scripts absent from training) become <unk>: the model still answers.
+end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters outside the
+tokenizer's vocabulary (emoji, scripts absent from training) are spelled in their UTF-8 bytes (byte
+fallback, `vqa.tokenizer`); a tokenizer made before byte fallback gives them as <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
 the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input (`vqa.inference.encoding_cache`),

@@ -126,3 +126,17 @@ def test_a_vocab_size_that_cannot_apply_says_so_in_one_line(shapes_dir, tmp_path
     # where a tokenizer is trained it applies: that many BPE tokens at most, and the 256 byte tokens
     assert main(_run(shapes_dir, tmp_path / "c", "--max-steps", "1", "--vocab-size", "60", "--from-scratch")) == 0
     assert checkpoint.load(tmp_path / "c" / "last")[1].vocab_size <= 60 + 256
+
+
+def test_every_tokenizer_from_elsewhere_refuses_a_vocab_size():
+    from vqa.config import TrainConfig
+    from vqa.errors import ConfigError
+    from vqa.train.build import check_vocab_size
+
+    refused = {"init_from": r"the run starts from --init-from runs/a, whose tokenizer it keeps",
+               "lm": r"the pretrained decoder \(distilbert/distilgpt2\) brings its own tokenizer"}
+    for kw, why in ((dict(init_from="runs/a"), refused["init_from"]), (dict(preset="small-gpt2"), refused["lm"])):
+        with pytest.raises(ConfigError, match=rf"^--vocab-size 500 cannot apply: {why}"):
+            check_vocab_size(TrainConfig(data="d", out="o", vocab_size=500, **kw))
+    for kw in (dict(from_scratch=True), dict(resume=True), dict(vocab_size=None)):  # trained here, or not given
+        check_vocab_size(TrainConfig(data="d", out="o", **{"vocab_size": 500, **kw}))

@@ -23,9 +23,11 @@ def line(cut: int, total: int, what: str, why: str) -> str | None:
     return f"vqa: {cut:,} of {total:,} {what} ({100 * cut / total:.2f}%) {why}"
 
 
-def say(text: str, owner: object | None = None) -> None:
-    """Log `text` as a warning; with `owner` (a run's tokenizer: one object for the whole run, so a training
-    run's evaluations say a kind of cut once), only its first line of each kind."""
+def say(text: str | None, owner: object | None = None) -> None:
+    """Log `text` as a warning (None: nothing); with `owner` (a run's tokenizer: one object for the whole
+    run, so a training run's evaluations say a kind of cut once), only its first line of each kind."""
+    if not text:
+        return
     if owner is not None:
         kind = re.sub(r"[\d,.%]+", "#", text)
         said = _said.setdefault(owner, set())
@@ -53,10 +55,9 @@ def text_cuts(tok, max_len: int, questions: Sequence[tuple[str, Sequence[str]]],
         alen = _lengths(tok, (a for _, answers in questions for a in answers))
         out.append(line(sum(qlen[q] > most for q, _ in questions), len(questions), "questions" + where,
                         f"were longer than the {most} tokens dec_max_len={max_len} leaves a question and were cut"))
-        pairs = [(q, a) for q, answers in questions for a in answers]
         # the target (answer, <eos>) fits in what the prompt (<bos> <question> q <answer>) leaves
-        cut = sum(alen[a] + 1 > max_len - 3 - min(qlen[q], most) for q, a in pairs)
-        out.append(line(cut, len(pairs), "answer targets" + where,
+        cut = sum(alen[a] + 1 > max_len - 3 - min(qlen[q], most) for q, answers in questions for a in answers)
+        out.append(line(cut, sum(len(answers) for _, answers in questions), "answer targets" + where,
                         f"did not fit dec_max_len={max_len} after their question and were cut"))
     if captions:
         most = max_len - len(tok.caption_prompt()) - 1  # the caption's own tokens, before <eos>

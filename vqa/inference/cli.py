@@ -124,6 +124,7 @@ def run(args) -> int:
         if res.truncated:
             print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
                   "to fit the model)")
+        _say_cut(res, "answer")
         return 0
     res = pred.caption(args.image, **given(args, GenerationConfig))
     written = _attention_out(pred, args, res)
@@ -131,4 +132,11 @@ def run(args) -> int:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
     else:
         print(res.caption)
+    _say_cut(res, "caption")
     return 0
+
+
+def _say_cut(res, what: str) -> None:
+    if res.cut:
+        print(f"vqa: the {what} reached its {len(res.ids)}-token budget without <eos> and was cut "
+              "(--max-new-tokens)", file=sys.stderr)

@@ -112,8 +112,10 @@ def test_captions_greedy_beam_and_seeded_sampling(pred):
         # the beam's log-probability is its caption's, <eos> included, as a teacher-forced pass scores it
         assert beam.log_prob == pytest.approx(
             _teacher_forced_log_prob(pred, draw(name), beam.prompt_ids, beam.ids), abs=1e-4)
-        assert beam.beams[0][1] == beam.log_prob and [s for _, s in beam.beams] == sorted(
-            (s for _, s in beam.beams), reverse=True)
+        # best first, as beam search ranks them: log-probability / (tokens incl. <eos>) ** length_penalty
+        lp = pred.caption_settings(changes=dict(method="beam", num_beams=3)).length_penalty
+        ranked = [s / (len(pred.tokenizer.encode(c)) + 1) ** lp for c, s in beam.beams]
+        assert beam.beams[0][1] == beam.log_prob and ranked == sorted(ranked, reverse=True)
     # hot sampling from the overfit model: a seed gives one caption every time, other seeds other captions
     hot = dict(method="sample", temperature=3.0)
     a = pred.caption(draw("red_circle"), seed=3, **hot)

@@ -13,6 +13,7 @@ from ..errors import VQAError
 from .cache import open_image_cache
 from .collate import Batch
 from .dataset import ImageTextDataset, ItemMaker
+from .lengths import say, split_cuts
 from .readers.shards import ShardSplit
 from .sources import Source
 from .stream import Layout, ShardStream
@@ -67,6 +68,9 @@ class TrainBatches:
                       persistent_workers=layout.workers > 0, generator=gen)
         self.sampler: EpochSampler | None = None
         self.cache = None
+        if not quiet:  # the texts it will cut, said once, before the first step
+            for text in split_cuts(tokenizer, max_len, source, tasks):
+                say(text)
         if isinstance(source, ShardSplit):
             maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train=True)
             self.dataset: Dataset = ShardStream(source, maker, seed=seed, layout=layout, train=True, block=block,

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..config import GenerationConfig
 from ..data.collate import make_collate
 from ..data.dataset import ItemMaker
+from ..data.lengths import Budget, say
 from ..data.loader import eval_dataset, worker_errors
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
@@ -92,19 +93,21 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     was_training = model.training
     model.eval()
     t0 = time.time()
-    n_images = 0
+    n_images, budget = 0, Budget(tokenizer, cfg.dec_max_len)
     for batch in worker_errors(iter(it)):
         n_images += batch.num_images
         images = normalize(batch.images, None, device)
         with autocast:
             memory = encode_images(model, images, compile)  # each image once, for all its questions
         for group in batch.groups:
+            prompts = group.prompts()
             with autocast:
-                out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
+                out = generate(model, prompts, memory=memory, image_index=group.image_index[: group.rows],
                                config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
                 for observe in observers:
                     observe(group, memory, out)
-            for meta, seq, score in zip(group.meta, out.sequences, out.scores, strict=True):
+            for meta, seq, score, prompt in zip(group.meta, out.sequences, out.scores, prompts, strict=True):
+                budget.add(group.task, prompt, seq, gen[group.task], meta.get("question"))
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":
                     vqa_pred[meta["question_id"]] = text
@@ -116,11 +119,13 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     model.train(was_training)
     if world > 1:  # rank 0 gathers every rank's results
         shards = [None] * world
-        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf))
+        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf,
+                                                     budget.counts()))
         if rank != 0:
             return dict(summary={}, vqa_results=[], caption_results=[])
-        vqa_pred, vqa_recs, cap_pred, cap_refs, n_images = {}, [], {}, {}, 0
-        for vp, vr, cp, cr, n, vc in shards:
+        vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, budget = {}, [], {}, {}, 0, Budget(tokenizer, cfg.dec_max_len)
+        for vp, vr, cp, cr, n, vc, b in shards:
+            budget.merge(b)
             vqa_pred.update(vp)
             vqa_conf.update(vc)
             vqa_recs += vr
@@ -131,6 +136,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         qid, n = Counter(r.question_id for r in vqa_recs).most_common(1)[0]
         raise DataError(f"question_id {qid!r} is on {n} questions of this split; question ids must be unique "
                         "(each answer is scored by its question's id)")
+    for line in budget.lines(gen):  # once a run: training's evaluations share its tokenizer
+        say(line, owner=tokenizer)
     summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
     decoded = [t for t, done in (("vqa", vqa_pred), ("caption", cap_pred)) if done]
     if decoded:

@@ -134,6 +134,7 @@ def run(args) -> int:
         if res.truncated:
             print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
                   "to fit the model)")
+        _say_cut(res, "answer")
         return 0
     if _streams(args):
         res = print_stream(pred.stream(args.image, **given(args, GenerationConfig)), sys.stdout)
@@ -144,9 +145,16 @@ def run(args) -> int:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
     elif not _streams(args):
         print(res.caption)
+    _say_cut(res, "caption")
     return 0
 
 
 def _streams(args) -> bool:
     """Text on a terminal is printed as it is decoded; JSON and a pipe get the whole text at once."""
     return not args.json and sys.stdout.isatty()
+
+
+def _say_cut(res, what: str) -> None:
+    if res.cut:
+        print(f"vqa: the {what} reached its {len(res.ids)}-token budget without <eos> and was cut "
+              "(--max-new-tokens)", file=sys.stderr)

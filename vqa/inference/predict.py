@@ -29,8 +29,9 @@ k beams: greedy decoding and sampling give one answer, and asking them for more 
 scores a closed list instead: a softmax over the candidates' total log-probabilities, summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
-end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
-not know (emoji, scripts absent from training) become <unk>: the model still answers.
+end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters outside the
+tokenizer's vocabulary (emoji, scripts absent from training) are spelled in their UTF-8 bytes (byte
+fallback, `vqa.tokenizer`); a tokenizer made before byte fallback gives them as <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
 the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input (`vqa.inference.encoding_cache`),
@@ -179,6 +180,9 @@ class Predictor(PictureInputs):
         prompt = self.tokenizer.vqa_prompt(question, max_len=self.cfg.dec_max_len)
         return prompt, len(prompt) - 3 < full
 
+    def _reached_budget(self, prompt, ids, settings: GenerationConfig) -> bool:
+        return len(ids) >= settings.budget(self.cfg.dec_max_len - len(prompt))
+
     def _pieces(self, ids: list[int]) -> list[str]:
         return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
 
@@ -251,7 +255,8 @@ class Predictor(PictureInputs):
                 ranked, best = answers_from_beams(hyps, self.tokenizer.decode, top_k)
                 results.append(Answer(question=question, answer=self.tokenizer.decode(best), top_k=ranked,
                                       truncated=truncated[b], tokens=self._pieces(best),
-                                      prompt_ids=list(prompts[b]), ids=list(best)))
+                                      prompt_ids=list(prompts[b]), ids=list(best),
+                                      cut=self._reached_budget(prompts[b], best, settings)))
             if return_attention:
                 maps = patch_maps(self.model, memory, index, prompts, [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):
@@ -300,7 +305,8 @@ class Predictor(PictureInputs):
                 seq = gen.sequences[b]
                 beams = [(self.tokenizer.decode(s), float(score)) for s, score in gen.beams[b]] if gen.beams else []
                 results.append(Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]),
-                                       beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq)))
+                                       beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq),
+                                       cut=self._reached_budget(prompt, seq, settings)))
             if return_attention:
                 maps = patch_maps(self.model, memory, index, [prompt] * len(results), [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):

@@ -17,31 +17,25 @@ from ..errors import ConfigError
 from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..model import VQAModel, checkpoint, lora, model_preset, shipped
-from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
+from ..model.pretrained_lm import LM_FIELDS, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
 from . import sharding
 from .optim import part_of
 
 log = get_logger("train")
+VOCAB_SIZE = 8000  # BPE tokens of a tokenizer trained on the training text, when --vocab-size is not given
 
 
 def new_tokenizer(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """The tokenizer of a new run: the pretrained decoder's own, a given tokenizer.json, or BPE trained on
-    the training text. With a pretrained decoder it also says (on stderr) how many training texts are too
-    long for dec_max_len in that tokenizer's tokens."""
+    the training text. (The texts too long for dec_max_len in its tokens: `vqa.data.lengths`.)"""
     source = cfg.dec_pretrained
     if source:
         if cfg.tokenizer:
             raise ConfigError(f"--tokenizer {cfg.tokenizer}: a pretrained decoder (dec_pretrained={source!r}) "
                               "brings its own tokenizer; leave --tokenizer out")
-        tok = tokenizer(source)
-        max_len = preset_fields(cfg.preset, cfg.model).get("dec_max_len", ModelConfig.dec_max_len)
-        texts = (t for batch in training_texts(train_data) for t in batch)
-        warning = context_warning(tok, texts, max_len, source)
-        if warning:
-            log.warning(f"vqa train: {warning}")
-        return tok
+        return tokenizer(source)
     if cfg.tokenizer:
         return Tokenizer.load(cfg.tokenizer)
     return _trained_bpe(cfg, train_data, dist)
@@ -51,7 +45,7 @@ def _trained_bpe(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """BPE trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
     text = [None]
     if dist.main:
-        tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size)
+        tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size or VOCAB_SIZE)
         text = [tok.hf.to_str()]
     if dist.world > 1:
         torch.distributed.broadcast_object_list(text, src=0)
@@ -70,9 +64,34 @@ def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
 
 def check_model_options(cfg: TrainConfig) -> None:
     """At start-up, before the run folder or the data is touched: a new run's --set options that contradict
-    its pretrained language model (`model_preset` reads the model's config.json and names them)."""
+    its pretrained language model (`model_preset` reads the model's config.json and names them), and a
+    --vocab-size that cannot apply."""
+    check_vocab_size(cfg)
     if cfg.dec_pretrained and not cfg.resume and not cfg.init_from:
         model_preset(cfg.preset, **cfg.model)
+
+
+def check_vocab_size(cfg: TrainConfig) -> None:
+    """--vocab-size on a new run whose tokenizer is not trained here (it would be ignored) stops here, in one
+    line naming where the tokenizer comes from and the way out."""
+    if cfg.vocab_size is None or cfg.resume:
+        return
+    flag = f"--vocab-size {cfg.vocab_size}"
+    if cfg.vocab_size < 1:
+        raise ConfigError(f"{flag}: must be >= 1")
+    lm = preset_fields(cfg.preset, cfg.model).get("dec_pretrained")
+    if cfg.tokenizer:
+        why = f"--tokenizer {cfg.tokenizer} gives the tokenizer; leave one of them out"
+    elif cfg.init_from:
+        why = f"the run starts from --init-from {cfg.init_from}, whose tokenizer it keeps; leave --vocab-size out"
+    elif lm:
+        why = f"the pretrained decoder ({lm}) brings its own tokenizer; leave --vocab-size out"
+    elif (name := shipped_towers(cfg)) is not None:
+        why = (f"the {cfg.preset} preset starts from pretrained towers with their own tokenizer (vqa/weights/{name}); "
+               "leave --vocab-size out, or add --from-scratch to train a tokenizer of that size")
+    else:
+        return
+    raise ConfigError(f"{flag} cannot apply: {why}")
 
 
 def check_flips(cfg: TrainConfig) -> None:

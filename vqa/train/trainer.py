@@ -58,20 +58,6 @@ from .step import StepRunner, StepStats, TrainingLoss, wrap_ddp
 log = get_logger("train")
 
 
-def train(cfg: TrainConfig) -> Trainer:
-    """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
-    dist = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
-    trainer = None
-    try:
-        trainer = Trainer(cfg, dist)
-        trainer.fit()
-        return trainer
-    finally:
-        if trainer is not None:
-            trainer.close()
-        distributed.cleanup()
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, dist: distributed.Dist | None = None):
         if cfg.lr is None or cfg.optimizer is None:
@@ -396,4 +382,4 @@ class Trainer:
         dist.barrier()
 
 
-__all__ = ["Trainer", "train", "read_metrics"]
+__all__ = ["Trainer", "read_metrics"]

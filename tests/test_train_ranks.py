@@ -73,6 +73,16 @@ def assert_one_error_line(rank: int, code: int, err: str, match: str) -> None:
     assert len(errors) == 1 and errors[0].startswith("vqa train: error: ") and match in errors[0], (rank, err[-3000:])
 
 
+def test_max_unreadable_counts_the_pictures_of_every_rank(tmp_path):
+    """2 bad pictures on each rank's share, 4 of 16 in all, --max-unreadable 0.125 (2): each rank alone stays
+    within the limit, which the run as a whole is over; both ranks stop, saying so."""
+    data = pictures(tmp_path / "data", (2, 2))
+    results = train_two_ranks(data, tmp_path / "run", "--max-unreadable", "0.125")
+    for rank, (code, err) in enumerate(results):
+        assert_one_error_line(rank, code, err, "of the 16 training pictures are unreadable on the 2 ranks together, "
+                                               "more than --max-unreadable 0.125 allows (2)")
+
+
 def test_when_rank_0_stops_on_unreadable_pictures_every_rank_exits_with_one_line(tmp_path):
     """All 3 bad pictures on rank 0's share, over the limit of 2: no rank ends in a traceback."""
     data = pictures(tmp_path / "data", (3, 0))

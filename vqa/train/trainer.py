@@ -287,6 +287,8 @@ class Trainer:
             due = evaluation_due(self.step, c.eval_every, self.total_steps,
                                  None if budget is None else decision.quarter, evaluated_q)
             evaluated_q = max(decision.quarter, evaluated_q)
+            if stats is not None or finished or due or self.step == halt_at_step:  # every rank at this step
+                self.data.agree_unreadable(dist.device)  # --max-unreadable over all the ranks' pictures
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)

@@ -215,7 +215,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_cli_bad_input_one_line_exit_2_nothing_written(ved, tmp_path, capsys, case):
+def test_cli_bad_input_one_line_exit_1_nothing_written(ved, tmp_path, capsys, case):
     from vqa.cli import main
 
     edit, words = BAD[case]
@@ -223,7 +223,7 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(ved, tmp_path, capsys, ca
     edit(folder)
     out = tmp_path / "out"
     capsys.readouterr()
-    assert main(["import", "--transformers", str(folder), "--out", str(out)]) == 2
+    assert main(["import", "--transformers", str(folder), "--out", str(out)]) == 1  # a bad file, not a usage error
     err = capsys.readouterr().err.strip()
     assert err.startswith("vqa import: error: ") and "\n" not in err and "Traceback" not in err
     for w in words:

@@ -27,7 +27,7 @@ from ..config import GenerationConfig
 from ..data.collate import make_collate
 from ..data.dataset import ItemMaker
 from ..data.lengths import Budget, say
-from ..data.loader import eval_dataset, worker_errors
+from ..data.loader import eval_dataset, unreadable_of, worker_errors
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
@@ -117,6 +117,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                     cap_pred[meta["image_id"]] = text
                     cap_refs[meta["image_id"]] = meta["captions"]
     model.train(was_training)
+    if world > 1 and (tally := unreadable_of(ds)) is not None:  # the unreadable pictures of every rank together
+        tally.agree(device)
     if world > 1:  # rank 0 gathers every rank's results
         shards = [None] * world
         torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf,

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..errors import CheckpointError, InputError
+from ..errors import CheckpointError
 from ..options import add_dataclass_arguments, given
 from .collection.cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
 
@@ -75,8 +75,6 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
 def _load(args, compile: bool | None = False, device=None):
     from .predict import Predictor
 
-    if args.int8 and args.precision != "auto":
-        raise InputError(f"--int8 and --precision {args.precision} do not go together: choose one")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)

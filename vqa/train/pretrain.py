@@ -82,8 +82,8 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import TrainConfig
+    from .launch import train
     from .runfolder import resolve
-    from .trainer import train
 
     check_out_folder("--out", args.out)
     if args.images < 1 or args.val_images < 1:

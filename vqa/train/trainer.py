@@ -58,20 +58,6 @@ from .step import StepRunner, StepStats, TrainingLoss, wrap_ddp
 log = get_logger("train")
 
 
-def train(cfg: TrainConfig) -> Trainer:
-    """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
-    dist = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
-    trainer = None
-    try:
-        trainer = Trainer(cfg, dist)
-        trainer.fit()
-        return trainer
-    finally:
-        if trainer is not None:
-            trainer.close()
-        distributed.cleanup()
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, dist: distributed.Dist | None = None):
         if cfg.lr is None or cfg.optimizer is None:
@@ -301,6 +287,8 @@ class Trainer:
             due = evaluation_due(self.step, c.eval_every, self.total_steps,
                                  None if budget is None else decision.quarter, evaluated_q)
             evaluated_q = max(decision.quarter, evaluated_q)
+            if stats is not None or finished or due or self.step == halt_at_step:  # every rank at this step
+                self.data.agree_unreadable(dist.device)  # --max-unreadable over all the ranks' pictures
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)
@@ -396,4 +384,4 @@ class Trainer:
         dist.barrier()
 
 
-__all__ = ["Trainer", "train", "read_metrics"]
+__all__ = ["Trainer", "read_metrics"]

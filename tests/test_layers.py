@@ -19,8 +19,8 @@ LAYERS = [
     ("vqa.errors", "vqa.json_object", "vqa.locks", "vqa.device", "vqa.distributed", "vqa.options", "vqa.logs"),
     ("vqa.config",),
     ("vqa.tokenizer",),
-    ("vqa.data",),
-    ("vqa.model",),
+    ("vqa.model",),  # the architecture and what its training forward consumes (vqa.model.packed)
+    ("vqa.data",),  # builds that (vqa.data.packing), so it sits above the model
     ("vqa.decoding",),
     ("vqa.evaluation",),
     ("vqa.train",),

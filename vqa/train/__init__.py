@@ -6,7 +6,7 @@
 
 Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
 saved run; the run folder's files), `trainer` (the loop), `build` (a new run's tokenizer and model), `step`
-(one optimizer step over `VQAModel.packed_loss`), `optim` (Muon + AdamW, schedules), `budget`
+(one optimizer step: `model(images, rows)` returns the loss), `optim` (Muon + AdamW, schedules), `budget`
 (`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps one trainer per run
 folder.
 """

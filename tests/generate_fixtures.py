@@ -17,7 +17,7 @@ EOS = 3  # a token the lively model often produces: some rows and beams end earl
 @torch.no_grad()
 def _next_logp(model, image, ids: list[int]) -> torch.Tensor:
     """Log-probabilities of the next token after `ids`: a full teacher-forced forward pass, no cache."""
-    logits = model(image, torch.as_tensor([ids], dtype=torch.long)).logits
+    logits = model.teacher_forced(image, torch.as_tensor([ids], dtype=torch.long)).logits
     return logits[0, -1].float().log_softmax(-1)
 
 
@@ -61,7 +61,7 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty, gaps: list | None
         # every live beam has the same length: one full (uncached) forward pass over all of them
         ids = torch.as_tensor([prompt + seq for seq, _ in live], dtype=torch.long)
         with torch.no_grad():
-            logits = model(image, ids, image_index=torch.zeros(len(live), dtype=torch.long)).logits
+            logits = model.teacher_forced(image, ids, image_index=torch.zeros(len(live), dtype=torch.long)).logits
         logps = logits[:, -1].float().log_softmax(-1).tolist()
         cands = []
         for (seq, s), logp in zip(live, logps, strict=True):
@@ -92,7 +92,7 @@ def ref_beam(model, image, prompt, max_new, k, length_penalty, gaps: list | None
 def loglik(model, image, prompt, seq, with_eos=True) -> float:
     """Total log-probability of `seq` (then <eos>) after `prompt`, from one uncached forward pass."""
     full = prompt + seq + ([model.cfg.eos_id] if with_eos else [])
-    logp = model(image, torch.as_tensor([full])).logits[0].float().log_softmax(-1)
+    logp = model.teacher_forced(image, torch.as_tensor([full])).logits[0].float().log_softmax(-1)
     return sum(float(logp[t - 1, full[t]]) for t in range(len(prompt), len(full)))
 
 
@@ -102,7 +102,7 @@ def ref_greedy_in_vocab(model, image, prompt, max_new, vocab):
     allowed = torch.as_tensor(vocab)
     for _ in range(_room(model, prompt, max_new)):
         with torch.no_grad():
-            logits = model(image, torch.as_tensor([prompt + seq])).logits[0, -1].float()
+            logits = model.teacher_forced(image, torch.as_tensor([prompt + seq])).logits[0, -1].float()
         logp = logits[allowed].log_softmax(-1)
         i = int(logp.argmax())
         tok, score = vocab[i], score + float(logp[i])

@@ -20,8 +20,8 @@ LAYERS = [
      "vqa.cache_home", "vqa.identity"),
     ("vqa.config",),
     ("vqa.tokenizer",),
-    ("vqa.data",),
-    ("vqa.model",),
+    ("vqa.model",),  # the architecture and what its training forward consumes (vqa.model.packed)
+    ("vqa.data",),  # builds that (vqa.data.packing), so it sits above the model
     ("vqa.decoding",),
     ("vqa.evaluation",),
     ("vqa.train",),

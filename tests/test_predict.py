@@ -99,7 +99,7 @@ def _teacher_forced_log_prob(pred, image, prompt_ids, ids) -> float:
     teacher-forced pass (logits at position p score token p+1)."""
     seq = torch.tensor([[*prompt_ids, *ids, pred.tokenizer.eos_id]])
     with torch.no_grad():
-        logp = pred.model(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
+        logp = pred.model.teacher_forced(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
     return sum(float(logp[p - 1, seq[0, p]]) for p in range(len(prompt_ids), seq.shape[1]))
 
 

@@ -6,9 +6,9 @@
 
 Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
 saved run; the run folder's files), `launch` (`train`: one run to its end), `trainer` (the loop), `build` (a new
-run's tokenizer and model), `step` (one optimizer step over `VQAModel.packed_loss`), `optim` (Muon + AdamW,
-schedules), `budget` (`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps one
-trainer per run folder.
+run's tokenizer and model), `step` (one optimizer step: `model(images, rows)` returns the loss), `optim` (Muon +
+AdamW, schedules), `budget` (`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps
+one trainer per run folder.
 """
 
 from .cli import add_arguments, run

@@ -47,13 +47,14 @@ def wire_explorer_tab(t: ExplorerTab, explorer: Explorer, state: gr.State, expla
     views = [t.self_img, t.cross_img, t.qk_img, t.vit_img]
     selectors = [t.token, t.layer, t.head]
     gr.on([t.explain_btn.click, t.tab.select], explorer.explain, [state],
-          [explained, *selectors, t.row, t.col, t.info, *views], api_name="explain",
+          [explained, *selectors, t.row, t.col, t.info, *views, t.cross], api_name="explain",
           concurrency_id="explain", concurrency_limit=2)
-    gr.on([t.layer.input, t.head.input], explorer.redraw_self, [explained, *selectors], [t.self_img, t.qk_img],
-          concurrency_id="explain", api_visibility="undocumented")
-    t.token.input(explorer.redraw_token, [explained, *selectors], [t.cross_img, t.qk_img, t.vit_img, t.row, t.col],
-                  concurrency_id="explain", api_visibility="undocumented")
+    gr.on([t.layer.input, t.head.input, t.cross.input], explorer.redraw_self, [explained, *selectors, t.cross],
+          [t.self_img, t.qk_img], concurrency_id="explain", api_visibility="undocumented")
+    t.token.input(explorer.redraw_token, [explained, *selectors, t.cross],
+                  [t.cross_img, t.qk_img, t.vit_img, t.row, t.col], concurrency_id="explain",
+                  api_visibility="undocumented")
     gr.on([t.row.release, t.col.release], explorer.redraw_patch, [explained, t.row, t.col], t.vit_img,
           concurrency_id="explain", api_visibility="undocumented")
-    t.export_btn.click(explorer.export, [explained, *selectors, t.row, t.col], t.files, api_name="export",
+    t.export_btn.click(explorer.export, [explained, *selectors, t.row, t.col, t.cross], t.files, api_name="export",
                        concurrency_id="explain")

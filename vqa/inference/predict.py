@@ -350,7 +350,7 @@ class Predictor(PictureInputs):
         return Explanation(tokens=tokens, prompt_len=len(prompt), grid=self.grid, memory_prefix=n - self.grid**2,
                            vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
                            question=getattr(result, "question", None), image=pil, resize=self.cfg.vit_resize,
-                           **arrays)
+                           cross_layer_ids=self.cfg.cross_layer_ids, **arrays)
 
 
 def _is_single_image(x: Any) -> bool:

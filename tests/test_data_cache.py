@@ -179,3 +179,21 @@ def test_the_locking_modules_import_where_fcntl_does_not_exist(tmp_path):
 
     with RunLock(tmp_path), pytest.raises(ConfigError, match=f"{tmp_path} is being trained by process {os.getpid()}"):
         RunLock(tmp_path).acquire()
+
+
+def test_a_full_disk_is_a_one_line_error_when_the_file_is_made_and_leaves_no_file(tmp_path, monkeypatch):
+    """The module's promise: space is reserved up front, so a full disk stops the run at once with a message,
+    never a SIGBUS in the middle of an epoch."""
+    import errno
+
+    from vqa.errors import ConfigError
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    (images,) = image_lists(tmp_path / "pics", 1)
+    where = tmp_path / "here.cache"
+    with pytest.raises(ConfigError, match=r"cannot reserve .*No space left on device.*--image-cache off"):
+        open_image_cache(str(where), "1G", images, PRE)
+    assert not where.exists() and not list(tmp_path.glob("here.cache*"))

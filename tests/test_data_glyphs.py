@@ -21,7 +21,7 @@ from vqa.data.synthetic import generator
 from vqa.data.synthetic.corpus import CORPUS_SET
 from vqa.data.synthetic.generator import FAMILIES, mirror_safe
 from vqa.data.synthetic.glyphs import GLYPHS_SET, build_split, generate_glyphs
-from vqa.data.synthetic.glyphs_layout import CHARS
+from vqa.data.synthetic.glyphs_layout import CHARS, MIN_SIZE, K
 from vqa.data.synthetic.glyphs_render import render
 from vqa.data.synthetic.scenes import generate_scenes
 from vqa.data.synthetic.shapes import generate_shapes
@@ -260,3 +260,18 @@ def test_a_smaller_build_is_the_first_pictures_of_a_larger_one(glyphs, tmp_path)
     assert few["v2_mscoco_val_annotations.json"] == big["v2_mscoco_val_annotations.json"]
     qs = _load(small, "v2_OpenEnded_mscoco_train_questions.json")["questions"]
     assert qs == _load(glyphs, "v2_OpenEnded_mscoco_train_questions.json")["questions"][: len(qs)] and len(qs) == 48
+
+
+def test_ink_boxes_never_touch_stay_clear_of_the_border_and_fonts_stay_above_a_fifth_of_the_side():
+    """docs/glyphs.md's layout rules: boxes apart, 5% of the side clear of the border, a glyph shrunk to fit
+    stops once it reaches 24% of the side, so none is under 0.85 x 24% (the last 15% step)."""
+    scenes = build_split("train", 300, SIDE, 7)["scenes"]
+    sizes = [o["size"] / (SIDE * K) for s in scenes for o in s["objects"]]
+    assert min(sizes) >= 0.85 * MIN_SIZE - 1 / (SIDE * K) and min(sizes) < MIN_SIZE  # the shrinking is reached
+    for s in scenes:
+        boxes = [o["box"] for o in s["objects"]]
+        for left, top, right, bottom in boxes:
+            assert min(left, top, SIDE - right, SIDE - bottom) >= 0.05 * SIDE, (s["image_id"], boxes)
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert max(b[0] - a[2], a[0] - b[2], b[1] - a[3], a[1] - b[3]) > 0, (s["image_id"], a, b)

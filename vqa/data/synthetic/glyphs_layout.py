@@ -31,7 +31,7 @@ STYLES = ("solid", "bold", "outlined")
 FONT_SIZE = (0.30, 0.50)  # em as a fraction of the side (the font's capitals are 0.70 em tall)
 MAX_TURN = 20.0  # degrees, either way
 MAX_GLYPHS = 4
-MIN_SIZE = 0.24  # the smallest font size a glyph shrinks to, as a fraction of the side
+MIN_SIZE = 0.24  # a glyph shrinks to fit until its font size is at or under this fraction of the side
 REPEAT = 0.3  # chance that a new glyph copies the character (and, separately, the ink) of an earlier one
 
 

@@ -8,8 +8,8 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 [{"image_id", "caption"}]), `summary.json` (with the answers' calibration) and `reliability.png` (its
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
-With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
-(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
+With --grounding / --consistency / --pointing (a Shapes or Scenes folder) also `grounding.json` /
+`consistency.json` / `pointing.json` (`vqa.evaluation.grounding`, `.consistency`, `.pointing`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
 """
 
@@ -48,6 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--consistency", action="store_true",
                    help="Shapes / Scenes: ask counterfactual twins of the questions (picture mirrored, object "
                         "recoloured, object removed) and score the pairs (consistency.json)")
+    p.add_argument("--pointing", action="store_true",
+                   help="Shapes / Scenes: ask where each object a name picks out is (\"where is the red star?\", "
+                        "as Predictor.point does) and score the point against its box (pointing.json)")
     add_dataclass_arguments(p, GenerationConfig, title="decoding")
 
 
@@ -131,6 +134,12 @@ def run(args) -> int:
         c = observers["consistency"].ask(model, generation["vqa"], device, args.batch_size, compile)
         (out / "consistency.json").write_text(json.dumps(c, indent=2) + "\n")
         print(format_consistency(c))
+    if "pointing" in observers:
+        from .pointing import format_pointing
+
+        pt = observers["pointing"].summary()
+        (out / "pointing.json").write_text(json.dumps(pt, indent=2) + "\n")
+        print(format_pointing(pt))
     print(f"results written to {out}")
     return 0
 
@@ -139,13 +148,14 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
     """{"grounding": Grounding, "consistency": Consistency}, as asked, for `evaluate` to show its rows to."""
     from ..data.sources import is_pattern
 
-    flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency)) if on]
+    flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency),
+                             ("--pointing", args.pointing)) if on]
     if not flags:
         return {}
     if is_pattern(args.data) or is_pattern(split):
         raise ConfigError(f"{flags[0]} needs a Shapes or Scenes folder as --data, not a shard pattern")
-    if args.consistency and "vqa" not in tasks:
-        raise ConfigError("--consistency asks questions: it needs the vqa task (--tasks vqa or both)")
+    if (args.consistency or args.pointing) and "vqa" not in tasks:
+        raise ConfigError(f"{flags[-1]} asks questions: it needs the vqa task (--tasks vqa or both)")
     from .scene_objects import load_scenes
 
     scenes = load_scenes(args.data, split, flags[0])
@@ -158,4 +168,8 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
         from .consistency import Consistency
 
         out["consistency"] = Consistency(tok, scenes)
+    if args.pointing:
+        from .pointing import Pointing
+
+        out["pointing"] = Pointing(model, tok, scenes)
     return out

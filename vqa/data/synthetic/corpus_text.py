@@ -20,6 +20,7 @@ import numpy as np
 
 from .corpus_layout import COLOURS, KINDS, RELATIONS, relation_holds, size_word
 from .generator import FAMILIES
+from .locations import NOWHERE, WHERE_Q, location
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6,
              "location": 6, "relation": 6}  # others: yes/no; location: "nowhere" kept near a sixth of its answers
@@ -35,9 +36,6 @@ SPATIAL_Q = ("is the {a} {rel} the {b}?", "true or false: the {a} is {rel} the {
              "compared with the {b}, is the {a} {further}?", "relative to the {b}, is the {a} {to}?")
 WHICH_Q = "which is {further}, the {a} or the {b}?"  # answer: the name of the one that is
 WHAT_Q = "what is {rel} the {b}?"  # answer: the one object that clearly is
-WHERE_Q = ("where is the {}?", "point at the {}.")
-NOWHERE = "nowhere"
-GRID = 16  # location answers: cells of a GRID x GRID grid over the picture
 # each relation as a comparative ("further left") and as a place ("to the left")
 FURTHER = {"left of": "further left", "right of": "further right", "above": "higher up", "below": "lower down"}
 TO = {"left of": "to the left", "right of": "to the right", "above": "higher", "below": "lower"}
@@ -95,26 +93,6 @@ def true_relations(objs: list[dict], side: int) -> list[tuple[str, str, str]]:
 def relation_statement(a: str, rel: str, b: str, form: int) -> str:
     """'the star is left of the ring', 'left of the ring is the star' or 'the ring is right of the star'."""
     return (f"the {a} is {rel} the {b}", f"{rel} the {b} is the {a}", f"the {b} is {INVERSE[rel]} the {a}")[form]
-
-
-def location(o: dict, side: int) -> str:
-    """'5 11 4': the column and row of o's centre and its diameter, in cells of a GRID x GRID grid."""
-    col, row = (min(GRID - 1, int(GRID * v / side)) for v in (o["x"], o["y"]))
-    return f"{col} {row} {max(1, round(GRID * o['d'] / side))}"
-
-
-def parse_location(text: str, side_x: float, side_y: float) -> tuple[tuple[float, float], tuple] | None:
-    """The point (x, y) and box (left, top, right, bottom) in pixels of a picture side_x x side_y that a
-    location answer names, or None for "nowhere" or a text that is not one."""
-    words = text.split()
-    if len(words) != 3 or not all(w.isdigit() for w in words):
-        return None
-    col, row, size = (int(w) for w in words)
-    if not (col < GRID and row < GRID and size >= 1):
-        return None
-    cx, cy = (col + 0.5) * side_x / GRID, (row + 0.5) * side_y / GRID
-    hx, hy = size * side_x / GRID / 2, size * side_y / GRID / 2
-    return (cx, cy), (max(0.0, cx - hx), max(0.0, cy - hy), min(side_x, cx + hx), min(side_y, cy + hy))
 
 
 def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
@@ -186,5 +164,5 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
     return cands
 
 
-__all__ = ["CORPUS_FAMILIES", "GRID", "N_ANSWERS", "NOWHERE", "WHERE_Q", "candidates", "make_captions", "full_name",
-           "location", "parse_location", "short_name", "place", "true_relations"]
+__all__ = ["CORPUS_FAMILIES", "N_ANSWERS", "candidates", "make_captions", "full_name", "short_name", "place",
+           "true_relations"]

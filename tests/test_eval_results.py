@@ -26,6 +26,10 @@ def test_eval_results_live_beside_the_checkpoint_and_survive_the_next_save(shape
     # the paper's table, the answers' calibration and its reliability diagram
     printed = capsys.readouterr().out
     assert "BLEU-4  METEOR  ROUGE-L  CIDEr" in printed and "ECE" in printed and "ROUGE-L" in summary
+    # a built-in set's questions: the accuracy per template under the question types (test_eval_wordings.py)
+    assert "  per template (Shapes wordings; accuracy, questions):\n" in printed
+    rows = [row for family in summary["per_template"]["per_family"].values() for row in family.values()]
+    assert sum(row["questions"] for row in rows) == summary["questions"]
     cal = summary["calibration"]
     assert cal["bins"] == 15 and sum(b["count"] for b in cal["reliability"]) == summary["questions"]
     assert cal["accuracy_at_coverage"]["100%"] == pytest.approx(summary["vqa_accuracy"], abs=0.01)

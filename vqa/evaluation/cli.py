@@ -9,7 +9,9 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 With --grounding / --consistency / --pointing (a Shapes or Scenes folder) also `grounding.json` /
-`consistency.json` / `pointing.json` (`vqa.evaluation.grounding`, `.consistency`, `.pointing`). Decoding options (greedy by default) apply to both tasks; answers are cut at 10 tokens unless
+`consistency.json` / `pointing.json` (`vqa.evaluation.grounding`, `.consistency`, `.pointing`). On a built-in
+set's split the table breaks each question type down by template (`vqa.evaluation.wordings`). Decoding options
+(greedy by default) apply to both tasks; answers are cut at 10 tokens unless
 --max-new-tokens says otherwise.
 """
 

@@ -4,8 +4,8 @@
 `evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
 default, never generating a special token but <eos> (the tokenizer's `never_generated`), and returns the
 summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4, CIDEr-D) with the result lists
-in the official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L and the calibration of the answers'
-confidence (`vqa.evaluation.calibration`). `format_summary` prints the table papers print.
+in the official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L, the calibration of the answers'
+confidence (`vqa.evaluation.calibration`) and, on a built-in set, the accuracy per template (`vqa.evaluation.wordings`). `format_summary` prints the table papers print.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..errors import DataError, ExtraMissing
 from ..logs import bars_off, get_logger
 from .calibration import calibration_summary
 from .metrics import caption_scores, start_meteor, vqa_scores
+from .wordings import format_templates, template_scores
 
 
 def generation_for(tasks, generation: GenerationConfig | Mapping[str, GenerationConfig] | None) -> dict:
@@ -134,6 +135,9 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
             qids = list(scores["per_question"])
             summary["calibration"] = calibration_summary([vqa_conf[q] for q in qids],
                                                          [scores["per_question"][q] / 100 for q in qids])
+            templates = template_scores(vqa_recs, scores["per_question"])  # a built-in set's split only
+            if templates:
+                summary["per_template"] = templates
     if cap_pred:
         try:
             summary.update(caption_scores(cap_pred, cap_refs, paper=paper, meteor=meteor))
@@ -179,7 +183,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def format_summary(s: dict) -> str:
     """The summary as papers print it: VQA accuracy overall and per answer type; captions' BLEU-4, METEOR,
-    ROUGE-L and CIDEr (x100, "-" for a score not computed); then the calibration and the question types."""
+    ROUGE-L and CIDEr (x100, "-" for a score not computed); then the calibration, the question types and their
+    templates."""
     precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
     lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
     if "vqa_accuracy" in s:
@@ -203,6 +208,8 @@ def format_summary(s: dict) -> str:
     if s.get("per_question_type"):
         lines.append("  per question type:")
         lines += [f"    {k:<24} {v:6.2f}" for k, v in sorted(s["per_question_type"].items())]
+    if s.get("per_template"):
+        lines += format_templates(s["per_template"])
     return "\n".join(lines)
 
 

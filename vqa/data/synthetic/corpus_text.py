@@ -18,7 +18,7 @@ from itertools import product
 
 import numpy as np
 
-from .corpus_layout import COLOURS, KINDS, RELATIONS, relation_holds, size_word
+from .corpus_layout import COLOURS, FILLS, KINDS, RELATIONS, relation_holds, size_word
 from .generator import FAMILIES
 from .locations import NOWHERE, WHERE_Q, location
 
@@ -45,6 +45,12 @@ CORPUS_FAMILIES = FAMILIES + ("location", "relation", "count")
 INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above",
            "bigger than": "smaller than", "smaller than": "bigger than"}
 COMPARE_Q = ("are there more {} than {}?", "are there fewer {} than {}?")
+# every wording per family (spatial: one per form and relation asked), as `templates` matches a question back to it
+TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence": EXIST_Q, "count": COUNT_Q,
+             "spatial": tuple(t.replace("{rel}", rel) for t in SPATIAL_Q for rel in RELATIONS[:4]),
+             "comparison": COMPARE_Q}
+# the words a slot holds: an object's name, with its article
+SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), *FILLS, "object", "objects", "a", "an")
 
 
 def article(phrase: str) -> str:

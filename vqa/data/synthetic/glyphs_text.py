@@ -74,6 +74,14 @@ SPATIAL_Q = {
     "below": ("is the {a} written below the {b}?", "is the {a} lower on the page than the {b}?"),
 }
 COMPARE_Q = (("are there more {} than {}?", ">"), ("are there fewer {} than {}?", "<"), ("are there as many {} as {}?", "="))
+# every wording per family (spatial: one per form and relation), as `templates` matches a question back to it
+TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": tuple(t for ts in CHAR_Q.values() for t in ts),
+             "existence": EXIST_Q, "count": COUNT_Q,
+             "spatial": tuple(SPATIAL_Q[rel][k] for k in range(2) for rel in RELATIONS),
+             "comparison": tuple(t for t, _ in COMPARE_Q)}
+# the words a slot holds: a glyph's name, with its article; "{k}" and "{c}" hold one kind, one ink
+SLOT_WORDS = (*INKS, *KINDS, *PLURAL.values(), "character", *(short(c) for c in CHARS), "a", "an")
+SLOTS = {"k": tuple(KINDS), "c": tuple(INKS)}
 
 GROUPS = [(c, k) for c in (None, *INKS) for k in (None, *KINDS)]  # (ink, kind); (None, None) = every glyph
 # existence: (ink, kind) or (None, None, char); an ink with a character ("a red K?") would be a "no" nearly

@@ -34,6 +34,10 @@ COUNT_Q = ("how many {} are in the picture?", "what number of {} can you see?", 
 SPATIAL_Q = ("is the {a} {rel} than the {b}?", "compared with the {b}, is the {a} {rel}?")
 COMPARE_Q = (("is the number of {} greater than the number of {}?", ">"), ("are the {} outnumbered by the {}?", "<"),
              ("are there as many {} as {}?", "="))
+# every wording per family (spatial: one per order and relation), as `templates` matches a question back to it
+TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence": EXIST_Q, "count": COUNT_Q,
+             "spatial": tuple(t.replace("{rel}", rel) for t in SPATIAL_Q for rel in RELATIONS),
+             "comparison": tuple(t for t, _ in COMPARE_Q)}
 
 
 def name(colour: str | None, kind: str | None, plural: bool = False, most: str | None = None) -> str:
@@ -46,6 +50,8 @@ def article(phrase: str) -> str:
     return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
+# the words a slot holds: a thing's name, with its article
+SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), "thing", "things", "biggest", "smallest", "a", "an")
 DESCS = [(c, k) for c in (None, *COLOURS) for k in (None, *KINDS)]  # (colour, kind); (None, None) = anything
 # the wordings, made once (candidates() runs for every image): per description / pair, one per template
 COUNTS = {d: [t.format(name(*d, plural=True)) for t in COUNT_Q] for d in DESCS}

@@ -59,15 +59,27 @@ def _unique_refs(o: dict, counts: Counter, keys: tuple[str, ...]) -> list[tuple]
     return out
 
 
+# every wording per family (spatial: one per relation), slots "{}", "{a}", "{b}": what `candidates` fills in and
+# what `templates` matches a question back to
+TEMPLATES = {
+    "attribute_color": ("what color is the {}?",), "attribute_shape": ("what shape is the {}?",),
+    "existence": ("is there {}?",), "count": ("how many {} are there?",),
+    "spatial": tuple(f"is the {{a}} {rel} the {{b}}?" for rel in RELATIONS),
+    "comparison": ("are there more {} than {}?", "are there fewer {} than {}?"),
+}
+SPATIAL_Q = dict(zip(RELATIONS, TEMPLATES["spatial"], strict=True))
+# the words a slot holds: an object's description, with its article
+SLOT_WORDS = (*SIZES, *COLORS, *SHAPES, *(_plural(s) for s in SHAPES), "object", "objects", "a", "an")
+
 ALL_DESCS = list(product((None, *SIZES), (None, *COLORS), (None, *SHAPES)))
 NAME = {a: describe(a) for a in ALL_DESCS}  # precomputed wordings: candidates() runs ~100k times per build
-COUNT_Q = {a: f"how many {describe(a, True)} are there?" for a in ALL_DESCS}
-EXIST_Q = {a: f"is there {_a(describe(a))}?" for a in ALL_DESCS if any(a)}
+COUNT_Q = {a: TEMPLATES["count"][0].format(describe(a, True)) for a in ALL_DESCS}
+EXIST_Q = {a: TEMPLATES["existence"][0].format(_a(describe(a))) for a in ALL_DESCS if any(a)}
 COMPARE_Q = [
-    (x, y, f"are there {word} {describe(x, True)} than {describe(y, True)}?", word == "more")
+    (x, y, template.format(describe(x, True), describe(y, True)), more)
     for group in ([(None, None, s) for s in SHAPES], [(None, c, None) for c in COLORS], [(s, None, None) for s in SIZES])
     for x, y in product(group, repeat=2) if x != y
-    for word in ("more", "fewer")
+    for template, more in zip(TEMPLATES["comparison"], (True, False), strict=True)
 ]
 
 
@@ -78,9 +90,9 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
     cands: dict[str, list[tuple[str, str]]] = {f: [] for f in FAMILIES}
     for o in objs:
         for r in _unique_refs(o, counts, ("size", "shape")):
-            cands["attribute_color"].append((f"what color is the {NAME[r]}?", o["color"]))
+            cands["attribute_color"].append((TEMPLATES["attribute_color"][0].format(NAME[r]), o["color"]))
         for r in _unique_refs(o, counts, ("size", "color")):
-            cands["attribute_shape"].append((f"what shape is the {NAME[r]}?", o["shape"]))
+            cands["attribute_shape"].append((TEMPLATES["attribute_shape"][0].format(NAME[r]), o["shape"]))
     cands["count"] = [(q, str(counts[a])) for a, q in COUNT_Q.items()]
     cands["existence"] = [(q, "yes" if counts[a] else "no") for a, q in EXIST_Q.items()]
     refs = [_unique_refs(o, counts, ("size", "color", "shape")) for o in objs]
@@ -91,7 +103,7 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
             holds = relation_holds(objs[i], objs[j], rel, side)
             if holds is not None:
                 ra, rb = refs[i][rng.integers(len(refs[i]))], refs[j][rng.integers(len(refs[j]))]
-                cands["spatial"].append((f"is the {NAME[ra]} {rel} the {NAME[rb]}?", "yes" if holds else "no"))
+                cands["spatial"].append((SPATIAL_Q[rel].format(a=NAME[ra], b=NAME[rb]), "yes" if holds else "no"))
     for x, y, q, more in COMPARE_Q:
         nx, ny = counts[x], counts[y]
         cands["comparison"].append((q, "yes" if (nx > ny if more else nx < ny) else "no"))

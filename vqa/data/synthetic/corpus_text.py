@@ -46,9 +46,15 @@ INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "belo
            "bigger than": "smaller than", "smaller than": "bigger than"}
 COMPARE_Q = ("are there more {} than {}?", "are there fewer {} than {}?")
 # every wording per family (spatial: one per form and relation asked), as `templates` matches a question back to it
+def _per_relation(t: str) -> tuple[str, ...]:
+    """A template with its relation written out, once per relation asked."""
+    return tuple(dict.fromkeys(t.replace("{rel}", r).replace("{further}", FURTHER[r]).replace("{to}", TO[r])
+                               for r in RELATIONS[:4]))
+
+
 TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence": EXIST_Q, "count": COUNT_Q,
-             "spatial": tuple(t.replace("{rel}", rel) for t in SPATIAL_Q for rel in RELATIONS[:4]),
-             "comparison": COMPARE_Q}
+             "spatial": tuple(w for t in SPATIAL_Q for w in _per_relation(t)), "comparison": COMPARE_Q,
+             "location": WHERE_Q, "relation": (*_per_relation(WHICH_Q), *_per_relation(WHAT_Q))}
 # the words a slot holds: an object's name, with its article
 SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), *FILLS, "object", "objects", "a", "an")
 

@@ -117,25 +117,24 @@ def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1, lengths: s
 
 def step_runner(model, preset_name: str, device, compile: bool = False):
     """`vqa train`'s own step (vqa.train.step.StepRunner) around `model`: the preset's optimizer (Muon + AdamW
-    for tiny), the training loss (`VQAModel.packed_loss`), bf16 autocast on GPUs with bf16 tensor cores, the
-    sync-free gradient scaling, clip 1.0. Returns (runner, loss module, optimizer); batches come from
-    `train_collate(model)`."""
+    for tiny), the model's training loss (`model(images, rows)`, `VQAModel.forward`), bf16 autocast on GPUs
+    with bf16 tensor cores, the sync-free gradient scaling, clip 1.0. Returns (runner, optimizer); batches
+    come from `train_batch`."""
     from vqa.config import TrainConfig
     from vqa.device import autocast_dtype
     from vqa.train.optim import make_optimizer as make
-    from vqa.train.step import StepRunner, TrainingLoss
+    from vqa.train.step import StepRunner
 
     cfg = TrainConfig(data="-", out="-", preset=preset_name).with_preset_defaults()
     model.train()
     opt = make(model, cfg.lr, cfg.encoder_lr, cfg.weight_decay, fused=device.type == "cuda", kind=cfg.optimizer,
                muon_scale=cfg.muon_lr_scale)
-    loss = TrainingLoss(model)
-    fwd = torch.compile(loss) if compile else loss
+    fwd = torch.compile(model) if compile else model
     amp = autocast_dtype("auto", device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == torch.float16)
     params = [p for g in opt.param_groups for p in g["params"]]
     runner = StepRunner(fwd, opt, scaler, params, device, cfg.grad_clip, amp)
-    return runner, loss, opt
+    return runner, opt
 
 
 def train_batch(items: list[dict], preset_name: str, compile: bool = False):
@@ -163,12 +162,10 @@ def ours_trainer(model: VQAModel, device, compile: bool = False):
     (vqa.data.packing.pack, done once per batch, as the loader's workers do it), the training loss (one image
     encoding for all its questions, loss on the answer tokens only), autocast on CUDA, grad clip 1.0, AdamW."""
     from vqa.data.packing import pack
-    from vqa.train.step import TrainingLoss
 
     model.train()
     opt = make_optimizer(model, 1e-4, 1e-4, 0.05, fused=device.type == "cuda")
-    loss_module = TrainingLoss(model)
-    fwd = torch.compile(loss_module) if compile else loss_module
+    fwd = torch.compile(model) if compile else model
     dt = amp_dtype(device)
     packed: dict[int, tuple] = {}
 

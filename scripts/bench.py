@@ -52,15 +52,15 @@ def peak_flops(device) -> float | None:
     return C.peak_bf16(device)[0] if device.type == "cuda" else None
 
 
-def step_flops(loss, batch) -> float:
+def step_flops(model, batch) -> float:
     """FLOPs of one training step's forward and backward, counted by torch.utils.flop_counter (matmuls,
     convolutions including tiny's conv stem, attention); the optimizer's own arithmetic is left out, as MFU
     conventionally does."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as fc:
-        loss(batch.images, batch.packed).backward()
-    loss.zero_grad(set_to_none=True)
+        model(batch.images, batch.packed).backward()
+    model.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
 
@@ -78,7 +78,7 @@ def bench_train(name, device, n_img, repeats, compile):
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
-    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
+    runner, opt = C.step_runner(model, name, device, compile=compile)
     batches = [C.train_batch(C.train_items(model.cfg, n_img, seed=k), name, compile) for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:  # warm-up (and, compiled, every shape once)
@@ -90,7 +90,7 @@ def bench_train(name, device, n_img, repeats, compile):
         runner([batch])
     mem = C.tensor_peak(lambda: runner([batch]), device)
     t = C.median(times)
-    fl = step_flops(loss, batch)
+    fl = step_flops(model, batch)
     row = dict(train_images_per_s=n_img / t, train_step_ms=t * 1e3,
                train_batch=f"{n_img} img x {C.QUESTIONS} q + 1 cap", train_peak_mib=mem / 2**20,
                params_m=model.num_parameters() / 1e6, train_gflop=fl / 1e9, train_syncs=syncs.count,
@@ -185,7 +185,7 @@ def mem_table(name, device, sizes):
 
 def _train_peak(name, device, n) -> int:
     model = C.build_ours(name, device)
-    runner, _, _ = C.step_runner(model, name, device)
+    runner, _ = C.step_runner(model, name, device)
     batch = C.train_batch(C.train_items(model.cfg, n), name)
     runner([batch])  # the optimizer state exists after the first step
     if device.type != "cuda":
@@ -204,7 +204,7 @@ def readiness(name, device, compile) -> dict:
     from vqa.train.step import count_syncs, host_tensors
 
     model = C.build_ours(name, device)
-    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
+    runner, opt = C.step_runner(model, name, device, compile=compile)
     batches = [C.train_batch(C.train_items(model.cfg, 4, seed=k), name, compile) for k in range(8)]
     counters.clear()
     for b in batches if compile else batches[:2]:
@@ -212,7 +212,7 @@ def readiness(name, device, compile) -> dict:
     with count_syncs(ignore=host_tensors(opt)) as syncs:
         runner([batches[0]])
     return dict(preset=name, optimizer=type(opt).__name__, params_m=model.num_parameters() / 1e6,
-                gflop_per_image=step_flops(loss, batches[0]) / 4 / 1e9, syncs=syncs.count,
+                gflop_per_image=step_flops(model, batches[0]) / 4 / 1e9, syncs=syncs.count,
                 graphs=counters["stats"]["unique_graphs"] if compile else None,
                 graph_breaks=sum(counters["graph_break"].values()) if compile else None)
 

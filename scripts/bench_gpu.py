@@ -64,12 +64,12 @@ def batches(model, name: str, n: int, device, compile: bool, count: int, lengths
     return out
 
 
-def step_flops(loss, batch) -> float:
+def step_flops(model, batch) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as fc:
-        loss(batch.images, batch.packed).backward()
-    loss.zero_grad(set_to_none=True)
+        model(batch.images, batch.packed).backward()
+    model.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
 
@@ -99,11 +99,11 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
     from torch._dynamo.utils import counters
 
     model = C.build_ours(name, device)
-    runner, loss, opt = C.step_runner(model, name, device, compile=compile)
+    runner, opt = C.step_runner(model, name, device, compile=compile)
     if world > 1:
         from vqa.train.step import wrap_ddp
 
-        ddp = wrap_ddp(loss, device, device.index or 0)
+        ddp = wrap_ddp(model, device, device.index or 0)
         runner.fwd, runner.ddp, runner.world = (torch.compile(ddp) if compile else ddp), ddp, world
     shapes = batches(model, name, n, device, compile, n_shapes if compile else 1, lengths)
     counters.clear()
@@ -126,7 +126,7 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
         peak = C.tensor_peak(lambda: runner([batch]), device)
     fl = float("nan")
     with contextlib.suppress(Exception):  # FLOPs of the eager loss (the same arithmetic compiled)
-        fl = step_flops(loss, batch)
+        fl = step_flops(model, batch)
     real, total = batch.packed.real_tokens, batch.packed.input_ids.numel()
     pk, _ = peak_flops(device, limits)
     row = dict(preset=name, batch=n, world=world, compile=compile, lengths=lengths, step_ms=t * 1e3,

@@ -33,7 +33,7 @@ VARIANTS = {"plain": {}, "checkpointing": dict(grad_checkpointing=True), "lora 1
 def measure(name: str, device, batch: int, options: dict, repeats: int) -> list:
     model = C.build_ours(name, device)
     memory_options(TrainConfig(**options), model)
-    runner, _, opt = C.step_runner(model, name, device)
+    runner, opt = C.step_runner(model, name, device)
     step = C.train_batch(C.train_items(model.cfg, batch), name)
     runner([step])  # the optimizer state exists after the first step
     state = _tensor_bytes(opt.state_dict())

@@ -6,8 +6,8 @@
     .venv/bin/python scripts/profile_train.py --data /tmp/s --preset base --device cuda   # kernels on a GPU
 
 After a few warm-up steps it times --steps steps split into their parts (medians, ms): data (the loader's next
-batch), forward (`VQAModel.packed_loss` on the batch's rows packed across images as training lays them out:
-encoder, decoder, loss), backward, optimizer (step and zero_grad); on CUDA each part ends with a
+batch), forward (`VQAModel.forward`: the loss of the batch's rows packed across images as training lays them
+out: encoder, decoder, loss), backward, optimizer (step and zero_grad); on CUDA each part ends with a
 synchronize, so a part's time is its device time. Then it profiles 5 whole steps (vqa.train.step.StepRunner)
 with torch.profiler and prints the operators by self time: CPU time on a CPU, kernel time on a GPU (where
 the time inside the kernels goes, for MFU). Training's own defaults apply (on CUDA: compiled, bf16 autocast,

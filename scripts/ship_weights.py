@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+from vqa.identity import checkpoint_identity
 from vqa.model import checkpoint, shipped
 
 
@@ -35,6 +36,7 @@ def main() -> None:
         pretrain_machine="2-core CPU shared with other jobs",
         corpus_val_scores={k: trained["val_scores"][k] for k in ("vqa_accuracy", "BLEU-4", "CIDEr-D")},
         parameters=trained.get("parameters"), sha256=shipped.sha256(dst / "model.safetensors"),
+        identity=checkpoint_identity(dst),
         init_from="random weights",
     )
     (dst / "card.json").write_text(json.dumps(card, indent=1) + "\n")

@@ -64,11 +64,11 @@ def assert_causal(model: VQAModel, min_change: float = 1e-5) -> None:
     """Changing the token at position j never changes the logits before j, and changes every one from j on."""
     images = random_images(1, model.cfg)
     ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]])
-    base = model(images, ids).logits
+    base = model.teacher_forced(images, ids).logits
     for j in (1, 4, 7):
         changed = ids.clone()
         changed[0, j] = 40 + j
-        out = model(images, changed).logits
+        out = model.teacher_forced(images, changed).logits
         torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
         assert (out[:, j:] - base[:, j:]).abs().amax(-1).min() > min_change
 
@@ -119,7 +119,7 @@ def overfit_model(max_steps: int = 400):
     step = 0
     for step in range(1, max_steps + 1):
         model.train()
-        loss = model(images, ids, loss_mask=mask, return_logits=False).loss
+        loss = model.teacher_forced(images, ids, loss_mask=mask, return_logits=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

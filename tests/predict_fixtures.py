@@ -77,7 +77,7 @@ def train_checkpoint(folder: str | Path, max_steps: int = 600, seed: int = 0) ->
     step = 0
     for step in range(1, max_steps + 1):
         model.train()
-        loss = model(images, ids, loss_mask=mask, image_index=index_t, return_logits=False).loss
+        loss = model.teacher_forced(images, ids, loss_mask=mask, image_index=index_t, return_logits=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -235,14 +235,14 @@ def test_the_explorer_shows_the_matrix_the_maps_and_exports_them(client, picture
     empty = client.predict(api_name="/explain")  # before any question: a hint, no pictures
     assert "Ask a question" in empty[5] and empty[6] is None
     _ask(client, handle_file(str(pictures["blue_square"])), COLOR_Q)
-    token, layer, head, row, col, info, self_img, cross_img, qk_img, vit_img = client.predict(api_name="/explain")
+    token, layer, head, row, col, info, self_img, cross_img, qk_img, vit_img, cross = client.predict(api_name="/explain")
     assert '"what color is the shape?" → "blue"' in info
     for path in (self_img, cross_img, qk_img, vit_img):
         with Image.open(path) as im:
             assert im.width > 300 and im.height > 150
     value = lambda update: update["value"] if isinstance(update, dict) else update  # noqa: E731
     assert value(token) == 0 and value(head) == -1 and 1 <= value(row) <= 4 and 1 <= value(col) <= 4
-    files = client.predict(*(value(x) for x in (token, layer, head, row, col)), api_name="/export")
+    files = client.predict(*(value(x) for x in (token, layer, head, row, col, cross)), api_name="/export")
     names = sorted(os.path.basename(f) for f in files)
     assert "attention.npz" in names and "self_attention_layer1.png" in names
     assert any(n.startswith("cross_attention_01_blue") for n in names)

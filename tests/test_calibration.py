@@ -62,6 +62,5 @@ def test_summary_in_percent_and_the_plot(tmp_path):
     assert s["ece"] == 37.5 and s["bins"] == 15 and s["mean_confidence"] == 62.5
     assert s["accuracy_at_coverage"]["100%"] == 50.0 and s["accuracy_at_coverage"]["50%"] == 50.0
     assert s["reliability"][13] == dict(lo=13 / 15, hi=14 / 15, count=2, confidence=90.0, accuracy=50.0)
-    pytest.importorskip("matplotlib")
     png = plot_reliability(s, tmp_path / "reliability.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

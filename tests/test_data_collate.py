@@ -13,7 +13,8 @@ from helpers import tiny_model
 from test_packing import items
 
 from vqa.data.collate import collate, make_collate
-from vqa.data.packing import IGNORE, pack, plan
+from vqa.data.packing import pack, plan
+from vqa.model.packed import IGNORE
 
 WEIGHTS = {"vqa": 1.0, "caption": 0.5}
 

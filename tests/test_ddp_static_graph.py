@@ -13,7 +13,7 @@ from helpers import tiny_model
 from test_packing import items
 
 from vqa.data.collate import collate
-from vqa.train.step import StepRunner, TrainingLoss, wrap_ddp
+from vqa.train.step import StepRunner, wrap_ddp
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def _train(rank: int, world: int, init_file: str, static: bool, out: str) -> Non
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         model = tiny_model(seed=0).train()
-        ddp = wrap_ddp(TrainingLoss(model), torch.device("cpu"), static_graph=static)
+        ddp = wrap_ddp(model, torch.device("cpu"), static_graph=static)
         assert ddp.static_graph == static and ddp.gradient_as_bucket_view
         weights = _steps(model, ddp, [rank], world, ddp)
         if rank == 0:
@@ -61,7 +61,7 @@ def test_static_graph_trains_the_same_parameters_as_without_and_as_one_process(t
     with_static, without = _run(tmp_path, True), _run(tmp_path, False)
     model = tiny_model(seed=0).train()
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    one = _steps(model, TrainingLoss(model), [0, 1], 1)  # one process, both ranks' micro-batches
+    one = _steps(model, model, [0, 1], 1)  # one process, both ranks' micro-batches
     assert any(not torch.equal(with_static[k], start[k]) for k in start)  # training moved the weights
     for k in without:
         torch.testing.assert_close(with_static[k], without[k], atol=1e-7, rtol=1e-6, msg=k)

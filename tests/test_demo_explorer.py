@@ -24,13 +24,14 @@ pytestmark = DEMO_WARNINGS
 def test_the_explorer_handlers_explain_the_last_answer_and_export_it(handlers, pred, pictures, tmp_path):
     ex = Explorer(pred)
     empty = ex.explain(None)  # before any question: a hint, no pictures
-    assert empty[0] is None and empty[6] == EMPTY_HINT and empty[7:] == (None, None, None, None)
+    assert empty[0] is None and empty[6] == EMPTY_HINT and empty[7:11] == (None, None, None, None)
     for redraw, args in ((ex.redraw_self, (0, 0, h.MEAN)), (ex.redraw_patch, (1, 1)), (ex.export, (0, 0, 0, 1, 1))):
         assert "Nothing to explain" in _error(redraw, None, *args).title
     *_, state = handlers.ask(str(pictures["blue_square"]), COLOR_Q, 3, None)
-    e, token, layer, head, row, col, info, *views = ex.explain(state)
+    e, token, layer, head, row, col, info, *views, cross = ex.explain(state)
     assert '"what color is the shape?" → "blue"' in info and ex.explanation(e).text == "blue"
     assert token.value == 0 and head.value == h.MEAN and layer.value == pred.cfg.dec_depth - 1
+    assert cross.value == pred.cfg.cross_layers - 1
     assert 1 <= row.value <= pred.grid and 1 <= col.value <= pred.grid
     assert all(isinstance(v, Image.Image) and v.width > 300 for v in views)
     self_img, qk = ex.redraw_self(e, 0, 0, 1)
@@ -83,7 +84,7 @@ def test_users_share_a_few_explanations_and_keep_only_a_handle(handlers, pred, p
     users = []
     for name in ("blue_square", "red_circle", "blue_square"):
         *_, state = handlers.ask(str(pictures[name]), COLOR_Q, 3, None)
-        handle, *_, vit = ex.explain(state)
+        handle, *_, vit, _cross = ex.explain(state)
         assert isinstance(handle, Explained) and len(pickle.dumps(handle.state)) < 100_000
         users.append((handle, vit))
     assert len(ex._recent) == 2 and users[0][0] not in ex._recent  # the first user's was dropped
@@ -98,6 +99,7 @@ class _SavedExplanation:
 
     generated = ["blue"]
     self_weights = np.zeros((1, 1, 2, 2))  # [L, H, T, T]: one layer, one head
+    cross_weights = np.zeros((1, 1, 2, 1))  # [Lc, H, T, N]
     grid = 1
 
     def save(self, folder, **_):
@@ -136,3 +138,43 @@ def test_exports_leave_a_bounded_number_of_folders(monkeypatch, tmp_path):
     with pytest.raises(OSError):
         Explorer(None).export(Failing(), 0, 0, h.MEAN, 1, 1)
     assert list(tmp_path.glob("vqa-attention-*")) == []  # a failed export leaves nothing behind
+
+
+def test_a_llama_layout_model_gets_each_view_its_own_layers_by_the_language_models_number(tmp_path, pictures):
+    """The llama layout (SmolLM2's presets) has a cross-attention block before every dec_cross_every-th layer:
+    here 2 of 3. The self-attention view offers the 3 layers, the query/keys view the 2 cross-attention layers,
+    named by the decoder layer they belong to (1 and 3); each is reached, none is shown for another."""
+    import torch
+    from llama_fixtures import save_tiny_llama
+    from lm_fixtures import VIT
+
+    from vqa.demo.explorer import cross_choices
+    from vqa.demo.explorer_tab import build_tab
+    from vqa.inference.predict import Predictor
+    from vqa.model import VQAModel, model_preset
+    from vqa.tokenizer import Tokenizer
+
+    folder = save_tiny_llama(tmp_path / "lm", "smollm2")
+    torch.manual_seed(0)
+    model = VQAModel(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, dec_cross_every=2, **VIT))
+    pred = Predictor(model.eval(), Tokenizer.for_language_model(folder), device="cpu")
+    cfg = pred.cfg
+    assert (cfg.dec_depth, cfg.cross_layers, cross_choices(cfg)) == (3, 2, [("layer 1", 0), ("layer 3", 1)])
+    with gr.Blocks(), gr.Tabs():
+        tab = build_tab(cfg, pred.grid)
+    assert [c[1] for c in tab.layer.choices] == [0, 1, 2] and tab.layer.value == 2
+    assert [c[0] for c in tab.cross.choices] == ["layer 1", "layer 3"] and tab.cross.value == 1
+    e = pred.explain(str(pictures["blue_square"]), COLOR_Q, max_new_tokens=2)
+    assert e.self_weights.shape[0] == 3 and e.cross_weights.shape[0] == 2
+    assert [e.cross_layer_number(j) for j in range(2)] == [1, 3]
+    ex = Explorer(pred)
+    self_last, qk_last = ex.redraw_self(e, 0, 2, h.MEAN, 1)  # self-attention layer 3: reachable now
+    self_first, qk_first = ex.redraw_self(e, 0, 0, h.MEAN, 0)
+    assert self_last.tobytes() != self_first.tobytes() and qk_last.tobytes() != qk_first.tobytes()
+    assert np.array_equal(np.asarray(ex.redraw_self(e, 0, 2, h.MEAN, 0)[1]), np.asarray(qk_first))  # its own control
+    assert "cross-attention layer must be a whole number from 0 to 1, got 2" in _error(
+        ex.redraw_self, e, 0, 0, h.MEAN, 2).message
+    names = [os.path.basename(f) for f in ex.export(e, 0, 2, h.MEAN, 1, 1, 0)]
+    assert any(n.endswith("_layer1_head1.png") for n in names) and "self_attention_layer3.png" in names
+    npz = next(f for f in ex.export(e, 0, 0, 0, 1, 1) if f.endswith(".npz"))
+    assert np.load(npz)["cross_layer_ids"].tolist() == [0, 2]

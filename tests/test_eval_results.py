@@ -11,6 +11,7 @@ from vqa.cli import main
 from vqa.data.readers.formats import load_split
 from vqa.errors import DataError
 from vqa.evaluation.evaluate import evaluate
+from vqa.identity import checkpoint_identity
 from vqa.model import checkpoint
 
 
@@ -23,6 +24,7 @@ def test_eval_results_live_beside_the_checkpoint_and_survive_the_next_save(shape
     out = run / "last-eval-val"  # not inside last/: a save replaces that folder whole
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 1 and summary["checkpoint"] == str((run / "last").resolve())
+    assert summary["model"] == checkpoint_identity(run / "last")  # which model, whatever the folder holds later
     # the paper's table, the answers' calibration and its reliability diagram
     printed = capsys.readouterr().out
     assert "BLEU-4  METEOR  ROUGE-L  CIDEr" in printed and "ECE" in printed and "ROUGE-L" in summary

@@ -23,7 +23,7 @@ from vqa.data.collate import collate
 from vqa.errors import ConfigError
 from vqa.train import build, sharding
 from vqa.train.optim import make_optimizer
-from vqa.train.step import StepRunner, TrainingLoss
+from vqa.train.step import StepRunner
 
 pytestmark = pytest.mark.slow
 
@@ -39,24 +39,23 @@ def _model_and_optimizer(setup: str, sharded: bool):
     cfg = TrainConfig(**SETUPS[setup])
     model = tiny_model(seed=0).train()
     build.memory_options(cfg, model)  # LoRA (its base weights frozen: groups mixing frozen and trained) and checkpointing
-    loss = TrainingLoss(model)
     if sharded:
-        sharding.shard(loss)
+        sharding.shard(model)  # the model itself: its forward is the loss
     opt = make_optimizer(model, 3e-3, 1e-3, 0.05, kind=cfg.optimizer)
-    return model, loss, opt
+    return model, opt
 
 
 def _steps(setup: str, ranks: list[int], world: int, sharded: bool):
     """STEPS optimizer steps of vqa train's StepRunner on MICRO micro-batches of each of `ranks`."""
-    model, loss, opt = _model_and_optimizer(setup, sharded)
+    model, opt = _model_and_optimizer(setup, sharded)
     params = [p for g in opt.param_groups for p in g["params"]]
-    runner = StepRunner(loss, opt, torch.amp.GradScaler("cpu", enabled=False), params, torch.device("cpu"), 1.0,
-                        None, world)
+    runner = StepRunner(model, opt, torch.amp.GradScaler("cpu", enabled=False), params, torch.device("cpu"),
+                        1.0, None, world)
     for step in range(STEPS):
         runner([collate(items(model, seed=100 * step + 10 * rank + k, n_images=3), pad_id=0,
                         task_weights={"vqa": 1.0, "caption": 0.5})
                 for rank in ranks for k in range(MICRO)])
-    return model, loss, opt
+    return model, opt
 
 
 def _groups(state: dict) -> list[dict]:
@@ -70,10 +69,10 @@ def _sharded(rank: int, world: int, init_file: str, setup: str, out: str) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        model, loss, opt = _steps(setup, [rank], world, sharded=True)
+        model, opt = _steps(setup, [rank], world, sharded=True)
         assert all(sharding.is_sharded(p) for p in model.parameters())
         plain = sharding.plain_copy(model, everywhere=False)  # rank 0 only
-        state = sharding.full_optimizer_state(loss, opt)
+        state = sharding.full_optimizer_state(model, opt)
         assert (plain is None) == (state is None) == (rank != 0)
         everywhere = sharding.plain_copy(model, everywhere=True)
         if rank == 0:
@@ -81,9 +80,9 @@ def _sharded(rank: int, world: int, init_file: str, setup: str, out: str) -> Non
             assert all(torch.equal(v, everywhere.state_dict()[k]) for k, v in plain.state_dict().items())
         dist.barrier()
         saved = torch.load(out, weights_only=True)["optimizer"]
-        _, loss2, opt2 = _model_and_optimizer(setup, sharded=True)  # a fresh sharded run resuming it
-        sharding.load_optimizer_state(loss2, opt2, saved)
-        again = sharding.full_optimizer_state(loss2, opt2)
+        model2, opt2 = _model_and_optimizer(setup, sharded=True)  # a fresh sharded run resuming it
+        sharding.load_optimizer_state(model2, opt2, saved)
+        again = sharding.full_optimizer_state(model2, opt2)
         if rank == 0:  # every rank got its part back
             for a, b in [(again, saved)] if "state" in saved else [(again[k], saved[k]) for k in saved]:
                 assert _groups(a) == _groups(b)
@@ -98,7 +97,7 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains_on_both_batches(tm
     out = tmp_path / "sharded.pt"
     mp.spawn(_sharded, args=(2, str(tmp_path / "init"), setup, str(out)), nprocs=2, join=True)
     sharded = torch.load(out, weights_only=True)
-    model, _, opt = _steps(setup, [0, 1], 1, sharded=False)
+    model, opt = _steps(setup, [0, 1], 1, sharded=False)
     start = tiny_model(seed=0).state_dict()
     one = model.state_dict()
     assert set(sharded["weights"]) == set(one)  # the same names, LoRA adapters included

@@ -1,6 +1,8 @@
 """Beam search: the cached search equals an uncached one that never stops early (generate_fixtures.ref_beam),
 it returns k hypotheses sorted by their length-penalized score, beam size 1 is greedy decoding, and the exact
-search never scores below its early-stopping self."""
+search never scores below its early-stopping self. The hypotheses are compared exactly: no rank that decides
+one is a near-tie on the lively model (test_generate.py's test_the_lively_models_choices_are_not_near_ties), so
+float32 rounding, which differs between CPUs, cannot reorder them."""
 
 from __future__ import annotations
 

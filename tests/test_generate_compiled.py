@@ -1,5 +1,9 @@
 """The compiled decode step and image encoder (torch.compile, inductor): the same logits and results as the
 eager ones at every step and for any batch, and an eager fallback, with a warning, where they cannot be built.
+Logits are compared within 1e-5 (inductor fuses and reorders float32 arithmetic); tokens and beams exactly,
+which holds on every CPU because the lively model's choices are no near-ties (test_generate.py's
+test_the_lively_models_choices_are_not_near_ties covers these prompts and settings). int8's compiled path is
+test_precision.py's.
 (Deselected under mutmut, which torch.compile cannot trace: pyproject.toml's [tool.mutmut].)"""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from PIL import Image
 from vqa.cli import main
 from vqa.data.synthetic.scenes_layout import COLOURS as SCENES_COLOURS
 from vqa.data.synthetic.shapes_layout import COLORS as SHAPES_COLORS
-from vqa.errors import DataError
+from vqa.errors import ConfigError, DataError
 from vqa.evaluation.grounding import (
     Grounding,
     Tally,
@@ -216,7 +216,7 @@ def test_vqa_eval_grounding_writes_its_scores(shapes_dir, tmp_path, capsys):
 
 
 def test_grounding_needs_boxes_and_a_synthetic_folder(shapes_dir, tmp_path):
-    with pytest.raises(DataError, match="needs a Shapes or Scenes folder"):
+    with pytest.raises(ConfigError, match="needs a Shapes or Scenes folder"):  # a usage error
         load_scenes(tmp_path, "val", "--grounding")
     doc = json.loads((shapes_dir / "shapes_val_scenes.json").read_text())
     for s in doc["scenes"]:

@@ -19,6 +19,7 @@ from vqa.decoding.generate import generate
 from vqa.export.hf_export import export_transformers
 from vqa.export.hf_import import import_transformers
 from vqa.export.hf_layout import IGNORED
+from vqa.identity import checkpoint_identity
 from vqa.model import VQAModel, checkpoint
 from vqa.tokenizer import Tokenizer
 
@@ -47,6 +48,7 @@ def test_import_then_export_gives_the_source_tensors_back(tmp_path, kind):
     for k, v in before.items():
         assert torch.equal(v, after[k]), k
     assert ("enc_to_dec_proj.weight" in after) == (kind == "projection")
+    assert json.loads((out / "vqa-export.json").read_text())["model"] == checkpoint_identity(checkpoint.resolve(run))
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen["decoder_start_token_id"] == gen["eos_token_id"] and "forced_bos_token_id" not in gen
     assert "decoder_start_token_id" not in json.loads((out / "config.json").read_text()).get("decoder", {})
@@ -88,7 +90,7 @@ def test_export_of_a_model_built_here_generates_vqa_captions(tmp_path, case):
     prompt = tok.caption_prompt()  # <bos> <caption>
     ids = torch.tensor([prompt + [7, 9, 11, 5]] * 4)
     with torch.no_grad():
-        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model.teacher_forced(x, ids).logits
     assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
     with torch.no_grad():
         out_ids = hf.generate(pixel_values=x)  # generation_config.json alone: start, forced <caption>, greedy
@@ -120,7 +122,7 @@ def test_exported_configs_carry_what_the_logits_cannot_show(tmp_path):
     assert eps(hf.decoder) == eps(model.decoder) == {1e-4}
     x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
     with torch.no_grad():
-        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model.teacher_forced(x, ids).logits
         assert (ours - theirs).abs().max() < 1e-4
         assert torch.equal(hf.train()(pixel_values=x, decoder_input_ids=ids).logits, theirs)
     dec = hf.config.decoder
@@ -149,7 +151,7 @@ def test_the_export_leans_on_no_transformers_default(tmp_path, monkeypatch):
     hf = load_ved(folder).train()
     x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
     with torch.no_grad():
-        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model.teacher_forced(x, ids).logits
     assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
     dec = transformers.GPT2Config(**hf_configs(model, tok)[1])
     assert dec.add_cross_attention is True and dec.is_decoder is True
@@ -163,7 +165,7 @@ def test_a_model_of_one_block_per_tower_exports(tmp_path):
     hf = load_ved(export_transformers(run, tmp_path / "hf"))
     x, ids = images(2), torch.tensor([tok.caption_prompt() + [7, 9, 11]] * 2)
     with torch.no_grad():
-        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model(x, ids).logits
+        theirs, ours = hf(pixel_values=x, decoder_input_ids=ids).logits, model.teacher_forced(x, ids).logits
     assert theirs.abs().max() > 1 and (ours - theirs).abs().max() < 1e-4
 
 

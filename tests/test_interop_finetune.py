@@ -75,7 +75,7 @@ def _task_losses(run, data) -> dict[str, float]:
             x = tf.finish(item["image"])[None]
             for row in item["rows"]:
                 ids = torch.tensor([row["input_ids"]])
-                out = model(x, ids, loss_mask=torch.tensor([row["loss_mask"]]))
+                out = model.teacher_forced(x, ids, loss_mask=torch.tensor([row["loss_mask"]]))
                 sums[row["task"]].append(float(out.loss))
     return {k: sum(v) / len(v) for k, v in sums.items()}
 

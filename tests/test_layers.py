@@ -16,11 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent / "vqa"
 
 # lowest first; a module belongs to the entry with the longest matching prefix
 LAYERS = [
-    ("vqa.errors", "vqa.json_object", "vqa.locks", "vqa.device", "vqa.distributed", "vqa.options", "vqa.logs"),
+    ("vqa.errors", "vqa.json_object", "vqa.locks", "vqa.device", "vqa.distributed", "vqa.options", "vqa.logs",
+     "vqa.cache_home", "vqa.identity"),
     ("vqa.config",),
     ("vqa.tokenizer",),
-    ("vqa.data",),
-    ("vqa.model",),
+    ("vqa.model",),  # the architecture and what its training forward consumes (vqa.model.packed)
+    ("vqa.data",),  # builds that (vqa.data.packing), so it sits above the model
     ("vqa.decoding",),
     ("vqa.evaluation",),
     ("vqa.train",),

@@ -40,8 +40,9 @@ def test_a_fresh_adapter_leaves_the_model_unchanged_and_a_trained_one_changes_it
     names = lora.add_lora(fresh, 4, 8.0, ("self_attn", "mlp"))
     assert names and all(".cross" not in n for n in names) and all(n.startswith("decoder.blocks.") for n in names)
     with torch.no_grad():
-        assert torch.equal(fresh(images, ids).logits, base(images, ids).logits)
-        assert not torch.allclose(_adapted()(images, ids).logits, base(images, ids).logits, atol=1e-3)
+        assert torch.equal(fresh.teacher_forced(images, ids).logits, base.teacher_forced(images, ids).logits)
+        assert not torch.allclose(_adapted().teacher_forced(images, ids).logits,
+                                  base.teacher_forced(images, ids).logits, atol=1e-3)
 
 
 @pytest.mark.parametrize("targets", [("self_attn", "mlp"), ("self_attn", "mlp", "vit")])
@@ -49,9 +50,9 @@ def test_merged_logits_equal_unmerged(targets):
     model = _adapted(targets)
     images, ids, _ = _inputs(model)
     with torch.no_grad():
-        before = model(images, ids).logits
+        before = model.teacher_forced(images, ids).logits
         lora.merge_lora(model)
-        after = model(images, ids).logits
+        after = model.teacher_forced(images, ids).logits
     assert not lora.lora_layers(model)
     assert all(type(m) is torch.nn.Linear for n, m in model.named_modules() if n.endswith((".qkv", ".fc1")))
     assert (after - before).abs().max() <= 1e-5
@@ -73,7 +74,7 @@ def test_only_adapters_and_the_cross_attention_train():
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     model.train()
-    model(images, ids, mask).loss.backward()
+    model.teacher_forced(images, ids, mask).loss.backward()
     opt.step()
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved <= trained and any(n.endswith(".lora_B") for n in moved)
@@ -92,7 +93,7 @@ def test_save_then_load_gives_the_same_logits(tmp_path):
     model = _adapted(vocab_size=tok.vocab_size)
     images, ids, _ = _inputs(model)
     with torch.no_grad():
-        want = model(images, ids).logits
+        want = model.teacher_forced(images, ids).logits
     folder = checkpoint.save(tmp_path / "ckpt", model, tok)
     assert (folder / lora.ADAPTER_WEIGHTS).is_file() and (folder / lora.ADAPTER_CONFIG).is_file()
     from safetensors.torch import load_file
@@ -104,14 +105,14 @@ def test_save_then_load_gives_the_same_logits(tmp_path):
     merged, _, _ = checkpoint.load(folder)
     assert lora.lora_layers(apart) and not lora.lora_layers(merged)
     with torch.no_grad():
-        assert torch.equal(apart(images, ids).logits, want)
-        assert (merged(images, ids).logits - want).abs().max() <= 1e-5
+        assert torch.equal(apart.teacher_forced(images, ids).logits, want)
+        assert (merged.teacher_forced(images, ids).logits - want).abs().max() <= 1e-5
     from vqa.inference.predict import Predictor
 
     p = Predictor.from_pretrained(folder, device="cpu")  # one merged model, as vqa export's
     assert not lora.lora_layers(p.model)
     with torch.no_grad():
-        assert (p.model(images, ids).logits - want).abs().max() <= 1e-5
+        assert (p.model.teacher_forced(images, ids).logits - want).abs().max() <= 1e-5
 
 
 def test_a_damaged_adapter_file_is_a_checkpoint_error(tmp_path):

@@ -18,7 +18,7 @@ def _grads(checkpointing: bool) -> tuple[dict[str, torch.Tensor], int]:
         blk.register_forward_pre_hook(lambda *_: calls.append(1))  # (recomputation may stop early)
     ids, mask = make_batch([[1, 5, 7], [1, 9]], [[11, 12, 2], [13, 2]])
     torch.manual_seed(5)
-    model(random_images(2, model.cfg), ids, mask).loss.backward()
+    model.teacher_forced(random_images(2, model.cfg), ids, mask).loss.backward()
     return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, len(calls)
 
 
@@ -36,8 +36,8 @@ def test_checkpointing_is_off_outside_training():
     model.set_grad_checkpointing(True)
     ids, _ = make_batch([[1, 5, 7]], [[11, 2]])
     with torch.no_grad():  # eval: no recomputation needed, the same logits
-        want = tiny_model(0)(random_images(1, model.cfg), ids).logits
-        assert torch.equal(model(random_images(1, model.cfg), ids).logits, want)
+        want = tiny_model(0).teacher_forced(random_images(1, model.cfg), ids).logits
+        assert torch.equal(model.teacher_forced(random_images(1, model.cfg), ids).logits, want)
 
 
 def test_the_estimate_grows_with_the_batch_and_shrinks_with_checkpointing_and_lora():

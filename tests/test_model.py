@@ -49,10 +49,10 @@ def test_the_decoder_uses_the_sinusoidal_table_and_learned_positions_replace_it(
     # the learned table is really what the decoder adds
     images = random_images(1, learned.cfg)
     ids = _ids([[1, 5, 6, 7]])
-    before = learned(images, ids).logits
+    before = learned.teacher_forced(images, ids).logits
     with torch.no_grad():  # not a constant vector: every LayerNorm would subtract that away
         learned.decoder.pos.weight[2] += torch.linspace(-1.0, 1.0, learned.cfg.dec_width)
-    after = learned(images, ids).logits
+    after = learned.teacher_forced(images, ids).logits
     assert torch.allclose(before[:, :2], after[:, :2], atol=1e-6)
     assert (after[:, 2:] - before[:, 2:]).abs().max() > 1e-2
 
@@ -73,8 +73,8 @@ def test_qk_norm_decoder_is_still_causal_and_the_flags_reach_the_model():
     images = random_images(1, model.cfg)
     ids = _ids([[1, 5, 6, 7, 8, 9]])
     with torch.no_grad():
-        a = model(images, ids).logits
-        b = model(images, _ids([[1, 5, 6, 7, 8, 20]])).logits
+        a = model.teacher_forced(images, ids).logits
+        b = model.teacher_forced(images, _ids([[1, 5, 6, 7, 8, 20]])).logits
     torch.testing.assert_close(a[:, :5], b[:, :5])
     assert not torch.allclose(a[:, 5], b[:, 5])
 
@@ -99,9 +99,10 @@ def test_dec_dropout_drops_in_training_only():
     with torch.no_grad():
         for p, random_in_training in ((0.0, False), (0.5, True)):
             model = tiny_model(dec_dropout=p)
-            torch.testing.assert_close(model(images, ids).logits, model(images, ids).logits)  # eval: no dropout
+            torch.testing.assert_close(model.teacher_forced(images, ids).logits,
+                                       model.teacher_forced(images, ids).logits)  # eval: no dropout
             model.train()
-            a, b = model(images, ids).logits, model(images, ids).logits
+            a, b = model.teacher_forced(images, ids).logits, model.teacher_forced(images, ids).logits
             assert (not torch.allclose(a, b)) is random_in_training
 
 
@@ -117,12 +118,12 @@ def test_cross_attention_is_used_different_images_give_different_logits():
     model = tiny_model()
     images = random_images(2, model.cfg)
     ids = _ids([[1, 5, 9, 13]] * 2)
-    logits = model(images, ids).logits
+    logits = model.teacher_forced(images, ids).logits
     assert (logits[0] - logits[1]).abs().amax(-1).min() > 1e-3  # at every position
-    same = model(images[:1].expand(2, -1, -1, -1), ids).logits
+    same = model.teacher_forced(images[:1].expand(2, -1, -1, -1), ids).logits
     torch.testing.assert_close(same[0], same[1])
     # image_index routes text rows to images
-    swapped = model(images, ids, image_index=torch.tensor([1, 0])).logits
+    swapped = model.teacher_forced(images, ids, image_index=torch.tensor([1, 0])).logits
     torch.testing.assert_close(swapped[0], logits[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(swapped[1], logits[0], atol=1e-5, rtol=1e-5)
 
@@ -136,7 +137,7 @@ def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
     targets = [[20, 21, 2], [23, 24, 25, 2]]
     ids, mask = make_batch(prompts, targets, cfg.pad_id)  # row 0: 6 tokens then 3 of right padding
     assert ids.shape == (2, 9) and ids[0, 6:].tolist() == [cfg.pad_id] * 3
-    out = model(images, ids, loss_mask=mask)
+    out = model.teacher_forced(images, ids, loss_mask=mask)
     assert out.n_targets == 7
     logp = out.logits.log_softmax(-1)
     # by hand: position t predicts token t+1, only target tokens count
@@ -156,13 +157,13 @@ def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
     # padding: other pad ids after the end change nothing; the prompt tokens are never predicted
     repadded = ids.clone()
     repadded[0, 6:] = 33
-    torch.testing.assert_close(model(images, repadded, loss_mask=mask).loss, out.loss)
+    torch.testing.assert_close(model.teacher_forced(images, repadded, loss_mask=mask).loss, out.loss)
     # a loss_mask on the prompt too would count the prompt: the code must not be doing that already
     everything = mask.clone()
     everything[0, 1 : len(prompts[0])] = True
-    assert abs(float(model(images, ids, loss_mask=everything).loss) - float(out.loss)) > 1e-3
+    assert abs(float(model.teacher_forced(images, ids, loss_mask=everything).loss) - float(out.loss)) > 1e-3
     # the loss alone (no logits) is the same number
-    alone = model(images, ids, loss_mask=mask, return_logits=False)
+    alone = model.teacher_forced(images, ids, loss_mask=mask, return_logits=False)
     assert alone.logits is None
     torch.testing.assert_close(alone.loss, out.loss)
     # and it is the plain cross-entropy of the shifted, selected positions
@@ -249,17 +250,17 @@ def test_integer_images_are_an_input_error():
         tiny_model().encode(torch.zeros(1, 3, 32, 32, dtype=torch.uint8))
 
 
-def test_forward_rejects_empty_and_too_long_sequences():
+def test_teacher_forced_rejects_empty_and_too_long_sequences():
     model = tiny_model()
     images = random_images(1, model.cfg)
     with pytest.raises(InputError, match="T >= 1"):
-        model(images, torch.zeros(1, 0, dtype=torch.long))
+        model.teacher_forced(images, torch.zeros(1, 0, dtype=torch.long))
     too_long = torch.ones(1, model.cfg.dec_max_len + 1, dtype=torch.long)
     with pytest.raises(InputError, match="dec_max_len=32"):
-        model(images, too_long)
-    model(images, torch.ones(1, model.cfg.dec_max_len, dtype=torch.long))  # exactly the maximum is fine
+        model.teacher_forced(images, too_long)
+    model.teacher_forced(images, torch.ones(1, model.cfg.dec_max_len, dtype=torch.long))  # exactly the maximum is fine
     with pytest.raises(InputError, match="2 images for 1 text rows"):
-        model(random_images(2, model.cfg), _ids([[1, 5]]))
+        model.teacher_forced(random_images(2, model.cfg), _ids([[1, 5]]))
 
 
 def test_default_config_is_still_valid():

@@ -14,9 +14,10 @@ from helpers import random_images, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqa.data.collate import collate, make_collate
-from vqa.data.packing import IGNORE, pack
+from vqa.data.packing import pack
 from vqa.model.attention import ImageRoute
 from vqa.model.encoder_decoder import segment_mask
+from vqa.model.packed import IGNORE
 
 WEIGHTS = {"vqa": 1.0, "caption": 0.3}
 
@@ -43,14 +44,14 @@ def packed(its, pad_id: int = 0, multiple: int = 1, weights=None):
 
 
 def reference_loss(model, its, weights=None) -> torch.Tensor:
-    """The model's own teacher-forced loss (`VQAModel.forward`), one text row and its image at a time: the sum
-    over rows of the task's weight x the row's mean loss x its target count."""
+    """The model's own teacher-forced loss (`VQAModel.teacher_forced`), one text row and its image at a time:
+    the sum over rows of the task's weight x the row's mean loss x its target count."""
     weights = weights or WEIGHTS
     total = 0.0
     for it in its:
         for r in it["rows"]:
-            out = model(it["image"][None], torch.tensor([r["input_ids"]]), loss_mask=torch.tensor([r["loss_mask"]]),
-                        return_logits=False)
+            out = model.teacher_forced(it["image"][None], torch.tensor([r["input_ids"]]),
+                                       loss_mask=torch.tensor([r["loss_mask"]]), return_logits=False)
             total = total + weights[r["task"]] * out.loss * out.n_targets
     return total
 
@@ -122,7 +123,7 @@ def test_packed_rows_hold_every_image_row_once_with_its_image_and_weights(seed, 
 
 def _loss_and_grads(model, images, rows):
     model.zero_grad()
-    loss = model.packed_loss(images, rows)
+    loss = model(images, rows)
     loss.backward()
     return loss.detach(), {n: q.grad.clone() for n, q in model.named_parameters() if q.grad is not None}
 
@@ -148,6 +149,20 @@ def test_loss_and_gradients_equal_the_models_own_teacher_forced_loss(multiple):
     assert grads.keys() == ref.keys()
     for n in ref:
         torch.testing.assert_close(grads[n], ref[n], atol=1e-10, rtol=1e-8, msg=n)
+
+
+def test_the_forward_returns_on_request_the_target_logits_its_loss_is_made_of():
+    """`model(images, rows, return_logits=True)`: (the same loss, the logits [K, V] at the target positions),
+    and that loss is those logits' cross-entropy against the targets times their task weights, summed."""
+    model = tiny_model().eval()
+    b = collate(items(model, seed=3), pad_id=0, pad_multiple=8, task_weights=WEIGHTS)
+    with torch.no_grad():
+        loss = model(b.images, b.packed)
+        again, logits = model(b.images, b.packed, return_logits=True)
+    assert torch.equal(again, loss) and logits.shape == (b.packed.target_pos.numel(), model.cfg.vocab_size)
+    real = b.packed.target_ids != IGNORE
+    logp = logits[real].float().log_softmax(-1).gather(1, b.packed.target_ids[real, None])[:, 0]
+    torch.testing.assert_close(-(logp * b.packed.target_weight[real]).sum(), loss)
 
 
 def hidden_across(model, images, p) -> torch.Tensor:
@@ -222,7 +237,7 @@ def test_image_keys_and_values_are_never_copied_per_row():
     its = items(model, seed=7, n_images=6)
     b = collate(its, pad_id=0, task_weights=WEIGHTS)
     with torch.no_grad(), Shapes() as ops:
-        model.packed_loss(b.images, b.packed)
+        model(b.images, b.packed)
     selects = [shape for name, shape in ops.names if name.startswith("index_select")]
     assert len(selects) == 2 * model.cfg.dec_depth + 1
     assert all(len(shape) == 2 for shape in selects)
@@ -251,7 +266,7 @@ def test_a_batch_without_any_text_row_gives_a_zero_loss_that_reaches_every_param
     images = random_images(2, model.cfg)
     batch = collate([dict(image=images[0], rows=[]), dict(image=images[1], rows=[])], pad_id=0,
                     task_weights=WEIGHTS)
-    loss = model.packed_loss(batch.images, batch.packed)
+    loss = model(batch.images, batch.packed)
     loss.backward()
     assert float(loss.detach()) == 0.0
     assert all(q.grad is not None and not q.grad.any() for q in model.parameters())

@@ -91,6 +91,11 @@ def test_the_wheel_works_from_any_folder(installed, tmp_path):
     lines = {" ".join(line.split()[:3]): line for line in readme_commands()}
     where = run(installed, tmp_path, ["python", "-c", "import vqa; print(vqa.__file__)"]).stdout.strip()
     assert where.startswith(str(installed.parent)), where  # the wheel's copy, not the checkout's
+    # the demo's packages and huggingface_hub are the wheel's own requirements, not an extra's
+    code = "import importlib.metadata as m; print('\\n'.join(m.requires('vqa')))"
+    requires = run(installed, tmp_path, ["python", "-c", code]).stdout.splitlines()
+    core = {re.split(r"[<>=;\[ ]", r)[0].replace("-", "_").lower() for r in requires if "extra ==" not in r}
+    assert {"gradio", "matplotlib", "huggingface_hub"} <= core, core
     assert re.fullmatch(r"vqa \d+\.\d+\.\d+\n", run(installed, tmp_path, ["vqa", "--version"]).stdout)
     run(installed, tmp_path, command(lines["vqa data shapes"], train="48", val="8") + ["--workers", "1"])
     train = command(lines["vqa train --data"], time_limit=None)

@@ -99,7 +99,7 @@ def _teacher_forced_log_prob(pred, image, prompt_ids, ids) -> float:
     teacher-forced pass (logits at position p score token p+1)."""
     seq = torch.tensor([[*prompt_ids, *ids, pred.tokenizer.eos_id]])
     with torch.no_grad():
-        logp = pred.model(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
+        logp = pred.model.teacher_forced(pred.transform(pred.load(image))[None], seq).logits.log_softmax(-1)[0]
     return sum(float(logp[p - 1, seq[0, p]]) for p in range(len(prompt_ids), seq.shape[1]))
 
 
@@ -112,8 +112,10 @@ def test_captions_greedy_beam_and_seeded_sampling(pred):
         # the beam's log-probability is its caption's, <eos> included, as a teacher-forced pass scores it
         assert beam.log_prob == pytest.approx(
             _teacher_forced_log_prob(pred, draw(name), beam.prompt_ids, beam.ids), abs=1e-4)
-        assert beam.beams[0][1] == beam.log_prob and [s for _, s in beam.beams] == sorted(
-            (s for _, s in beam.beams), reverse=True)
+        # best first, as beam search ranks them: log-probability / (tokens incl. <eos>) ** length_penalty
+        lp = pred.caption_settings(changes=dict(method="beam", num_beams=3)).length_penalty
+        ranked = [s / (len(pred.tokenizer.encode(c)) + 1) ** lp for c, s in beam.beams]
+        assert beam.beams[0][1] == beam.log_prob and ranked == sorted(ranked, reverse=True)
     # hot sampling from the overfit model: a seed gives one caption every time, other seeds other captions
     hot = dict(method="sample", temperature=3.0)
     a = pred.caption(draw("red_circle"), seed=3, **hot)
@@ -190,7 +192,6 @@ def test_attention_maps_of_a_padded_batch_equal_each_rows_alone(pred):
 
 
 def test_heatmap_has_the_image_size_and_follows_the_letterbox():
-    pytest.importorskip("matplotlib", reason="the heatmap needs the eval extra (pip install 'vqa[eval]')")
     grid = 4
     maps = torch.zeros(2, 3, grid, grid)
     maps[1, 2, 1, 0] = 1.0  # layer 1, head 2 looks at the second patch row, first column only
@@ -225,7 +226,6 @@ def test_heatmap_has_the_image_size_and_follows_the_letterbox():
 
 
 def test_heatmap_on_the_predictor_output_matches_the_input_size(pred):
-    pytest.importorskip("matplotlib", reason="the heatmap needs the eval extra (pip install 'vqa[eval]')")
     img = draw("red_circle", size=(123, 77))
     res = pred.answer(img, COLOR_Q, return_attention=True)
     heat = attention_heatmap(img, res.words()[0][1], image_size=pred.cfg.vit_image_size)

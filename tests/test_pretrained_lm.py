@@ -17,7 +17,7 @@ from lm_fixtures import hf_logits, lm_model, save_tiny_gpt2, text_vocab
 from vqa.config import preset
 from vqa.decoding.generate import generate
 from vqa.model import VQAModel
-from vqa.tokenizer import SPECIAL_TOKENS, Tokenizer
+from vqa.tokenizer import BYTE_TOKENS, SPECIAL_TOKENS, Tokenizer
 
 # ---------------------------------------------------------------- exactness
 
@@ -34,8 +34,8 @@ def test_loaded_decoder_logits_equal_transformers_gpt2(tmp_path, variant):
     ids = torch.randint(0, n, (3, model.cfg.dec_max_len), generator=g)  # every position the decoder has
     images = random_images(3, model.cfg)
     with torch.no_grad():
-        ours = model(images, ids).logits
-        other_images = model(random_images(3, model.cfg, seed=1), ids).logits
+        ours = model.teacher_forced(images, ids).logits
+        other_images = model.teacher_forced(random_images(3, model.cfg, seed=1), ids).logits
     assert ours.shape[-1] == n + len(SPECIAL_TOKENS)  # the special tokens are added after the model's vocabulary
     ref = hf_logits(folder, ids)
     assert ref.abs().max() > 1.0  # logits that are not all near zero: a wrong mapping shows
@@ -49,7 +49,7 @@ def ref_greedy(model, image, prompt, max_new):
     """Greedy decoding without a cache: the whole model over prompt + generated at every step."""
     seq = []
     for _ in range(max_new):
-        tok = int(model(image, torch.as_tensor([prompt + seq])).logits[0, -1].argmax())
+        tok = int(model.teacher_forced(image, torch.as_tensor([prompt + seq])).logits[0, -1].argmax())
         if tok == model.cfg.eos_id:
             break
         seq.append(tok)
@@ -120,9 +120,10 @@ def test_the_cross_attention_starts_at_zero_and_learns(gpt2_dir):
     mask = torch.zeros_like(ids, dtype=torch.bool)
     mask[:, 5:] = True
     with torch.no_grad():  # at step 0 the decoder is the language model: the image changes nothing
-        assert torch.equal(model.eval()(images, ids).logits, model(images.flip(0), ids).logits)
+        assert torch.equal(model.eval().teacher_forced(images, ids).logits,
+                           model.teacher_forced(images.flip(0), ids).logits)
     model.train()
-    model(images, ids, loss_mask=mask).loss.backward()
+    model.teacher_forced(images, ids, loss_mask=mask).loss.backward()
     for blk in model.decoder.blocks:
         assert torch.count_nonzero(blk.cross_attn.proj.weight) == 0
         assert blk.cross_attn.proj.weight.grad.abs().sum() > 0  # the zero projection learns first ...
@@ -132,8 +133,8 @@ def test_the_cross_attention_starts_at_zero_and_learns(gpt2_dir):
             if p.grad is not None:
                 p -= 0.5 * p.grad
         model.eval()
-        a = model(images, ids).logits
-        b = model(images.flip(0), ids).logits  # the same texts, each with the other image
+        a = model.teacher_forced(images, ids).logits
+        b = model.teacher_forced(images.flip(0), ids).logits  # the same texts, each with the other image
     # after one step the image changes the logits: by far more than rounding (~1e-6) could
     assert (a - b).abs().amax(-1).min() > 1e-3
 
@@ -143,8 +144,10 @@ def test_pieces_of_the_projects_own_tokenizer_are_unchanged():
     before byte-level tokenizers were supported (the token with its ▁ as a space)."""
     tok = Tokenizer.train(["What color is the big red circle?", "two blue squares, left of 3 stars."] * 3,
                           vocab_size=120)
-    ids = list(range(tok.vocab_size))
+    ids = [i for i in range(tok.vocab_size) if tok.id_to_token(i) not in BYTE_TOKENS]
     assert tok.pieces(ids) == [tok.id_to_token(i).replace("▁", " ") for i in ids]
+    # a byte token is its character: an ASCII one whole, one byte of a longer character U+FFFD
+    assert tok.pieces([tok.hf.token_to_id("<0x41>"), tok.hf.token_to_id("<0xC3>")]) == ["A", "\ufffd"]
 
 
 def test_a_config_from_before_the_pretrained_fields_keeps_todays_decoder():

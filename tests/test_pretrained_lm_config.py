@@ -87,14 +87,16 @@ def test_a_hub_name_without_internet_fails_with_a_clear_message(monkeypatch):
 
 
 def test_texts_too_long_for_the_context_in_the_models_tokens_are_reported(gpt2_dir):
-    from vqa.model.pretrained_lm import context_warning
+    from vqa.data.lengths import text_cuts
 
     tok = Tokenizer.for_language_model(gpt2_dir)
     texts = ["a red circle", "two green stars and a yellow circle on a grey background, left of a blue square"]
     assert len(tok.encode(texts[1])) > 13 >= len(tok.encode(texts[0]))
-    msg = context_warning(tok, texts, 16, str(gpt2_dir))  # 16 positions leave 13 tokens for a caption
-    assert msg.startswith("1 of 2 training texts checked take more than 13 tokens") and "up to 64 positions" in msg
-    assert context_warning(tok, texts[:1], 16, str(gpt2_dir)) is None
+    # 16 positions leave a caption what its prompt and <eos> do not take
+    most = 16 - len(tok.caption_prompt()) - 1
+    assert text_cuts(tok, 16, [], texts) == [f"vqa: 1 of 2 caption targets (50.00%) were longer than the {most} "
+                                             "tokens dec_max_len=16 leaves a caption and were cut"]
+    assert text_cuts(tok, 16, [], texts[:1]) == []
 
 
 def test_the_language_model_fixes_the_decoder_architecture(gpt2_dir):

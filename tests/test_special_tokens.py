@@ -123,7 +123,8 @@ def test_beam_scores_are_the_models_log_likelihoods_and_samples_avoid_the_bans(l
         for seq, score in out.beams[i]:
             full = prompt + seq + [model.cfg.eos_id]
             with torch.no_grad():
-                logp = model(images[i : i + 1], torch.as_tensor([full])).logits[0].float().log_softmax(-1)
+                logits = model.teacher_forced(images[i : i + 1], torch.as_tensor([full])).logits
+                logp = logits[0].float().log_softmax(-1)
             ref = sum(float(logp[t - 1, full[t]]) for t in range(len(prompt), len(full)))
             if len(seq) < 6:  # ended at <eos> (beams cut by the budget score without it)
                 assert score == pytest.approx(ref, abs=1e-4)

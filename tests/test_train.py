@@ -20,6 +20,7 @@ from conftest import tiny_set_flags
 from vqa.cli import main
 from vqa.config import parse_duration
 from vqa.errors import ConfigError
+from vqa.identity import checkpoint_identity
 from vqa.model import checkpoint
 
 pytestmark = pytest.mark.slow
@@ -204,6 +205,7 @@ def test_init_from_keeps_the_sources_weights_and_preset_and_applies_set(shapes_d
     model, _, card = checkpoint.load(dst / "last")
     assert (model.cfg.dec_dropout, model.cfg.dec_max_len) == (0.3, 20)
     assert card["preset"] == "tiny" and card["init_from"] == str(src / "last")
+    assert card["init_identity"] == checkpoint_identity(src / "last")  # which weights, whatever src holds later
     source = weights(src)
     for k, v in model.state_dict().items():  # lr 0: still the source's weights
         assert torch.equal(v, source[k]), k

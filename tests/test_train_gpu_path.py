@@ -74,7 +74,6 @@ def test_encoders_with_a_pooling_head_leave_no_parameter_without_a_gradient():
     from vqa.config import ModelConfig
     from vqa.data.collate import collate
     from vqa.model import VQAModel
-    from vqa.train.step import TrainingLoss
 
     cfg = ModelConfig(vit_name="vit_base_patch16_siglip_224", vit_width=32, vit_depth=1, vit_heads=2,
                       vit_image_size=32, vit_patch_size=8, dec_width=32, dec_depth=1, dec_heads=2, vocab_size=50)
@@ -84,7 +83,7 @@ def test_encoders_with_a_pooling_head_leave_no_parameter_without_a_gradient():
     batch = collate([dict(image=images[0], rows=[dict(input_ids=[1, 5, 6, 7, 2], loss_mask=[False] * 3 + [True] * 2,
                                                      task="vqa", meta={}, prompt_len=3)])], pad_id=0,
                     task_weights={"vqa": 1.0})
-    TrainingLoss(model)(batch.images, batch.packed).backward()
+    model(batch.images, batch.packed).backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, missing
 

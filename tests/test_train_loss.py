@@ -1,15 +1,19 @@
-"""Training's loss (`VQAModel.packed_loss` behind `vqa.train.step.TrainingLoss`): each task's target tokens
-weighted, equal to the model's own teacher-forced loss, unchanged by padding (for torch.compile's few shapes);
-the step's gradient clipped as asked."""
+"""Training's loss (`VQAModel.forward`: `model(images, rows)`): each task's target tokens weighted, equal to
+the model's own teacher-forced loss, unchanged by padding (for torch.compile's few shapes), defined once in
+the package; the step's gradient clipped as asked."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import random_images, tiny_model
 
+import vqa
 from vqa.data.collate import collate
-from vqa.train.step import StepRunner, StepStats, TrainingLoss
+from vqa.train.step import StepRunner, StepStats
 
 
 def items(model, g: torch.Generator):
@@ -30,16 +34,16 @@ def items(model, g: torch.Generator):
 
 def loss(model, its, vqa: float, caption: float, multiple: int = 1) -> torch.Tensor:
     b = collate(its, pad_id=0, pad_multiple=multiple, task_weights={"vqa": vqa, "caption": caption})
-    return TrainingLoss(model)(b.images, b.packed)
+    return model(b.images, b.packed)
 
 
 def teacher_forced(model, its, task: str) -> tuple[torch.Tensor, int]:
-    """(the model's own mean loss over one task's rows, their target count), by `VQAModel.forward`."""
+    """(the model's own mean loss over one task's rows, their target count), by `VQAModel.teacher_forced`."""
     rows = [(k, r) for k, it in enumerate(its) for r in it["rows"] if r["task"] == task]
     images = torch.stack([it["image"] for it in its])
-    out = model(images, torch.tensor([r["input_ids"] for _, r in rows]),
-                loss_mask=torch.tensor([r["loss_mask"] for _, r in rows]),
-                image_index=torch.tensor([k for k, _ in rows]), return_logits=False)
+    out = model.teacher_forced(images, torch.tensor([r["input_ids"] for _, r in rows]),
+                               loss_mask=torch.tensor([r["loss_mask"] for _, r in rows]),
+                               image_index=torch.tensor([k for k, _ in rows]), return_logits=False)
     return out.loss, out.n_targets
 
 
@@ -57,6 +61,16 @@ def test_weights_weigh_each_tasks_target_tokens():
         assert float(part) == pytest.approx(float(mean) * n, rel=1e-5)
     b = collate(its, pad_id=0, task_weights={"vqa": 1.0, "caption": 0.5})
     assert b.packed.weighted_targets == 2 * 2 * 2 + 0.5 * 2 * 7
+
+
+def test_the_package_defines_its_loss_once():
+    """One cross-entropy in vqa/ (`vqa.model.encoder_decoder.target_loss`): training's loss and the
+    teacher-forced one are the same definition, so they cannot drift apart."""
+    package = Path(vqa.__file__).parent
+    found = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\b(cross_entropy|nll_loss)\(", line)]
+    assert len(found) == 1 and found[0].startswith("model/encoder_decoder.py:"), found
 
 
 @torch.no_grad()
@@ -87,7 +101,7 @@ def test_grad_clip_bounds_the_norm_of_the_steps_gradient():
         model = tiny_model().train()
         params = [p for p in model.parameters() if p.requires_grad]
         before = [p.detach().clone() for p in params]
-        runner = StepRunner(TrainingLoss(model), torch.optim.SGD(params, lr=1.0),
+        runner = StepRunner(model, torch.optim.SGD(params, lr=1.0),
                             torch.amp.GradScaler("cpu", enabled=False), params, torch.device("cpu"), grad_clip=clip)
         runner([collate(items(model, torch.Generator().manual_seed(0)), pad_id=0,
                         task_weights={"vqa": 1.0, "caption": 0.5})])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from test_train import fails, losses, train_args
@@ -98,3 +99,45 @@ def test_without_the_tracker_one_line_names_the_extra(shapes_dir, tmp_path, caps
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
     fails(capsys, train_args(shapes_dir, tmp_path / "run", "--max-steps", "2", "--report-to", "wandb"),
           r"--report-to wandb needs the 'wandb' extra \(wandb is not installed\): pip install 'vqa\[wandb\]'", status=1)
+
+
+class BrokenTracker(FakeTracker):
+    """A tracker whose every call to log fails, as one whose server cannot be reached."""
+
+    def log(self, values, step):
+        raise ConnectionError("the tracker's server cannot be reached")
+
+
+@pytest.mark.parametrize("tracker", [FakeTracker, BrokenTracker])
+def test_a_report_that_cannot_show_a_picture_never_ends_the_run(shapes_dir, tmp_path, capsys, monkeypatch, tracker):
+    """A validation picture removed after the run began (load_image's InputError) or a tracker that fails: the
+    report warns once, in one line, shows what it can, and the run goes on."""
+    import shutil
+
+    from vqa.data.sources import open_split
+
+    shutil.copytree(shapes_dir, tmp_path / "data")
+    val = open_split(tmp_path / "data", "val")
+    first = {}
+    for i in range(len(val.captions)):
+        first.setdefault(val.captions[i].image_id, val.captions[i].image)
+    ids = list(first)[:3]
+    fake = tracker()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    (tmp_path / "run").mkdir()
+    report = Reporter(tmp_path / "run" / "metrics.jsonl", "wandb")
+    Path(first[ids[0]]).unlink()  # removed while the run trains
+    capsys.readouterr()
+    for step in (2, 4):
+        report.log(dict(step=step, loss=1.0))
+        report.pictures(step, [dict(image_id=i, caption="a red circle") for i in ids], val)
+    report.close()
+    warned = [line for line in capsys.readouterr().err.splitlines() if "report could not" in line]
+    assert len(warned) == 1, warned
+    if tracker is FakeTracker:
+        assert str(first[ids[0]]) in warned[0] and "image file not found" in warned[0]
+        shown = {k for _, values in fake.logs for k in values if k.startswith("val_pictures/")}
+        assert shown == {f"val_pictures/{i}" for i in ids[1:]}  # the others are shown
+    else:
+        assert "server cannot be reached" in warned[0]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2  # the log goes on

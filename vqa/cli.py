@@ -22,6 +22,8 @@ COMMANDS = {
     "import": ("vqa.export.cli", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
     "export": ("vqa.export.cli", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
                                    "VisionEncoderDecoderModel folder"),
+    "push": ("vqa.export.cli", "publish a checkpoint with its model card on the Hugging Face Hub (or write them into a "
+                               "folder)"),
     "demo": ("vqa.demo.options", "serve the demo page (Gradio): ask, caption and see where the model looked"),
 }
 

@@ -6,11 +6,12 @@ class VQAError(Exception):
 
 
 class ConfigError(VQAError, ValueError):
-    """A model or training configuration that cannot work."""
+    """Options or a configuration that cannot work: a missing argument, a bad value, options that cannot work
+    together (the command line's usage error, exit status 2)."""
 
 
 class InputError(VQAError, ValueError):
-    """A bad image, prompt or question given to the model or the predictor."""
+    """A bad or missing image, prompt or question given to the model or the predictor (exit status 1)."""
 
 
 class DataError(VQAError, ValueError):

@@ -7,7 +7,9 @@ It owns the special tokens and the two prompt formats (one model, two tasks):
     vqa:      <bos> <question> q1 ... qn <answer> -> answer tokens ... <eos>
 
 Text is NFKC-normalized and lower-cased; words are split on whitespace (kept as the `▁` marker, so decoding
-restores the spaces) and punctuation, then BPE-merged. Text is always encoded as text: "<eos>" or "<answer>"
+restores the spaces) and punctuation, then BPE-merged. No character is lost: one the vocabulary lacks is spelled
+in its UTF-8 bytes, the 256 tokens `<0x00>`..`<0xFF>` after the vocabulary (byte fallback, as Llama's tokenizer
+does), so `decode(encode(t)) == normalize(t)` for any text (`normalize`: what NFKC and lower-casing leave). Text is always encoded as text: "<eos>" or "<answer>"
 typed in a question or written in a caption are characters, never control tokens (`encode_special_tokens`),
 so a user cannot rewrite the prompt and a caption cannot train an early stop. Special tokens enter a
 sequence only by id, from the prompt builders below. A language model's tokenizer keeps its own rules
@@ -20,6 +22,7 @@ as it was trained; it has no VQA prompt until `with_prompt_tokens` adds <questio
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,6 +38,7 @@ SPECIAL_TOKENS = [PAD, BOS, EOS, UNK, CAPTION, QUESTION, ANSWER]  # ids 0..6, in
 # `vqa import`) it is all four, and a caption's prompt is that start token alone (no <caption>); <question>
 # and <answer> are added when such a model is fine-tuned for VQA (`with_prompt_tokens`)
 LM_END = "<|endoftext|>"
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # byte fallback's tokens, named as Llama's and `tokenizers`' are
 
 
 class Tokenizer:
@@ -67,8 +71,9 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 1,
               alphabet: Iterable[str] = ()) -> Tokenizer:
-        """BPE trained on `texts`; every character of `alphabet` is a token too, so that a word the texts
-        never used is spelled in sub-words of it instead of becoming <unk>."""
+        """BPE of at most `vocab_size` tokens trained on `texts`, then the 256 byte tokens (`with_byte_fallback`);
+        every character of `alphabet` is a token too, so that a word the texts never used is spelled in
+        sub-words of it, and a character neither has in its UTF-8 bytes, never <unk>."""
         hf = HFTokenizer(models.BPE(unk_token=UNK))
         hf.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -80,7 +85,7 @@ class Tokenizer:
             initial_alphabet=sorted(set(alphabet)),
         )
         hf.train_from_iterator(texts, trainer=trainer)
-        return cls(hf)
+        return cls(with_byte_fallback(hf))
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -122,6 +127,17 @@ class Tokenizer:
         return self.hf.get_vocab_size()
 
     # ---- text <-> ids ----
+    def normalize(self, text: str) -> str:
+        """`text` as `decode(encode(text))` gives it back: the tokenizer's normalizer applied (this project's
+        BPE: NFKC, lower case), the word marker `▁` (U+2581) read as the space it stands for, and the outer
+        whitespace dropped, as `decode` drops it. Nothing else changes: no character becomes <unk>."""
+        norm = self.hf.normalizer
+        text = norm.normalize_str(text) if norm is not None else text
+        pre = self.hf.pre_tokenizer
+        if pre is not None and b'"Metaspace"' in pre.__getstate__():
+            text = text.replace("\u2581", " ")
+        return text.strip()
+
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, no special tokens added."""
         return self.hf.encode(text, add_special_tokens=False).ids
@@ -186,6 +202,32 @@ class Tokenizer:
     def target(self, text: str) -> list[int]:
         """Target tokens: the text then <eos>."""
         return [*self.encode(text), self.eos_id]
+
+
+def with_byte_fallback(hf: HFTokenizer) -> HFTokenizer:
+    """`hf` (a BPE) with byte fallback: the byte tokens it lacks appended after its vocabulary, so every id
+    keeps its meaning (the shipped towers grew their embedding to match: scripts/add_byte_tokens.py), a
+    character outside the vocabulary encoded as its UTF-8 bytes, and decoding joining the bytes back."""
+    spec = json.loads(hf.to_str())
+    model = spec["model"]
+    if model.get("type") != "BPE":
+        raise ConfigError(f"byte fallback needs a BPE tokenizer, not {model.get('type')}")
+    vocab = model["vocab"]
+    n = hf.get_vocab_size()  # added tokens count too: new ids come after every id in use
+    for token in BYTE_TOKENS:
+        if token not in vocab:
+            vocab[token], n = n, n + 1
+    model["byte_fallback"] = True
+    old = spec.get("decoder")
+    if not _has_byte_fallback(old):
+        spec["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, *([old] if old else [])]}
+    return HFTokenizer.from_str(json.dumps(spec))
+
+
+def _has_byte_fallback(decoder: dict | None) -> bool:
+    if not decoder:
+        return False
+    return decoder.get("type") == "ByteFallback" or any(_has_byte_fallback(d) for d in decoder.get("decoders", []))
 
 
 def read_tokenizer_json(path: Path) -> HFTokenizer:

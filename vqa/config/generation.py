@@ -92,6 +92,26 @@ class GenerationConfig(_Config):
         base = dict(max_new_tokens=budget, min_new_tokens=1)
         return cls.from_dict({**base, **changes})
 
+    @classmethod
+    def served(cls, task: str, top_k: int = 1, **changes) -> GenerationConfig:
+        """What `vqa ask` / `vqa caption`, the Predictor, collections and the demo decode with unless told
+        otherwise, and so what `vqa eval` scores: answers by beam search over max(top_k, 3) beams at length
+        penalty 0, captions greedily (`for_task`'s budgets); then `changes`, min_new_tokens at least 1."""
+        base = dict(method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0) if task == "vqa" else {}
+        settings = cls.for_task(task, **{**base, **changes})
+        return settings if settings.min_new_tokens >= 1 else settings.replace(min_new_tokens=1)
+
+    def describe(self) -> str:
+        """The decoding in words, for a results table: "beam search (3 beams, length penalty 0)", "greedy",
+        "sample (temperature 0.7, top-p 0.9)"; a method without settings here is its name."""
+        if self.method == "beam":
+            return f"beam search ({self.num_beams} beams, length penalty {self.length_penalty:g})"
+        if self.method == "sample":
+            parts = [f"temperature {self.temperature:g}"] + [f"top-k {self.top_k}"] * (self.top_k > 0)
+            parts += [f"top-p {self.top_p:g}"] * (self.top_p < 1) + [f"seed {self.seed}"] * (self.seed is not None)
+            return f"sample ({', '.join(parts)})"
+        return self.method
+
     def budget(self, limit: int) -> int:
         """New tokens allowed for a prompt that leaves `limit` positions of the context."""
         return limit if self.max_new_tokens is None else min(self.max_new_tokens, limit)

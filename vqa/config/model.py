@@ -192,7 +192,13 @@ class ModelConfig(_Config):
     @property
     def cross_layers(self) -> int:
         """How many cross-attention layers the decoder has: one per block, or the llama layout's gated blocks."""
-        return len(range(0, self.dec_depth, self.dec_cross_every)) if self.dec_layout == "llama" else self.dec_depth
+        return len(self.cross_layer_ids)
+
+    @property
+    def cross_layer_ids(self) -> tuple[int, ...]:
+        """The language model's layers (0-based) that have a cross-attention: each one, or in the llama layout
+        those its gated blocks sit before (every dec_cross_every-th)."""
+        return tuple(range(0, self.dec_depth, self.dec_cross_every if self.dec_layout == "llama" else 1))
 
     @property
     def kv_heads(self) -> int:

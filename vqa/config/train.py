@@ -142,9 +142,13 @@ class TrainConfig(_Config):
         "with a shard pattern as --data, a shard pattern", metavar='SPLIT'))
     tokenizer: str | None = field(default=None, metadata=_opt(
         "use this tokenizer.json instead of training one on the training text", metavar='FILE'))
-    vocab_size: int = field(default=8000, metadata=_opt("BPE vocabulary when training a tokenizer"))
+    vocab_size: int | None = field(default=None, metadata=_opt(
+        "BPE tokens of the tokenizer trained on the training text (default 8000; the 256 byte tokens come beside "
+        "them); refused where the tokenizer comes from elsewhere (--tokenizer, --init-from, a pretrained "
+        "decoder, the tiny preset's towers)"))
     init_from: str | None = field(default=None, metadata=_opt(
-        "start from this checkpoint's weights and tokenizer (fine-tuning); --set still applies", metavar='RUN'))
+        "start from this checkpoint's weights and tokenizer (fine-tuning): a run or checkpoint folder, or a Hugging "
+        "Face Hub name (user/name, user/name@revision); --set still applies", metavar='RUN'))
     from_scratch: bool = field(default=False, metadata=_opt(
         "random weights instead of the preset's pretrained towers (the tiny preset starts from the ones that "
         "ship in the package, vqa/weights/tiny, which fix its shape and tokenizer; docs/pretraining.md)"))

@@ -9,10 +9,11 @@ a JPEG). `auto` keeps the files in vqa's cache folder (`vqa.data.cache_folder`: 
 ~/.cache/vqa/images) within a total budget for the folder (`--image-cache-budget`, a share of RAM by default),
 removing the least recently used files that no running process holds; a given path is used whatever its
 size. A file is never reused for other images or settings: a header holds a fingerprint of the image list
-(paths, sizes, modification times) and of the whole preprocessing (`vqa.data.preprocess.Preprocess`: side,
-resize, resample, fill colour, normalisation, pixel limit, JPEG draft rule), and a file whose
-header differs is rebuilt (into a new file that replaces the name: a process that mapped the old one keeps
-it, and every process checks the header when it maps the file, so none reads another run's slots).
+(paths, sizes, modification times and inodes: a picture written over, or replaced by another file of the same
+size and time, is another image) and of the whole preprocessing (`vqa.data.preprocess.Preprocess`: side,
+resize, resample, fill colour, normalisation, pixel limit, JPEG draft rule), and a file whose header differs
+is rebuilt (into a new file that replaces the name: a process that mapped the old one keeps it, and every
+process checks the header when it maps the file, so none reads another run's slots).
 
 Layout: a 4 KiB header (magic, JSON), N flag bytes (1 = slot filled) padded to 4 KiB, then N x 3 x S x S
 bytes. A slot is written once, before its flag; two processes that fill the same slot write the same bytes.
@@ -67,13 +68,13 @@ def parse_budget(text: str) -> int:
 
 
 def fingerprint(images: Sequence[str], pre: Preprocess) -> str:
-    """What makes the cache's bytes: every image's path, size and mtime, in order, and the preprocessing."""
+    """What makes the cache's bytes: every image's path, size, mtime and inode, in order, and the preprocessing."""
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps(dict(version=VERSION, preprocess=pre.key(), n=len(images))).encode())
     for p in images:
         try:
             file_stat = os.stat(p)
-            h.update(f"{p}\0{file_stat.st_size}\0{file_stat.st_mtime_ns}\n".encode())
+            h.update(f"{p}\0{file_stat.st_size}\0{file_stat.st_mtime_ns}\0{file_stat.st_ino}\n".encode())
         except OSError:
             h.update(f"{p}\0missing\n".encode())
     return h.hexdigest()

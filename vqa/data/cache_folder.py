@@ -23,6 +23,8 @@ from pathlib import Path
 
 from filelock import lock_descriptor
 
+from ..cache_home import cache_home
+
 try:
     import fcntl  # the shared holds: flock's LOCK_SH, which filelock does not offer
 except ImportError:  # Windows
@@ -35,14 +37,6 @@ NAME = re.compile(r"[0-9a-f]{16}-\d+px\.u8")  # the files this module made; noth
 TMP = re.compile(r"([0-9a-f]{16}-\d+px\.u8)\.tmp(\d+)")
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "fuse.sshfs", "9p", "ceph",
               "glusterfs", "fuse.glusterfs", "afs"}
-
-
-def cache_home() -> Path:
-    """vqa's cache folder: $VQA_CACHE, else $XDG_CACHE_HOME/vqa, else ~/.cache/vqa."""
-    if os.environ.get("VQA_CACHE"):
-        return Path(os.environ["VQA_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "vqa"
 
 
 def image_cache_dir() -> Path:

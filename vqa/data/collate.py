@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .packing import PackedRows, pack
+from ..model.packed import PackedRows
+from .packing import pack
 
 
 @dataclass
@@ -98,4 +99,4 @@ def make_collate(pad_id: int, pad_multiple: int = 1,
                              task_weights=None if task_weights is None else dict(task_weights))
 
 
-__all__ = ["TaskGroup", "PackedRows", "Batch", "collate", "make_collate"]
+__all__ = ["TaskGroup", "Batch", "collate", "make_collate"]

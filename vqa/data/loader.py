@@ -13,6 +13,7 @@ from ..errors import VQAError
 from .cache import open_image_cache
 from .collate import Batch
 from .dataset import ImageTextDataset, ItemMaker
+from .lengths import say, split_cuts
 from .readers.shards import ShardSplit
 from .sources import Source
 from .stream import Layout, ShardStream
@@ -67,6 +68,9 @@ class TrainBatches:
                       persistent_workers=layout.workers > 0, generator=gen)
         self.sampler: EpochSampler | None = None
         self.cache = None
+        if not quiet:  # the texts it will cut, said once, before the first step
+            for text in split_cuts(tokenizer, max_len, source, tasks):
+                say(text)
         if isinstance(source, ShardSplit):
             maker = ItemMaker(tokenizer, transform, max_len, questions_per_image, captions_per_image, train=True)
             self.dataset: Dataset = ShardStream(source, maker, seed=seed, layout=layout, train=True, block=block,
@@ -80,7 +84,7 @@ class TrainBatches:
                                             questions_per_image=questions_per_image,
                                             captions_per_image=captions_per_image, train=True, seed=seed)
             self.num_images = len(self.dataset)
-            self.dataset.unreadable = UnreadablePictures(self.num_images, max_unreadable)
+            self.dataset.unreadable = UnreadablePictures(self.num_images, max_unreadable, world=layout.world)
             self.steps_per_epoch = steps_in_epoch(self.num_images, self.images_per_step)
             if self.num_images:
                 self.cache = open_image_cache(image_cache, image_cache_budget, self.dataset.images, transform.pre,
@@ -100,6 +104,13 @@ class TrainBatches:
         else:
             self.dataset.set_position(epoch, image_in_epoch)
         return worker_errors(iter(self.loader))
+
+    def agree_unreadable(self, device) -> None:
+        """Every rank at the same step: the unreadable pictures of all ranks against --max-unreadable
+        (`UnreadablePictures.agree`; a shard stream has no tally)."""
+        tally = unreadable_of(self.dataset)
+        if tally is not None:
+            tally.agree(device)
 
     def close(self) -> None:
         it = getattr(self.loader, "_iterator", None)
@@ -127,10 +138,15 @@ def eval_dataset(source: Source, maker: ItemMaker, tasks, max_images: int | None
     ds = ImageTextDataset(source, maker.tok, maker.transform, maker.max_len, tasks=tasks, train=False)
     n = len(ds) if max_images is None else min(max_images, len(ds))
     if max_unreadable is not None:
-        ds.unreadable = UnreadablePictures(n, max_unreadable, what="evaluation")
+        ds.unreadable = UnreadablePictures(n, max_unreadable, what="evaluation", world=world)
     if world > 1 or n < len(ds):
         return Subset(ds, range(rank, n, world))
     return ds
 
 
-__all__ = ["EpochSampler", "TrainBatches", "eval_dataset", "worker_errors"]
+def unreadable_of(ds: Dataset) -> UnreadablePictures | None:
+    """The tally of a folder split's dataset (or of the one a Subset takes from); None elsewhere."""
+    return getattr(ds.dataset if isinstance(ds, Subset) else ds, "unreadable", None)
+
+
+__all__ = ["EpochSampler", "TrainBatches", "eval_dataset", "unreadable_of", "worker_errors"]

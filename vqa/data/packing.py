@@ -1,14 +1,9 @@
-"""Training's layout: every question and caption of a batch packed end to end into rows that mix images.
+"""Training's layout: every question and caption of a batch packed end to end into rows that mix images, as
+`vqa.model.packed.PackedRows` (what the model's training forward consumes, and where the layout is described).
 
 Each text row of the batch goes, longest first, into the fullest packed row it fits (best-fit decreasing), for
 the row length T that pads least, so little but the last row is padding whatever the questions per image.
-A text row is a segment: never split, with its own positions from 0 and a causal mask within itself
-(`vqa.model.encoder_decoder.segment_mask`), so it computes what it computes alone.
-
-Cross-attention then needs each token's own image. The decoder keeps its projections in the packed layout and
-runs only the attention core image-major (`vqa.model.attention.ImageRoute`): `image_tokens` [M, L] gathers
-image m's tokens (its queries) from the flat [R * T] tokens, attention runs against image m's keys/values
-[M, H, N, Dh] as the ViT computed them (no copy per row), and `token_slots` [R * T] puts each output back.
+A text row is a segment: never split, so it computes what it computes alone.
 
 Everything the step needs about its targets (flat positions, ids, task weights, their sum) is computed here,
 on the CPU, so the step never waits for the device to report a count.
@@ -16,41 +11,11 @@ on the CPU, so the step never waits for the device to report a count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import torch
 
-IGNORE = -100  # cross_entropy's ignore_index: a padding target
+from ..model.packed import IGNORE, PackedRows
+
 MAX_LEN = 128  # the longest packed row tried (or the longest text row, if longer): self-attention grows with T
-
-
-@dataclass
-class PackedRows:
-    """A training batch's text rows packed across images. Tensors are [R, T] / [K] / [M, L]; R, T, K, L as
-    padded. Padding tokens are segment 0 (they attend to padding only); padding targets have id IGNORE and
-    weight 0."""
-
-    input_ids: torch.Tensor  # [R, T] long
-    positions: torch.Tensor  # [R, T] long: each token's position in its segment (0 on padding)
-    segments: torch.Tensor  # [R, T] long: 1, 2, ... the segment of each token; 0 on padding
-    target_pos: torch.Tensor  # [K] long: flat positions in [R * (T-1)] whose next token is a target
-    target_ids: torch.Tensor  # [K] long: those targets (IGNORE for padding)
-    target_weight: torch.Tensor  # [K] float: each target's task weight (0 for padding)
-    image_tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [R * T] (padded)
-    token_slots: torch.Tensor  # [R * T] long: each token's place in [M * L] (padding: any)
-    weighted_targets: float  # target_weight's sum: what the step divides the summed loss by
-
-    def to(self, device, non_blocking: bool = False) -> PackedRows:
-        return PackedRows(**{f.name: (v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v)
-                             for f in fields(self) for v in [getattr(self, f.name)]})
-
-    def pin_memory(self) -> PackedRows:
-        return PackedRows(**{f.name: (v.pin_memory() if torch.is_tensor(v) else v)
-                             for f in fields(self) for v in [getattr(self, f.name)]})
-
-    @property
-    def real_tokens(self) -> int:
-        return int((self.segments > 0).sum())
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -165,4 +130,4 @@ def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_mul
                       token_slots=torch.tensor(slots, dtype=torch.long), weighted_targets=float(sum(weights)))
 
 
-__all__ = ["IGNORE", "MAX_LEN", "PackedRows", "plan", "pack", "round_up", "targets"]
+__all__ = ["MAX_LEN", "plan", "pack", "round_up", "targets"]

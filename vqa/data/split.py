@@ -30,6 +30,9 @@ class SplitData:
     skipped: Counter = field(default_factory=Counter)
     files: list[Path] = field(default_factory=list)
     image_files: Images = field(default_factory=Images)
+    # (format name, end): the VQA rows before `end` and after the previous entry's came from a file of that
+    # format (`readers.formats.FORMATS`), which says whose rules score them (`vqa.evaluation.answer_rules`)
+    vqa_formats: list[tuple[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.vqa, VQATable):

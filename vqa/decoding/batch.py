@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -91,6 +92,8 @@ class BatchDecoder:
         self.vocab, head, self.eos = None, None, model.cfg.eos_id
         self.ban = None if vocab is not None else ban  # a vocab leaves the banned tokens out instead
         self.min_new = config.min_new_tokens
+        # streaming (`generate(watch=)`): called at every step with each prompt's tokens so far (ids)
+        self.watch: Callable[[list[list[int]]], None] | None = None
         device = kv[0][0].device
         if vocab is not None:
             self.vocab = vocab.to(device)

@@ -76,6 +76,9 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
                     s = new_score[i][j]
                     hypothesis = sequences[i * k + new_parent[i][j]] + [new_token[i][j]]
                     ended[i].append((s / (t + 1) ** length_penalty, hypothesis, s))
+        if decoder.watch is not None:  # streaming: each prompt's best hypothesis so far, ended or live
+            decoder.watch(decoder.ids([best_so_far(ended[i], new_score[i][0], sequences[i * k + new_parent[i][0]]
+                                                   + [new_token[i][0]], (t + 1) ** length_penalty) for i in range(b)]))
         if all(done):
             break
         flat = [i * k + new_parent[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows
@@ -90,4 +93,13 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
     return Generation(sequences=[h[0][0] for h in beams], scores=[h[0][1] for h in beams], beams=beams)
 
 
-__all__ = ["beam_search"]
+def best_so_far(ended: list, live_score: float, live: list[int], length_factor: float) -> list[int]:
+    """The tokens of the hypothesis that ranks first now: the best ended one, or the top live beam scored as if
+    it ended here (what streaming shows; the search's result may still differ)."""
+    best = max(ended, key=lambda h: h[0], default=None)
+    if live_score > float("-inf") and (best is None or live_score / length_factor > best[0]):
+        return live
+    return best[1] if best is not None else []
+
+
+__all__ = ["beam_search", "best_so_far"]

@@ -23,6 +23,7 @@ import weakref
 import torch
 from torch import nn
 
+from .quantize import is_int8
 from .static_cache import CacheBuffers, decode_step
 
 
@@ -52,10 +53,17 @@ def bucket(rows: int) -> int:
     return 1 << (rows - 1).bit_length()
 
 
+# int8 graphs run at least two rows. For a one-row batch inductor may hand `_int_mm` a [1, K] activation whose row
+# stride is 0 (any stride is valid for a size-1 dim); PyTorch's CPU `_int_mm` passes that stride to oneDNN's gemm
+# as the leading dimension on CPUs with AVX512-VNNI or AMX, oneDNN rejects it, and the output is never written
+# (pytorch/pytorch#195066): garbage logits. Two rows have a row stride of K on every CPU.
+INT8_MIN_ROWS = 2
+
+
 class CompiledStep:
     """`decode_step` compiled for one model, with its cache buffers pooled per (batch, slots): a decoding takes
     buffers from the pool and gives them back, so the compiled graph (and a CUDA graph) always sees the tensors it
-    was captured with. One decoding at a time per model (a lock)."""
+    was captured with. One decoding at a time per model (a lock). `batch(rows)`: the rows a graph runs at."""
 
     POOL = 16  # buffer shapes kept per model: a bucket of rows each (and its dtype), so none is evicted in practice
 
@@ -63,6 +71,7 @@ class CompiledStep:
         import torch._inductor.config  # noqa: F401 (patched around each call)
 
         self.cfg = decoder.cfg  # no reference to the decoder itself: the cache of these is keyed weakly by it
+        self.min_rows = INT8_MIN_ROWS if is_int8(decoder) else 1
         self.cuda = next(decoder.parameters()).device.type == "cuda"
         options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
         # dynamic=False: one graph per batch shape (generate pads batches to a few sizes); a graph for a dynamic
@@ -72,6 +81,10 @@ class CompiledStep:
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
         self._buffers: dict[tuple, tuple[CacheBuffers, list | None]] = {}
         self._compiled_shapes: set[tuple] = set()
+
+    def batch(self, rows: int) -> int:
+        """The rows a graph runs at for `rows` rows: `bucket(rows)`, at least `min_rows`."""
+        return max(self.min_rows, bucket(rows))
 
     def buffers(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[CacheBuffers, list]:
         """Reset buffers for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
@@ -187,4 +200,4 @@ def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> tor
     return enc(model, images)
 
 
-__all__ = ["INDUCTOR", "INDUCTOR_CPU", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder", "encode"]
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "INT8_MIN_ROWS", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder", "encode"]

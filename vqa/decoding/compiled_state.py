@@ -37,15 +37,15 @@ def padded_index(index: torch.Tensor, batch: int) -> torch.Tensor:
 
 
 class CompiledState:
-    """`DecodeState` through the compiled step: `bucket(rows)` rows, and the slots the decoding writes
-    (`slots_needed`) rounded up by `slot_bucket`. Rows padded to the left share slots, so a short prompt's
-    longer budget counts from the widest prompt."""
+    """`DecodeState` through the compiled step: `bucket(rows)` rows (int8: at least two, `CompiledStep.batch`), and
+    the slots the decoding writes (`slots_needed`) rounded up by `slot_bucket`. Rows padded to the left share
+    slots, so a short prompt's longer budget counts from the widest prompt."""
 
     def __init__(self, decoder: nn.Module, memory_kv: list, head: torch.Tensor | None, rows: int, width: int,
                  max_new: int):
         self.decoder, self.head, self.rows = decoder, head, rows
         self.compiled_step = compiled_step(decoder)
-        k, batch = memory_kv[0][0], bucket(rows)
+        k, batch = memory_kv[0][0], self.compiled_step.batch(rows)
         if batch > rows:
             memory_kv = rows_of(memory_kv, padded_index(torch.arange(rows, device=k.device), batch))
         slots = slot_bucket(slots_needed(width, max_new))
@@ -80,7 +80,7 @@ class CompiledState:
         old = self.cache
         each = torch.arange(self.rows, device=old.pos.device).repeat_interleave(copies)  # [rows*copies]
         self.rows *= copies
-        batch = bucket(self.rows)
+        batch = self.compiled_step.batch(self.rows)
         index = padded_index(each, batch)  # [batch]: then copies of row 0
         self.cache, self.kv = self.compiled_step.buffers(batch, old.slots, old.k[0].dtype, old.k[0].device,
                                                          rows_of(self.kv, index))

@@ -62,6 +62,7 @@ def generate(
     vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
     banned: Sequence[int] | frozenset[int] | None = None,  # token ids never generated: Tokenizer.never_generated
     compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.compiled_state)
+    watch: Callable[[list[list[int]]], None] | None = None,  # streaming: each prompt's tokens so far, every step
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
     """Decode a continuation of every prompt until <eos> or its length budget, by `config.method`.
@@ -75,7 +76,9 @@ def generate(
     know which of its ids are task markers: without `banned`, nothing is banned.) Scores stay the model's
     log-probabilities of the output (over `vocab` when there is one): what is excluded from the choice is
     not taken out of the normalization. `compile` compiles the decode step (its weights frozen in: for a
-    model that is no longer trained); the result is that of the eager step."""
+    model that is no longer trained); the result is that of the eager step. `watch` is called at every step
+    with each prompt's tokens so far (beam search: its best hypothesis so far): streaming, which changes no
+    result; an exception it raises stops the decoding."""
     config = generation_config(config, changes)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token (<bos>)")
@@ -102,7 +105,9 @@ def generate(
     ban = None if allowed is not None else ban_bias(model, banned)
     method = method_function(config.method)
     with decode_state(compile).exclusive(model.decoder):
-        return method(BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban), config)
+        decoder = BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban)
+        decoder.watch = watch
+        return method(decoder, config)
 
 
 def _banned(model: VQAModel, banned) -> frozenset[int]:

@@ -36,6 +36,9 @@ def token_by_token(decoder: BatchDecoder, config: GenerationConfig, choose: Choo
         token = choose(logits, log_probs, t)
         chosen.append(token)
         chosen_log_probs.append(log_probs.gather(1, token[:, None])[:, 0])
+        if decoder.watch is not None:  # streaming: each row's tokens so far, up to its <eos> and budget
+            rows = [r[:n] for r, n in zip(torch.stack(chosen, 1).tolist(), decoder.budget, strict=True)]
+            decoder.watch(decoder.ids([r[: r.index(eos)] if eos in r else r for r in rows]))
         if t == n - 1:
             break
         # every row ended or used its budget? (no row can end while <eos> is still forbidden)

@@ -57,12 +57,14 @@ class AskTab:
     question: gr.Textbox
     top_k: gr.Slider
     ask_btn: gr.Button
+    ask_stop: gr.Button
     answer: gr.Textbox
     scores: gr.Label
     note: gr.Markdown
     method: gr.Dropdown
     settings: list
     cap_btn: gr.Button
+    cap_stop: gr.Button
     cap_text: gr.Textbox
     cap_details: gr.Markdown
     heat: gr.Image
@@ -96,6 +98,7 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
                                               scale=3)
                             ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-button", scale=1,
                                                 interactive=asks)
+                            ask_stop = gr.Button("Stop", variant="stop", elem_id="ask-stop", scale=1, min_width=60)
                         with gr.Row():
                             answer = gr.Textbox(label="Answer", interactive=False, elem_id="answer", scale=2)
                             scores = gr.Label(label="Top answers (probability of each exact answer)",
@@ -109,8 +112,10 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
                                              elem_id="method")
                         with gr.Row():
                             settings = decoding_controls()
-                        cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button",
-                                            interactive=captions)
+                        with gr.Row():
+                            cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-button",
+                                                interactive=captions, scale=3)
+                            cap_stop = gr.Button("Stop", variant="stop", elem_id="caption-stop", scale=1)
                         cap_text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text")
                         cap_details = gr.Markdown(elem_id="caption-details")
                     with gr.Tab("Model card", id="card"):
@@ -126,6 +131,6 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
         with examples_slot:
             gr.Examples(pairs, inputs=[image, question], label="Examples: sample pictures and Shapes scenes",
                         examples_per_page=8)
-    return AskTab(image, question, top_k, ask_btn, answer, scores, note, method, settings, cap_btn, cap_text,
-                  cap_details, heat, word, layer, head)
+    return AskTab(image, question, top_k, ask_btn, ask_stop, answer, scores, note, method, settings, cap_btn,
+                  cap_stop, cap_text, cap_details, heat, word, layer, head)
 

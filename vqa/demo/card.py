@@ -69,6 +69,7 @@ def card_markdown(pred, reference_note: str = "") -> str:
         lines += ["", reference_note]
     rows = [
         ("checkpoint", f"`{pred.path}`" if pred.path else "in memory"),
+        ("identity", f"`{pred.identity}`" if pred.identity else "in memory (no files)"),
         ("preset", c.get("preset", "?")),
         ("parameters", f"{pred.model.num_parameters():,}"),
         ("image encoder", f"{vit_kind(cfg)}, {cfg.vit_image_size} px in {cfg.vit_patch_size} px patches"
@@ -97,7 +98,8 @@ def card_markdown(pred, reference_note: str = "") -> str:
 
 SCORE_NAMES = {"vqa_accuracy": "VQA accuracy", "per_answer_type": "VQA accuracy, answers of type",
                "per_question_type": "VQA accuracy, questions of type", "images": "images scored",
-               "questions": "questions scored", "seconds": "scoring time"}
+               "questions": "questions scored", "seconds": "scoring time", "scoring": "answers scored by",
+               "decoding": "decoding of"}
 
 
 def score_rows(scores: dict) -> list[tuple[str, str]]:
@@ -108,6 +110,8 @@ def score_rows(scores: dict) -> list[tuple[str, str]]:
         name = SCORE_NAMES.get(key, key)
         if isinstance(value, dict):
             rows += [(f"{name} \"{sub}\"", f"{v:.1f}%") for sub, v in value.items() if isinstance(v, int | float)]
+            words = {"vqa": "answers", "caption": "captions"}  # the decoding of each task
+            rows += [(f"{name} {words.get(sub, sub)}", v) for sub, v in value.items() if isinstance(v, str)]
         elif key in ("images", "questions"):
             rows.append((name, f"{value:,}"))
         elif key == "seconds":

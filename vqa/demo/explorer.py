@@ -36,14 +36,21 @@ EXPORTS_KEPT = 8
 EXPLANATIONS_KEPT = 8
 
 
-def explorer_views(e, token: int, layer: int, head: int, row: int, col: int) -> tuple:
-    """The four pictures: self-attention, the token's cross-attention grid, its query against the keys, the ViT
-    patch's attention (`head` MEAN: every head and the mean; the query/keys figure then shows head 0)."""
+def explorer_views(e, token: int, layer: int, head: int, row: int, col: int, cross: int) -> tuple:
+    """The four pictures: self-attention of decoder layer `layer`, the token's cross-attention grid, its query
+    against the keys in cross-attention layer `cross`, the ViT patch's attention (`head` MEAN: every head and
+    the mean; the query/keys figure then shows head 0)."""
     from ..inference import figures as af
 
     head_one = None if head == MEAN else head
     return (af.self_attention_figure(e, layer, head_one), af.cross_attention_grid(e, token),
-            af.query_keys_figure(e, token, layer, 0 if head == MEAN else head), af.vit_patch_figure(e, row, col))
+            af.query_keys_figure(e, token, cross, 0 if head == MEAN else head), af.vit_patch_figure(e, row, col))
+
+
+def cross_choices(cfg) -> list[tuple[str, int]]:
+    """The cross-attention layers, each named by the decoder layer it belongs to (the llama layout has one
+    before every dec_cross_every-th layer of the language model)."""
+    return [(f"layer {i + 1}", j) for j, i in enumerate(cfg.cross_layer_ids)]
 
 
 def explorer_choices(e) -> list[tuple[str, int]]:
@@ -81,16 +88,20 @@ def _check(e):
                        title="Nothing to explain yet", print_exception=False)
 
 
-def controls(e, token, layer, head) -> tuple[int, int, int]:
-    """(token, layer, head) as the controls offer them (0-based; head MEAN: every head), each checked against
-    `e`'s bounds: an API caller's -1 would otherwise pick the last one (Python's negative indexing)."""
+def controls(e, token, layer, head, cross=None) -> tuple[int, int, int, int]:
+    """(token, layer, head, cross) as the controls offer them (0-based; head MEAN: every head; `cross`: the
+    cross-attention layer, None: the last), each checked against `e`'s bounds: an API caller's -1 would
+    otherwise pick the last one (Python's negative indexing)."""
     heads = e.self_weights.shape[1]
+    n_cross = e.cross_weights.shape[0]
+    cross = in_range("cross-attention layer", n_cross - 1 if cross is None or cross == "" else cross, 0,
+                     n_cross - 1, integer=True)
     token = in_range("token", 0 if token is None or token == "" else token, 0, max(0, len(e.generated) - 1),
                      integer=True)
     layer = in_range("layer", layer, 0, e.self_weights.shape[0] - 1, integer=True)
     if head != MEAN:
         head = in_range(f"head ({MEAN}: every head)", head, 0, heads - 1, integer=True)
-    return token, layer, int(head)
+    return token, layer, int(head), cross
 
 
 def patch(e, row, col) -> tuple[int, int]:
@@ -120,18 +131,20 @@ class Explorer:
         cfg = self.pred.cfg
         if not state or state.get("result") is None:  # opened before any question: say what to do
             return (None, gr.Dropdown(choices=[], value=None), gr.Dropdown(), gr.Dropdown(), gr.Slider(),
-                    gr.Slider(), EMPTY_HINT, None, None, None, None)
+                    gr.Slider(), EMPTY_HINT, None, None, None, None, gr.Dropdown())
         handle = Explained(state)
         e = self.explanation(handle)
-        layer, head = cfg.cross_layers - 1, MEAN
+        layer, head, cross = cfg.dec_depth - 1, MEAN, cfg.cross_layers - 1
         row, col = top_patch(e, 0)
-        views = explorer_views(e, 0, layer, head, row, col)
+        views = explorer_views(e, 0, layer, head, row, col, cross)
         what = f'"{e.question}" → "{e.text}"' if e.question is not None else f'caption: "{e.text}"'
+        crossed = ("" if cfg.cross_layers == cfg.dec_depth else
+                   f" ({cfg.cross_layers} with cross-attention: layers {', '.join(n for n, _ in cross_choices(cfg))})")
         info = (f"Explaining {what}: {len(e.tokens)} tokens ({e.prompt_len} of prompt), {cfg.dec_depth} decoder "
-                f"layers x {cfg.dec_heads} heads, a {e.grid}x{e.grid} patch grid.")
+                f"layers{crossed} x {cfg.dec_heads} heads, a {e.grid}x{e.grid} patch grid.")
         token = gr.Dropdown(choices=explorer_choices(e), value=0 if e.generated else None)
         return (handle, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
-                gr.Slider(value=col + 1), info, *views)
+                gr.Slider(value=col + 1), info, *views, gr.Dropdown(value=cross))
 
     def explanation(self, e):
         """The Explanation behind a user's handle: one of the last `explanations` used, or built again
@@ -155,26 +168,26 @@ class Explorer:
         return built
 
     @_user_errors
-    def redraw_self(self, e, token, layer, head):
-        """A new layer or head: (self-attention, query against the keys)."""
+    def redraw_self(self, e, token, layer, head, cross=None):
+        """A new layer, head or cross-attention layer: (self-attention, query against the keys)."""
         from ..inference import figures as af
 
         _check(e)
         e = self.explanation(e)
-        token, layer, head = controls(e, token, layer, head)
-        qk = af.query_keys_figure(e, token, layer, 0 if head == MEAN else head)
+        token, layer, head, cross = controls(e, token, layer, head, cross)
+        qk = af.query_keys_figure(e, token, cross, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
     @_user_errors
-    def redraw_token(self, e, token, layer, head):
+    def redraw_token(self, e, token, layer, head, cross=None):
         """A new token: its cross-attention grid, its query against the keys, and the ViT from its top patch."""
         from ..inference import figures as af
 
         _check(e)
         e = self.explanation(e)
-        token, layer, head = controls(e, token, layer, head)
+        token, layer, head, cross = controls(e, token, layer, head, cross)
         row, col = af.top_patch(e, token)
-        return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, layer, 0 if head == MEAN else head),
+        return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, cross, 0 if head == MEAN else head),
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
 
     @_user_errors
@@ -187,15 +200,15 @@ class Explorer:
         return af.vit_patch_figure(e, *patch(e, row, col))
 
     @_user_errors
-    def export(self, e, token, layer, head, row, col):
+    def export(self, e, token, layer, head, row, col, cross=None):
         """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
         `keep` folders are kept (gradio has copied the older ones into its cache by then)."""
         _check(e)
         e = self.explanation(e)
-        (token, layer, head), where = controls(e, token, layer, head), patch(e, row, col)
+        (token, layer, head, cross), where = controls(e, token, layer, head, cross), patch(e, row, col)
         folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
         try:
-            files = e.save(folder, tokens=[token] if e.generated else [], layer=layer,
+            files = e.save(folder, tokens=[token] if e.generated else [], layer=cross,
                            head=0 if head == MEAN else head, patch=where)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)

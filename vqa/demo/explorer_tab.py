@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from .explorer import cross_choices
 from .handlers import MEAN
 
 EXPLORER_INTRO = """
@@ -30,6 +31,7 @@ class ExplorerTab:
     token: gr.Dropdown
     layer: gr.Dropdown
     head: gr.Dropdown
+    cross: gr.Dropdown
     row: gr.Slider
     col: gr.Slider
     explain_btn: gr.Button
@@ -49,8 +51,10 @@ def build_tab(cfg, grid: int) -> ExplorerTab:
         gr.Markdown(EXPLORER_INTRO)
         with gr.Row(equal_height=True):
             token = gr.Dropdown([], label="Generated token (its query)", elem_id="ex-token", scale=2)
-            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.cross_layers)],
-                                value=cfg.cross_layers - 1, label="Decoder layer", elem_id="ex-layer")
+            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.dec_depth)],
+                                value=cfg.dec_depth - 1, label="Decoder layer (self-attention)", elem_id="ex-layer")
+            cross = gr.Dropdown(cross_choices(cfg), value=cfg.cross_layers - 1,
+                                label="Cross-attention layer (query against the keys)", elem_id="ex-cross")
             head = gr.Dropdown([("every head and the mean", MEAN)]
                                + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)],
                                value=MEAN, label="Head", elem_id="ex-head")
@@ -71,5 +75,5 @@ def build_tab(cfg, grid: int) -> ExplorerTab:
             vit_img = gr.Image(label="Inside the ViT: self-attention from one patch", type="pil",
                                format="png", interactive=False, show_label=False, elem_id="vit-attention")
             files = gr.File(label="Export", file_count="multiple", interactive=False, elem_id="export")
-    return ExplorerTab(tab, token, layer, head, row, col, explain_btn, export_btn, info, self_img, cross_img,
+    return ExplorerTab(tab, token, layer, head, cross, row, col, explain_btn, export_btn, info, self_img, cross_img,
                        qk_img, vit_img, files)

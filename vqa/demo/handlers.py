@@ -137,6 +137,11 @@ def answers_to_list(top_k: Any) -> int:
         raise gr.Error(str(e), title="Bad setting", print_exception=False) from None
 
 
+def _hook(on_tokens) -> dict:
+    """The streaming hook as a keyword, or nothing: a server without streaming is called as before."""
+    return {} if on_tokens is None else dict(on_tokens=on_tokens)
+
+
 class Handlers:
     """The Ask tab's `ask`, the Caption tab's `caption` and the heatmap's `heatmap`, around `pred` (a
     `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True). Each upload becomes
@@ -147,8 +152,9 @@ class Handlers:
     def __init__(self, pred, server, budget: DecodeBudget = DECODING):
         self.pred, self.server, self.budget = pred, server, budget
 
-    def ask(self, image, question, top_k, state):
-        """(answer, {answer: probability}, the word selector, notes in markdown, the new state)."""
+    def ask(self, image, question, top_k, state, on_tokens=None):
+        """(answer, {answer: probability}, the word selector, notes in markdown, the new state). `on_tokens`:
+        the batch's streaming hook (`BatchedPredictor.answer`; `vqa.demo.streaming`)."""
         pred = self.pred
         if image is None:
             raise no_picture()
@@ -157,7 +163,7 @@ class Handlers:
         try:
             with self.budget.hold(decoded_bytes(image)):
                 pixels = pred.model_input(image)  # the decoded picture is let go here: the model reads pixels
-            res, ratio = self.server.answer(pixels, question, top_k)
+            res, ratio = self.server.answer(pixels, question, top_k, **_hook(on_tokens))
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None
@@ -174,9 +180,9 @@ class Handlers:
         words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
         return res.answer, label, words, "\n\n".join(notes), state
 
-    def caption(self, image, method, *values):
+    def caption(self, image, method, *values, on_tokens=None):
         """`values`: the decoding controls (GenerationConfig's `ui` fields, in order), then the state.
-        Returns (caption, details in markdown, the word selector, the new state)."""
+        Returns (caption, details in markdown, the word selector, the new state); `on_tokens`: as `ask`'s."""
         *values, state = values
         if image is None:
             raise no_picture()
@@ -187,7 +193,7 @@ class Handlers:
         try:
             with self.budget.hold(decoded_bytes(image)):
                 pixels = self.pred.model_input(image)
-            res, ratio = self.server.caption(pixels, settings)
+            res, ratio = self.server.caption(pixels, settings, **_hook(on_tokens))
             state = state_from(image, res)
         except Busy as e:
             raise busy(e) from None

@@ -31,7 +31,10 @@ def _env_port() -> int | None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, metavar="RUN",
-                   help=f"a run or checkpoint folder (default: {DEFAULT_RUN} if it holds one)")
+                   help=f"a run or checkpoint folder (default: {DEFAULT_RUN} if it holds one), or a Hugging Face "
+                        "Hub name (user/name)")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="with a Hugging Face Hub name: the branch, tag or commit to load (as user/name@REV)")
     p.add_argument("--host", default=None,
                    help=f"address to listen on (default: $GRADIO_SERVER_NAME, else {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=None,

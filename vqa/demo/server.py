@@ -11,21 +11,17 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from ..errors import ExtraMissing, VQAError
+import gradio as gr
+
+from ..data.images import MAX_PIXELS
+from ..errors import VQAError
+from ..inference.warmup import BackgroundWarmUp, warm_up
 from ..logs import get_logger
-
-try:
-    import gradio as gr
-except ImportError as e:
-    raise ExtraMissing("the demo", "demo", e.name) from None
-
-from ..data.images import MAX_PIXELS  # noqa: E402
-from ..inference.warmup import BackgroundWarmUp, warm_up  # noqa: E402
-from .app import USERS_KEPT, build_app  # noqa: E402
-from .ask_tab import MAX_TOP_K  # noqa: E402
-from .examples import SAMPLES, SHAPES  # noqa: E402
-from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes  # noqa: E402
-from .uploads import give_back_decoded_memory  # noqa: E402
+from .app import USERS_KEPT, build_app
+from .ask_tab import MAX_TOP_K
+from .examples import SAMPLES, SHAPES
+from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes
+from .uploads import give_back_decoded_memory
 
 log = get_logger("demo")
 
@@ -76,7 +72,8 @@ def serve(demo: gr.Blocks, host: str = DEFAULT_HOST, port: int | None = None, co
     return out
 
 
-def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None):
+def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool = False, compile: bool | None = None,
+                   revision: str | None = None):
     """The Predictor of `checkpoint`; None when no checkpoint was named and runs/tiny holds none. `int8`: dynamic
     int8 linear layers (CPU; a warning and float32 where int8 cannot run); `compile`: the compiled decode step
     (default: the Predictor's, on CUDA and for int8)."""
@@ -90,7 +87,8 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
         except CheckpointError:
             return None
         checkpoint = str(DEFAULT_RUN)
-    return Predictor.from_pretrained(checkpoint, device=device, max_pixels=MAX_PIXELS, cache_size=ENCODING_CACHE,
+    return Predictor.from_pretrained(checkpoint, device=device, revision=revision, max_pixels=MAX_PIXELS,
+                                     cache_size=ENCODING_CACHE,
                                      quantize="int8" if int8 else None, compile=compile)
 
 
@@ -141,7 +139,8 @@ def run(args: argparse.Namespace, prog: str = "vqa demo") -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile)
+            pred = load_predictor(args.checkpoint, args.device, int8=args.int8, compile=args.compile,
+                                  revision=args.revision)
         for w in caught:  # int8 that cannot run here: say so once, on the console
             log.warning(f"{prog}: {w.message}")
     except VQAError as e:

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ExtraMissing
-
 BINS = 15  # Guo et al. 2017's M
 COVERAGES = (100, 90, 80, 70, 60, 50, 40, 30, 20, 10)  # percent of the answers kept
 
@@ -87,13 +85,10 @@ def calibration_summary(confidence: Sequence[float], accuracy: Sequence[float], 
 def plot_reliability(summary: dict, path: str | Path) -> Path:
     """The reliability diagram of `calibration_summary`'s output (accuracy per confidence bin against the
     diagonal of perfect calibration, the answers per bin beneath) as a PNG at `path`."""
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")  # files only: no display on a server
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ExtraMissing("the reliability plot", "eval", e.name) from None
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
     bins = summary["reliability"]
     width = 100 / len(bins)
     centers = [100 * (b["lo"] + b["hi"]) / 2 for b in bins]

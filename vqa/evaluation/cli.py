@@ -10,9 +10,13 @@ reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
 With --grounding / --consistency / --pointing (a Shapes or Scenes folder) also `grounding.json` /
 `consistency.json` / `pointing.json` (`vqa.evaluation.grounding`, `.consistency`, `.pointing`). On a built-in
-set's split the table breaks each question type down by template (`vqa.evaluation.wordings`). Decoding options
-(greedy by default) apply to both tasks; answers are cut at 10 tokens unless
---max-new-tokens says otherwise.
+set's split the table breaks each question type down by template (`vqa.evaluation.wordings`).
+
+Decoding is what `vqa ask` / `vqa caption` serve unless the decoding options say otherwise
+(`GenerationConfig.served`: answers by beam search over 3 beams at length penalty 0, at most 10 tokens;
+captions greedy); the options apply to both tasks, as on `vqa ask`. Each question is scored by its
+benchmark's own rules (`vqa.evaluation.answer_rules`: VQA v2, TextVQA, VizWiz, GQA, from the format of its
+file) unless --scoring names one. The table and summary.json say which decoding and which rules were used.
 """
 
 from __future__ import annotations
@@ -22,13 +26,18 @@ import json
 from pathlib import Path
 
 from ..config import GenerationConfig, parse_tasks
-from ..errors import ConfigError, ExtraMissing
+from ..errors import ConfigError
+from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..options import add_dataclass_arguments, check_out_folder, given
+from .answer_rules import RULES
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used)")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint folder or a run folder (its best/ is used), or "
+                   "a Hugging Face Hub name (user/name)")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="with a Hugging Face Hub name: the branch, tag or commit to load (as user/name@REV)")
     p.add_argument("--data", required=True)
     p.add_argument("--split", help="the split to score (default: 'val', else the one split named val..., e.g. "
                    "val2014), or a shard pattern")
@@ -53,7 +62,15 @@ def add_arguments(p) -> None:
     p.add_argument("--pointing", action="store_true",
                    help="Shapes / Scenes: ask where each object a name picks out is (\"where is the red star?\", "
                         "as Predictor.point does) and score the point against its box (pointing.json)")
-    add_dataclass_arguments(p, GenerationConfig, title="decoding")
+    p.add_argument("--scoring", choices=("auto", *RULES), default="auto",
+                   help="whose rules score the answers (default auto: each question's benchmark's, from its file's "
+                        "format; VQA v2's for VQA v2, OK-VQA, JSONL and shards)")
+    add_dataclass_arguments(p, GenerationConfig, title="decoding (default: as `vqa ask` / `vqa caption` serve: "
+                                                      "answers by beam search over 3 beams, captions greedy)")
+    p._option_string_actions["--method"].help = "decoding method (default: beam for answers, greedy for captions)"
+    p._option_string_actions["--length-penalty"].help = ("beam: hypotheses rank by log-probability / length ** "
+                                                         "this (default: 0, the total log-probability, for "
+                                                         "answers; 1.0 for captions)")
 
 
 def run(args) -> int:
@@ -62,6 +79,7 @@ def run(args) -> int:
     from ..data.sources import is_pattern, list_splits, open_split
     from ..device import pick_device
     from ..model import checkpoint
+    from ..model.hub import is_hub_name, split_name
     from .evaluate import evaluate, format_summary
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-images", args.max_images)):
@@ -70,9 +88,10 @@ def run(args) -> int:
     if args.out:
         check_out_folder("--out", args.out)
     changes = given(args, GenerationConfig)
-    generation = {t: GenerationConfig.for_task(t, **changes) for t in ("vqa", "caption")}
+    generation = {t: GenerationConfig.served(t, **changes) for t in ("vqa", "caption")}  # as `vqa ask` decodes
     device = pick_device(args.device)
-    model, tok, card = checkpoint.load(args.checkpoint, device)
+    folder = checkpoint.resolve(args.checkpoint, args.revision)  # a Hub name: downloaded once, here
+    model, tok, card = checkpoint.load(folder, device)
     precision = "float32"
     if args.int8:
         from ..decoding.quantize import apply_precision
@@ -103,14 +122,15 @@ def run(args) -> int:
     compile = precision == "int8" if args.compile is None else args.compile
     res = evaluate(model, tok, split, tasks=tasks, device=device, max_images=args.max_images,
                    batch_images=args.batch_size, generation=generation, compile=compile, paper=True,
-                   observers=list(observers.values()))
+                   observers=list(observers.values()), scoring=None if args.scoring == "auto" else args.scoring)
     label = name if not is_pattern(name) else "shards"
-    folder = checkpoint.resolve(args.checkpoint)
-    # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best)
-    out = Path(args.out) if args.out else folder.with_name(f"{folder.name}-eval-{label}")
+    # beside the checkpoint, not in it: a save replaces the checkpoint folder whole (best/ at each new best); a
+    # Hub model's beside the command, never in the Hugging Face cache
+    beside = Path(split_name(args.checkpoint)[0].replace("/", "--")) if is_hub_name(args.checkpoint) else folder
+    out = Path(args.out) if args.out else beside.with_name(f"{beside.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(folder), step=card.get("step"), data=data, split=name, precision=precision,
+    s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name, precision=precision,
              generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:
@@ -119,10 +139,7 @@ def run(args) -> int:
     if "calibration" in s:
         from .calibration import plot_reliability
 
-        try:
-            plot_reliability(s["calibration"], out / "reliability.png")
-        except ExtraMissing as e:
-            get_logger("eval").warning("vqa eval: %s; no reliability.png", e)
+        plot_reliability(s["calibration"], out / "reliability.png")
     print(format_summary(s))
     if "grounding" in observers:
         from .grounding import format_grounding

@@ -1,11 +1,14 @@
 """Evaluation: run a model over a split and score it with the official metrics (the `vqa eval` command is
 `vqa.evaluation.cli`).
 
-`evaluate` decodes every question (and one caption per image) with the task's GenerationConfig, greedy by
-default, never generating a special token but <eos> (the tokenizer's `never_generated`), and returns the
-summary (VQA accuracy overall / per answer type / per question type, BLEU-1..4, CIDEr-D) with the result lists
-in the official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L, the calibration of the answers'
-confidence (`vqa.evaluation.calibration`) and, on a built-in set, the accuracy per template (`vqa.evaluation.wordings`). `format_summary` prints the table papers print.
+`evaluate` decodes every question (and one caption per image) with the task's GenerationConfig (greedy unless
+given: training's evaluations, for speed; `vqa eval` gives what is served, `GenerationConfig.served`), never
+generating a special token but <eos> (the tokenizer's `never_generated`), and returns the summary (VQA
+accuracy overall / per answer type / per question type, each question scored by its benchmark's rules
+(`answer_rules`), BLEU-1..4, CIDEr-D, and the decoding and rules used, in words) with the result lists in the
+official formats; with `paper=True` (`vqa eval`) also METEOR, ROUGE-L, the calibration of the answers'
+confidence (`vqa.evaluation.calibration`) and, on a built-in set, the accuracy per template
+(`vqa.evaluation.wordings`). `format_summary` prints the table papers print.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..config import GenerationConfig
 from ..data.collate import make_collate
 from ..data.dataset import ItemMaker
-from ..data.loader import eval_dataset, worker_errors
+from ..data.lengths import Budget, say
+from ..data.loader import eval_dataset, unreadable_of, worker_errors
 from ..data.transforms import ImageNormalizer, build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError, ExtraMissing
 from ..logs import bars_off, get_logger
+from .answer_rules import score_answers
 from .calibration import calibration_summary
-from .metrics import caption_scores, start_meteor, vqa_scores
+from .metrics import caption_scores, start_meteor
 from .wordings import format_templates, template_scores
 
 
@@ -47,7 +52,7 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
              batch_images=64, generation=None, progress=True, rank: int = 0, world: int = 1,
              compile: bool = False, amp_dtype: torch.dtype | None = None, workers: int = 0,
              max_unreadable: float | None = None, need_caption_scores: bool = True, paper: bool = False,
-             observers: Sequence[Callable] = ()) -> dict:
+             observers: Sequence[Callable] = (), scoring: str | None = None) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
     with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
@@ -64,7 +69,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     training's evaluations leave out (METEOR, ROUGE-L, the calibration of the answers' confidence).
     `observers`: each called as `observer(group, memory, generation)` after a group of rows is decoded (the
     rows' TaskGroup, its batch's encoded images, the Generation), on this rank's rows (`vqa eval
-    --grounding`, `--consistency`)."""
+    --grounding`, `--consistency`). `scoring`: one `answer_rules.RULES` name for every answer (default: each
+    question's benchmark's, from the format of its file)."""
     cfg = model.cfg
     gen = generation_for(tasks, generation)
     maker = ItemMaker(tokenizer, build_transform(cfg, train=False), cfg.dec_max_len, 0, 0, train=False)
@@ -87,19 +93,21 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     was_training = model.training
     model.eval()
     t0 = time.time()
-    n_images = 0
+    n_images, budget = 0, Budget(tokenizer, cfg.dec_max_len)
     for batch in worker_errors(iter(it)):
         n_images += batch.num_images
         images = normalize(batch.images, None, device)
         with autocast:
             memory = encode_images(model, images, compile)  # each image once, for all its questions
         for group in batch.groups:
+            prompts = group.prompts()
             with autocast:
-                out = generate(model, group.prompts(), memory=memory, image_index=group.image_index[: group.rows],
+                out = generate(model, prompts, memory=memory, image_index=group.image_index[: group.rows],
                                config=gen[group.task], banned=tokenizer.never_generated, compile=compile)
                 for observe in observers:
                     observe(group, memory, out)
-            for meta, seq, score in zip(group.meta, out.sequences, out.scores, strict=True):
+            for meta, seq, score, prompt in zip(group.meta, out.sequences, out.scores, prompts, strict=True):
+                budget.add(group.task, prompt, seq, gen[group.task], meta.get("question"))
                 text = tokenizer.decode(seq)
                 if group.task == "vqa":
                     vqa_pred[meta["question_id"]] = text
@@ -109,13 +117,17 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
                     cap_pred[meta["image_id"]] = text
                     cap_refs[meta["image_id"]] = meta["captions"]
     model.train(was_training)
+    if world > 1 and (tally := unreadable_of(ds)) is not None:  # the unreadable pictures of every rank together
+        tally.agree(device)
     if world > 1:  # rank 0 gathers every rank's results
         shards = [None] * world
-        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf))
+        torch.distributed.all_gather_object(shards, (vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, vqa_conf,
+                                                     budget.counts()))
         if rank != 0:
             return dict(summary={}, vqa_results=[], caption_results=[])
-        vqa_pred, vqa_recs, cap_pred, cap_refs, n_images = {}, [], {}, {}, 0
-        for vp, vr, cp, cr, n, vc in shards:
+        vqa_pred, vqa_recs, cap_pred, cap_refs, n_images, budget = {}, [], {}, {}, 0, Budget(tokenizer, cfg.dec_max_len)
+        for vp, vr, cp, cr, n, vc, b in shards:
+            budget.merge(b)
             vqa_pred.update(vp)
             vqa_conf.update(vc)
             vqa_recs += vr
@@ -126,9 +138,14 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         qid, n = Counter(r.question_id for r in vqa_recs).most_common(1)[0]
         raise DataError(f"question_id {qid!r} is on {n} questions of this split; question ids must be unique "
                         "(each answer is scored by its question's id)")
+    for line in budget.lines(gen):  # once a run: training's evaluations share its tokenizer
+        say(line, owner=tokenizer)
     summary = {"images": n_images, "seconds": round(time.time() - t0, 1)}
+    decoded = [t for t, done in (("vqa", vqa_pred), ("caption", cap_pred)) if done]
+    if decoded:
+        summary["decoding"] = {t: gen[t].describe() for t in decoded}
     if vqa_pred:
-        scores = vqa_scores(vqa_pred, vqa_recs)
+        scores, summary["scoring"] = score_answers(vqa_pred, vqa_recs, split_data, scoring)
         summary.update(questions=len(vqa_pred), vqa_accuracy=scores["overall"],
                        per_answer_type=scores["per_answer_type"], per_question_type=scores["per_question_type"])
         if paper:
@@ -172,6 +189,7 @@ def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
 
 
 ANSWER_TYPES = ("yes/no", "number", "other")  # VQA v2's, in the order its papers print them
+TASK_WORDS = {"vqa": "answers", "caption": "captions"}
 CAPTION_COLUMNS = (("BLEU-4", "BLEU-4"), ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr", "CIDEr-D"))
 
 
@@ -182,15 +200,19 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def format_summary(s: dict) -> str:
-    """The summary as papers print it: VQA accuracy overall and per answer type; captions' BLEU-4, METEOR,
-    ROUGE-L and CIDEr (x100, "-" for a score not computed); then the calibration, the question types and their
-    templates."""
+    """The summary as papers print it, after the decoding scored: VQA accuracy (and the benchmark rules it was
+    scored by) overall and per answer type; captions' BLEU-4, METEOR, ROUGE-L and CIDEr (x100, "-" for a
+    score not computed); then the calibration, the question types and their templates."""
     precision = f" ({s['precision']})" if s.get("precision", "float32") != "float32" else ""
     lines = [f"{s['images']} images in {s['seconds']} s{precision}"]
+    decoding = s.get("decoding") or {}
+    if decoding:
+        lines.append("decoding: " + "; ".join(f"{TASK_WORDS.get(t, t)} {how}" for t, how in decoding.items()))
     if "vqa_accuracy" in s:
         types = [t for t in ANSWER_TYPES if t in s["per_answer_type"]]
         types += sorted(t for t in s["per_answer_type"] if t not in ANSWER_TYPES)
-        lines.append(f"VQA accuracy ({s['questions']} questions):")
+        scored = f", scored by {s['scoring']}" if s.get("scoring") else ""
+        lines.append(f"VQA accuracy ({s['questions']} questions{scored}):")
         lines += _table([["", "overall", *types],
                          ["", f"{s['vqa_accuracy']:.2f}", *(f"{s['per_answer_type'][t]:.2f}" for t in types)]])
     if "CIDEr-D" in s:

@@ -1,4 +1,5 @@
-"""Evaluation metrics: VQA accuracy (official VQA v2 rules) and caption BLEU-1..4 / METEOR / ROUGE-L / CIDEr-D.
+"""Evaluation metrics: VQA accuracy (official VQA v2 rules; TextVQA's, VizWiz's and GQA's are in
+`answer_rules`) and caption BLEU-1..4 / METEOR / ROUGE-L / CIDEr-D.
 
 VQA accuracy
     A port of the official evaluation code, GT-Vision-Lab/VQA,
@@ -49,7 +50,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ExtraMissing
@@ -151,8 +152,10 @@ def _answer_strings(answers) -> list[str]:
     return [a["answer"] if isinstance(a, Mapping) else a for a in answers]
 
 
-def vqa_scores(predictions: Mapping, records, ndigits: int = 2) -> dict:
+def vqa_scores(predictions: Mapping, records, ndigits: int = 2, accuracy: Callable | Mapping = vqa_accuracy) -> dict:
     """Official-style VQA summary: percentages rounded to ``ndigits`` (2, as in vqaEval.setAccuracy).
+    ``accuracy``: the per-question score (VQA v2's), or {question_id: score function}
+    (`answer_rules.score_answers`: each benchmark's own).
 
     ``records`` have ``question_id``, ``answers`` (strings, or VQA-style dicts with "answer"),
     ``answer_type`` and ``question_type`` (a record whose type is "" or None is left out of that
@@ -167,7 +170,8 @@ def vqa_scores(predictions: Mapping, records, ndigits: int = 2) -> dict:
         raise ValueError(f"no prediction for {len(missing)} question(s), e.g. question_id {missing[:5]}")
     accs, per_question, by_answer, by_question = [], {}, defaultdict(list), defaultdict(list)
     for r in records:
-        acc = vqa_accuracy(predictions[r.question_id], _answer_strings(r.answers))
+        score = accuracy[r.question_id] if isinstance(accuracy, Mapping) else accuracy
+        acc = score(predictions[r.question_id], _answer_strings(r.answers))
         accs.append(acc)
         per_question[r.question_id] = acc
         if getattr(r, "answer_type", None):

@@ -33,7 +33,7 @@ from ..data.synthetic import (
 from ..data.synthetic.generator import SyntheticSet
 from ..data.synthetic.scenes import SCENES_SET
 from ..data.synthetic.shapes import SHAPES_SET
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
 ATTRIBUTE_FAMILIES = ("attribute_color", "attribute_shape")
 PUNCTUATION = ",.:;!?"
@@ -112,7 +112,7 @@ def load_scenes(data: str | Path, split: str, flag: str) -> SceneFile:
             doc = json.loads(path.read_text(encoding="utf-8"))
             return SceneFile(s, path, int(doc["info"]["image_size"]), {sc["image_id"]: sc for sc in doc["scenes"]})
     names = " or ".join(f"{s.prefix}_{split}_scenes.json" for s in SETS)
-    raise DataError(f"{flag} needs a Shapes or Scenes folder (vqa data shapes / scenes): {data} has no {names}")
+    raise ConfigError(f"{flag} needs a Shapes or Scenes folder (vqa data shapes / scenes): {data} has no {names}")
 
 
 def referent(sset: SceneSet, scene: dict, side: int, family: str, question: str, answer: str) -> int | None:

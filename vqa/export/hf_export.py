@@ -37,6 +37,7 @@ from torch import nn
 
 from ..config import CAPTION_TOKENS
 from ..errors import ConfigError, ExtraMissing
+from ..identity import checkpoint_identity
 from ..model import checkpoint
 from .hf_layout import vqa_to_hf
 from .output import MARKER, check_output, export_replacing
@@ -183,7 +184,8 @@ def export_transformers(checkpoint_path: str | Path, out: str | Path) -> Path:  
     PreTrainedTokenizerFast(tokenizer_object=tok.hf, **specials).save_pretrained(out)
     (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
     (out / MARKER).write_text(json.dumps(dict(written_by="vqa export --transformers",
-                                              checkpoint=str(checkpoint_path))) + "\n")
+                                              checkpoint=str(checkpoint_path),
+                                              model=checkpoint_identity(checkpoint.resolve(checkpoint_path)))) + "\n")
     return out
 
 

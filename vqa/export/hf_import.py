@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..config import GPT2_DECODER, ModelConfig
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..json_object import read_object
 from ..model import VQAModel, checkpoint
 from ..model.pretrained_lm import architecture, check_config
@@ -270,7 +270,10 @@ def import_transformers(source: str | Path, out: str | Path) -> Path:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not an empty folder; choose another")
-    cfg, state, tok = read_source(source)
+    try:
+        cfg, state, tok = read_source(source)
+    except ConfigError as e:  # a missing or bad folder is a bad file (exit status 1), not a usage error
+        raise CheckpointError(str(e)) from None
     model = VQAModel(cfg, load_pretrained=False)
     model.load_state_dict(state, strict=True)
     card = dict(imported_from=str(Path(source).resolve()), source="transformers VisionEncoderDecoderModel",

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, ExtraMissing
+from ..identity import checkpoint_identity
 from ..model.masks import causal_mask
 from . import output
 from .output import MARKER, _check_apart, check_output  # noqa: F401 (vqa.export.onnx's API)
@@ -133,7 +134,8 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
     for leftover in out.glob("*.onnx.data"):  # small models fit in the .onnx file itself
         if leftover.stat().st_size == 0:
             leftover.unlink()
-    (out / MARKER).write_text(json.dumps(dict(written_by="vqa export", checkpoint=str(checkpoint_path))) + "\n")
+    (out / MARKER).write_text(json.dumps(dict(written_by="vqa export", checkpoint=str(checkpoint_path),
+                                              model=checkpoint_identity(checkpoint.resolve(checkpoint_path)))) + "\n")
     return out
 
 

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..errors import CheckpointError, ConfigError, InputError
+from ..errors import CheckpointError, ConfigError
 from ..options import add_dataclass_arguments, given
 from .collection.cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
 
@@ -35,7 +35,10 @@ DEFAULT_CHECKPOINT = "runs/tiny"
 
 def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, metavar="RUN",
-                   help=f"a run or checkpoint folder (default: {DEFAULT_CHECKPOINT})")
+                   help=f"a run or checkpoint folder (default: {DEFAULT_CHECKPOINT}), or a Hugging Face Hub name "
+                        "(user/name)")
+    p.add_argument("--revision", default=None, metavar="REV",
+                   help="with a Hugging Face Hub name: the branch, tag or commit to load (as user/name@REV)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: CUDA, else MPS, else CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--int8", action="store_true",
@@ -75,12 +78,10 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
 def _load(args, compile: bool | None = False, device=None):
     from .predict import Predictor
 
-    if args.int8 and args.precision != "auto":
-        raise InputError(f"--int8 and --precision {args.precision} do not go together: choose one")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            pred = Predictor.from_pretrained(args.checkpoint, device=device or args.device,
+            pred = Predictor.from_pretrained(args.checkpoint, device=device or args.device, revision=args.revision,
                                              quantize="int8" if args.int8 else None,
                                              dtype=None if args.precision == "auto" else args.precision,
                                              compile=compile)  # one answer: compiling costs more than it saves
@@ -88,8 +89,10 @@ def _load(args, compile: bool | None = False, device=None):
             print(f"vqa {args.command}: {w.message}", file=sys.stderr)
         return pred
     except CheckpointError as e:
+        from ..model.hub import is_hub_name
+
         hint = ""
-        if not Path(args.checkpoint).exists():
+        if not Path(args.checkpoint).exists() and not is_hub_name(args.checkpoint):
             hint = "; train one with `vqa data shapes --out data/shapes` and then `vqa train --data data/shapes --out runs/tiny`"
         raise CheckpointError(f"{e}{hint}") from None
 
@@ -120,6 +123,7 @@ def run(args) -> int:
     if args.command == "ask":
         args.question = args.inputs[1]
     pred = _load(args, compile=bool(args.compile))  # one image: compiled only when --compile asks for it
+    from .streaming import print_stream
     if args.command == "ask" and args.point:
         found = pred.point(args.image, args.question, **given(args, GenerationConfig, ASK_RENAME))
         if args.json:
@@ -133,12 +137,16 @@ def run(args) -> int:
         return 0
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
-        res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
+        if _streams(args):
+            res = print_stream(pred.stream(args.image, args.question, args.top_k, settings), sys.stdout)
+        else:
+            res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
         written = _attention_out(pred, args, res)
         if args.json:
             print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
             return 0
-        print(res.answer)
+        if not _streams(args):
+            print(res.answer)
         if args.top_k > 1:
             width = max(len(a) for a, _ in res.top_k)
             for i, (a, p) in enumerate(res.top_k, 1):
@@ -146,11 +154,27 @@ def run(args) -> int:
         if res.truncated:
             print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
                   "to fit the model)")
+        _say_cut(res, "answer")
         return 0
-    res = pred.caption(args.image, **given(args, GenerationConfig))
+    if _streams(args):
+        res = print_stream(pred.stream(args.image, **given(args, GenerationConfig)), sys.stdout)
+    else:
+        res = pred.caption(args.image, **given(args, GenerationConfig))
     written = _attention_out(pred, args, res)
     if args.json:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
-    else:
+    elif not _streams(args):
         print(res.caption)
+    _say_cut(res, "caption")
     return 0
+
+
+def _streams(args) -> bool:
+    """Text on a terminal is printed as it is decoded; JSON and a pipe get the whole text at once."""
+    return not args.json and sys.stdout.isatty()
+
+
+def _say_cut(res, what: str) -> None:
+    if res.cut:
+        print(f"vqa: the {what} reached its {len(res.ids)}-token budget without <eos> and was cut "
+              "(--max-new-tokens)", file=sys.stderr)

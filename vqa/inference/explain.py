@@ -3,8 +3,8 @@ read from the model's own attention modules on a separate pass, so answering sta
 
     e = predictor.explain("photo.png", "what color is the circle?")   # answers, then explains the answer
     e.self_weights      # [L, H, T, T] the decoder's masked self-attention over prompt + generated tokens
-    e.cross_weights     # [L, H, T, N] each token's cross-attention over the N image tokens (prefix first)
-    e.cross_scores      # [L, H, T, N] the same before the softmax: q.k / sqrt(d_head)
+    e.cross_weights     # [Lc, H, T, N] each token's cross-attention over the N image tokens (prefix first)
+    e.cross_scores      # [Lc, H, T, N] the same before the softmax: q.k / sqrt(d_head)
     e.vit_weights       # [Lv, Hv, Nv, Nv] the ViT's self-attention over its own tokens (prefix first)
     e.save("out/")      # attention.npz and the explorer's pictures as PNG
 
@@ -43,8 +43,8 @@ class Explanation:
     prompt_len: int  # P: tokens[:P] are the prompt
     self_weights: np.ndarray  # [L, H, T, T] masked self-attention after the softmax (0 above the diagonal)
     self_scores: np.ndarray  # [L, H, T, T] its raw scaled scores q.k / sqrt(d); -inf above the diagonal
-    cross_weights: np.ndarray  # [L, H, T, N] cross-attention over the memory (prefix tokens first)
-    cross_scores: np.ndarray  # [L, H, T, N] its raw scaled scores
+    cross_weights: np.ndarray  # [Lc, H, T, N] cross-attention over the memory (prefix tokens first); Lc < L
+    cross_scores: np.ndarray  # [Lc, H, T, N] its raw scaled scores       in the llama layout (cross_layer_ids)
     vit_weights: np.ndarray  # [Lv, Hv, Nv, Nv] the ViT's self-attention (prefix tokens first); [0] if unread
     grid: int  # patches per side
     memory_prefix: int  # memory tokens before the patches (the CLS / register tokens)
@@ -54,6 +54,12 @@ class Explanation:
     question: str | None = None
     image: object = field(default=None, repr=False)  # the picture as given (RGB PIL image), for drawing
     resize: str = "letterbox"  # how the picture became the square (ModelConfig.vit_resize)
+    cross_layer_ids: tuple = ()  # the decoder layer (0-based) of each cross-attention layer; () : the same index
+
+    def cross_layer_number(self, j: int) -> int:
+        """The decoder layer, counted from 1, of cross-attention layer j (0-based): the llama layout has fewer
+        cross-attention layers than layers, each before a layer of the language model."""
+        return (self.cross_layer_ids[j] if self.cross_layer_ids else j) + 1
 
     @property
     def generated(self) -> list[str]:
@@ -99,7 +105,8 @@ class Explanation:
                     cross_weights=self.cross_weights, cross_scores=self.cross_scores,
                     cross_maps=self.cross_maps(), vit_weights=self.vit_weights, grid=np.asarray(self.grid),
                     memory_prefix=np.asarray(self.memory_prefix), vit_prefix=np.asarray(self.vit_prefix),
-                    image_size=np.asarray(self.image_size), text=np.asarray(self.text))
+                    image_size=np.asarray(self.image_size), text=np.asarray(self.text),
+                    cross_layer_ids=np.asarray([self.cross_layer_number(j) - 1 for j in range(len(self.cross_weights))]))
 
     def save(self, folder: str | Path, pictures: bool = True, **which) -> list[Path]:
         """Write `attention.npz` (every array) and, with `pictures`, the explorer's figures as PNG files into

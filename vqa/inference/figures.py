@@ -24,18 +24,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..errors import ExtraMissing
 from .heatmaps import attention_heatmap, draw_patch_grid
 
 MASKED = "#d9d9d9"  # the causal mask's cells
 
 
 def _figure(width: float, height: float):
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as missing:
-        raise ExtraMissing("drawing attention figures", "eval", missing.name) from None
+    # imported when drawn: the CLI starts without matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
@@ -128,7 +125,7 @@ def cross_attention_grid(e, token: int, thumb: int = 150) -> Image.Image:
             ax.set_xticks([])
             ax.set_yticks([])
             name = f"head {h + 1}" if h < n_heads else "mean of heads"
-            ax.set_title(f"L{layer + 1} {name}\nmax {m.max():.2f}, sum {m.sum():.2f}", fontsize=7)
+            ax.set_title(f"L{e.cross_layer_number(layer)} {name}\nmax {m.max():.2f}, sum {m.sum():.2f}", fontsize=7)
     fig.suptitle(f'Cross-attention of "{e.generated[token]}" (token {token + 1}) over the picture\ndecoder '
                  "layers (rows) x heads (columns); red = most, each map on its own scale", fontsize=9)
     return to_image(fig)
@@ -173,7 +170,8 @@ def query_keys_figure(e, token: int, layer: int, head: int) -> Image.Image:
     ax.set_title("3. the weights over the picture", fontsize=10)
     extra = ", ".join(f"prefix key {j + 1} (CLS): score {scores[j]:.2f}, weight {100 * weights[j]:.1f}%"
                       for j in range(p))
-    fig.suptitle(f'Query of "{e.generated[token]}" (token {token + 1}) against every image key, layer {layer + 1}, '
+    fig.suptitle(f'Query of "{e.generated[token]}" (token {token + 1}) against every image key, '
+                 f'layer {e.cross_layer_number(layer)}, '
                  f"head {head + 1}: the patches hold {100 * w_grid.sum():.1f}% of the weight"
                  + (f"\n{extra}" if extra else ""), fontsize=9)
     return to_image(fig)
@@ -236,7 +234,8 @@ def save_figures(e, folder: str | Path, tokens: Sequence[int] | None = None, lay
     for t in chosen:
         word = _slug(e.generated[t])
         put(f"cross_attention_{t + 1:02d}_{word}.png", cross_attention_grid(e, t))
-        put(f"query_keys_{t + 1:02d}_{word}_layer{layer + 1}_head{head + 1}.png", query_keys_figure(e, t, layer, head))
+        put(f"query_keys_{t + 1:02d}_{word}_layer{e.cross_layer_number(layer)}_head{head + 1}.png",
+            query_keys_figure(e, t, layer, head))
     row, col = patch if patch is not None else top_patch(e, 0)
     put(f"vit_attention_patch_r{row + 1}_c{col + 1}.png", vit_patch_figure(e, row, col))
     return out

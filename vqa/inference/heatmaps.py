@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from ..data.images import load_image
-from ..errors import ExtraMissing, InputError
+from ..errors import InputError
 
 
 def letterbox_box(width: int, height: int, size: int, resize: str = "letterbox") -> tuple[float, float, float, float]:
@@ -84,10 +84,7 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
 @functools.lru_cache(maxsize=8)
 def _lut(colormap: str) -> np.ndarray:
     """The colormap as a [256, 3] float32 table (built once per name: matplotlib's lookup costs a few ms)."""
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise ExtraMissing("drawing attention heatmaps", "eval", e.name) from None
+    import matplotlib  # imported when drawn: the CLI starts without it
 
     return (matplotlib.colormaps[colormap](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
 

@@ -29,8 +29,9 @@ k beams: greedy decoding and sampling give one answer, and asking them for more 
 scores a closed list instead: a softmax over the candidates' total log-probabilities, summing to 1.
 
 Questions. An empty question raises InputError; a question longer than the model's context is cut from the
-end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters the tokenizer does
-not know (emoji, scripts absent from training) become <unk>: the model still answers.
+end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Characters outside the
+tokenizer's vocabulary (emoji, scripts absent from training) are spelled in their UTF-8 bytes (byte
+fallback, `vqa.tokenizer`); a tokenizer made before byte fallback gives them as <unk>: the model still answers.
 
 Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
 the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input (`vqa.inference.encoding_cache`),
@@ -52,6 +53,7 @@ gives each picture's pooled encoding, for `vqa.demo.familiarity`.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,7 +69,9 @@ from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, patch_maps, score_candidates
 from ..device import pick_device
 from ..errors import InputError
+from ..identity import checkpoint_identity
 from ..model.checkpoint import load as load_checkpoint
+from ..model.checkpoint import resolve as resolve_checkpoint
 from . import task_settings
 from .beam_answers import answers_from_beams, ranked_candidates
 from .encoding_cache import EncodingCache
@@ -129,14 +133,23 @@ class Predictor(PictureInputs):
         self.answer_vocab = sorted(tokens | {self.tokenizer.eos_id})
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None, **kwargs) -> Predictor:
-        """Load a checkpoint folder or a run folder (its best/, else last/) onto `device` (default: CUDA,
-        else MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
+    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
+                        revision: str | None = None, **kwargs) -> Predictor:
+        """Load a checkpoint folder or a run folder (its best/, else last/), or a Hugging Face Hub name
+        ("user/name", "user/name@rev" or `revision=`: `vqa.model.hub`), onto `device` (default: CUDA, else
+        MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
         dev = pick_device(device)
-        model, tokenizer, card = load_checkpoint(path, device=dev)
+        folder = resolve_checkpoint(path, revision)  # a Hub name: its snapshot folder in the cache
+        model, tokenizer, card = load_checkpoint(folder, device=dev)
         p = cls(model, tokenizer, card, device=dev, **kwargs)
-        p.path = Path(path)
+        p.path = Path(path) if Path(path).exists() else folder
         return p
+
+    @functools.cached_property
+    def identity(self) -> str | None:
+        """The checkpoint's identity (`vqa.identity`: all of its weights, adapters, config and tokenizer), read
+        on first use; None for a model given in memory."""
+        return checkpoint_identity(resolve_checkpoint(self.path)) if self.path is not None else None
 
     def __repr__(self) -> str:
         return (f"Predictor({self.path or 'in-memory model'}, device={self.device}, {self.precision}, "
@@ -167,6 +180,9 @@ class Predictor(PictureInputs):
         full = len(self.tokenizer.encode(question))
         prompt = self.tokenizer.vqa_prompt(question, max_len=self.cfg.dec_max_len)
         return prompt, len(prompt) - 3 < full
+
+    def _reached_budget(self, prompt, ids, settings: GenerationConfig) -> bool:
+        return len(ids) >= settings.budget(self.cfg.dec_max_len - len(prompt))
 
     def _pieces(self, ids: list[int]) -> list[str]:
         return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
@@ -214,9 +230,9 @@ class Predictor(PictureInputs):
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
                      generation: GenerationConfig | None = None, return_attention: bool = False,
-                     **changes) -> list[Answer]:
+                     watch=None, **changes) -> list[Answer]:
         """`answer` for each (image, question) pair in one batched decoding; a single image (not in a list)
-        is asked every question. Each distinct image is encoded once."""
+        is asked every question. Each distinct image is encoded once. `watch`: `generate`'s (streaming)."""
         if _is_single_image(images):
             images = [images] * len(questions)
         images, questions = list(images), list(questions)
@@ -232,14 +248,16 @@ class Predictor(PictureInputs):
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, list(prompts), memory=memory, image_index=index, config=settings,
-                           vocab=self.answer_vocab, banned=self.tokenizer.never_generated, compile=self.compile)
+                           vocab=self.answer_vocab, banned=self.tokenizer.never_generated, compile=self.compile,
+                           watch=watch)
             results = []
             for b, question in enumerate(questions):
                 hyps = gen.beams[b] if gen.beams else [(gen.sequences[b], gen.scores[b])]
                 ranked, best = answers_from_beams(hyps, self.tokenizer.decode, top_k)
                 results.append(Answer(question=question, answer=self.tokenizer.decode(best), top_k=ranked,
                                       truncated=truncated[b], tokens=self._pieces(best),
-                                      prompt_ids=list(prompts[b]), ids=list(best)))
+                                      prompt_ids=list(prompts[b]), ids=list(best),
+                                      cut=self._reached_budget(prompts[b], best, settings)))
             if return_attention:
                 maps = patch_maps(self.model, memory, index, prompts, [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):
@@ -281,8 +299,8 @@ class Predictor(PictureInputs):
         return self.caption_batch([image], generation, return_attention, **changes)[0]
 
     def caption_batch(self, images: Sequence[Any], generation: GenerationConfig | None = None,
-                      return_attention: bool = False, **changes) -> list[Caption]:
-        """`caption` for each image in one batched decoding."""
+                      return_attention: bool = False, watch=None, **changes) -> list[Caption]:
+        """`caption` for each image in one batched decoding. `watch`: `generate`'s (streaming)."""
         if _is_single_image(images):
             images = [images]
         images = list(images)
@@ -293,19 +311,29 @@ class Predictor(PictureInputs):
         with self._lock:
             memory, index = self._encode(images)
             gen = generate(self.model, [prompt] * len(images), memory=memory, image_index=index, config=settings,
-                           banned=self.tokenizer.never_generated, compile=self.compile)
+                           banned=self.tokenizer.never_generated, compile=self.compile, watch=watch)
             results = []
             for b in range(len(images)):
                 seq = gen.sequences[b]
                 beams = [(self.tokenizer.decode(s), float(score)) for s, score in gen.beams[b]] if gen.beams else []
                 results.append(Caption(caption=self.tokenizer.decode(seq), log_prob=float(gen.scores[b]),
-                                       beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq)))
+                                       beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq),
+                                       cut=self._reached_budget(prompt, seq, settings)))
             if return_attention:
                 maps = patch_maps(self.model, memory, index, [prompt] * len(results), [r.ids for r in results])
                 for res, m in zip(results, maps, strict=True):
                     res.attention = m
         return results
 
+
+    def stream(self, image: Any, question: str | None = None, top_k: int = 1,
+               generation: GenerationConfig | None = None, **changes):
+        """The answer to `question` (without one: the caption) as it is decoded: yields the text so far each
+        time it changes, the last one equal to `answer` / `caption`'s, and returns that Answer / Caption
+        (`vqa.inference.streaming`: beam search yields its best hypothesis so far, which may be revised)."""
+        from .streaming import stream
+
+        return stream(self, image, question, top_k, generation, **changes)
 
     # ---- the attention explorer ----
     def explain(self, image: Any, question: str | None = None, result: Answer | Caption | None = None,
@@ -334,7 +362,7 @@ class Predictor(PictureInputs):
         return Explanation(tokens=tokens, prompt_len=len(prompt), grid=self.grid, memory_prefix=n - self.grid**2,
                            vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
                            question=getattr(result, "question", None), image=pil, resize=self.cfg.vit_resize,
-                           **arrays)
+                           cross_layer_ids=self.cfg.cross_layer_ids, **arrays)
 
 
 def _is_single_image(x: Any) -> bool:

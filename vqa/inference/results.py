@@ -14,6 +14,7 @@ class _Generated:
     attention: torch.Tensor | None = None  # [G, L, H, grid, grid] on the CPU, when asked for
     prompt_ids: list[int] = field(default_factory=list, repr=False)  # the prompt it was generated after
     ids: list[int] = field(default_factory=list, repr=False)  # the generated token ids (no <eos>)
+    cut: bool = False  # it reached its budget (max_new_tokens, or the context's end) without <eos>
 
     def words(self) -> list[tuple[str, torch.Tensor | None]]:
         """The generated words with their attention maps [L, H, grid, grid]: word pieces are joined and

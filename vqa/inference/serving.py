@@ -137,30 +137,37 @@ class BatchedPredictor:
         self.pred, self.attention, self.familiarity = pred, attention, familiarity
         self.batcher = Batcher(self._run, max_batch=max_batch, max_wait=max_wait, max_pending=max_pending)
 
-    def answer(self, image: Any, question: str, top_k: int = 1, generation=None) -> tuple[Any, float | None]:
-        """(`Predictor.answer(image, question, top_k, generation, return_attention=...)`, familiarity ratio)."""
+    def answer(self, image: Any, question: str, top_k: int = 1, generation=None,
+               on_tokens=None) -> tuple[Any, float | None]:
+        """(`Predictor.answer(image, question, top_k, generation, return_attention=...)`, familiarity ratio).
+        `on_tokens`: called from the batch's decoding with this request's tokens so far at every step
+        (streaming; the batch is shared as before)."""
         settings = self.pred.answer_settings(int(top_k), generation)
-        return self.batcher(_key("answer", settings), (image, settings, question, int(top_k)))
+        return self.batcher(_key("answer", settings), (image, settings, on_tokens, question, int(top_k)))
 
-    def caption(self, image: Any, generation=None) -> tuple[Any, float | None]:
-        """(`Predictor.caption(image, generation, return_attention=...)`, familiarity ratio)."""
+    def caption(self, image: Any, generation=None, on_tokens=None) -> tuple[Any, float | None]:
+        """(`Predictor.caption(image, generation, return_attention=...)`, familiarity ratio); `on_tokens`: as
+        `answer`'s."""
         from ..config import GenerationConfig
 
         settings = generation or GenerationConfig.for_task("caption")
-        return self.batcher(_key("caption", settings), (image, settings))
+        return self.batcher(_key("caption", settings), (image, settings, on_tokens))
 
     def _run(self, key: tuple, items: list[tuple]) -> list[tuple[Any, float | None]]:
         kind, settings = key[0], items[0][1]
         images = [it[0] for it in items]
+        hooks = [it[2] for it in items]
+        # streaming: each request's hook hears its own row of the batch (a batch without hooks passes nothing)
+        watch = {} if not any(hooks) else dict(watch=lambda rows: [h(r) for h, r in zip(hooks, rows, strict=True) if h])
         with self.pred._lock:  # one lock for the decoding and the (cached) features of the same pictures
             if kind == "answer":
-                top = max(it[3] for it in items)
-                results = self.pred.answer_batch(images, [it[2] for it in items], top_k=top, generation=settings,
-                                                 return_attention=self.attention)
+                top = max(it[4] for it in items)
+                results = self.pred.answer_batch(images, [it[3] for it in items], top_k=top, generation=settings,
+                                                 return_attention=self.attention, **watch)
                 for res, it in zip(results, items, strict=True):
-                    res.top_k = res.top_k[: it[3]]  # a longer list's prefix: the same ranking
+                    res.top_k = res.top_k[: it[4]]  # a longer list's prefix: the same ranking
             else:
-                results = self.pred.caption_batch(images, settings, return_attention=self.attention)
+                results = self.pred.caption_batch(images, settings, return_attention=self.attention, **watch)
             ref = self.familiarity
             ratios = ref.ratio(self.pred.image_features(images)).tolist() if ref is not None else [None] * len(items)
         return list(zip(results, ratios, strict=True))

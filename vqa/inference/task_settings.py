@@ -29,7 +29,7 @@ def answer_settings(tasks: Sequence[str], top_k: int = 1, generation: Generation
                     changes: dict | None = None) -> GenerationConfig:
     """See `Predictor.answer_settings`."""
     check_task(tasks, "vqa")
-    default = GenerationConfig.for_task("vqa", method="beam", num_beams=max(int(top_k), 3), length_penalty=0.0)
+    default = GenerationConfig.served("vqa", top_k)
     settings = at_least_one_token(generation_config(generation, changes or {}, default))
     ranked = DECODING_METHODS[settings.method].ranked
     if top_k > 1 and not ranked:
@@ -46,7 +46,7 @@ def caption_settings(tasks: Sequence[str], generation: GenerationConfig | None =
                      changes: dict | None = None) -> GenerationConfig:
     """See `Predictor.caption_settings`."""
     check_task(tasks, "caption")
-    return at_least_one_token(generation_config(generation, changes or {}, GenerationConfig.for_task("caption")))
+    return at_least_one_token(generation_config(generation, changes or {}, GenerationConfig.served("caption")))
 
 
 def at_least_one_token(settings: GenerationConfig) -> GenerationConfig:

@@ -23,15 +23,16 @@ import torch
 
 from ..errors import CheckpointError
 from ..tokenizer import Tokenizer
-from . import VQAModel
+from . import VQAModel, hub
 from .lora import base_layers, load_adapters, merge_lora, save_adapters
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 
-def resolve(path: str | Path) -> Path:
-    """A checkpoint folder from a checkpoint or run folder: the folder itself, else its best/, else last/."""
-    path = Path(path)
+def resolve(path: str | Path, revision: str | None = None) -> Path:
+    """A checkpoint folder from a checkpoint or run folder: the folder itself, else its best/, else last/. A
+    string that is no folder here but a Hub name (`user/name[@rev]`) is downloaded first (`vqa.model.hub`)."""
+    path = hub.locate(path, revision)
     for cand in (path, path / "best", path / "best.old", path / "last", path / "last.old"):
         if (cand / "model.safetensors").is_file():
             return cand
@@ -115,11 +116,12 @@ def _fsync_dir(folder: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def load(path: str | Path, device: str | torch.device = "cpu",
-         merge_adapters: bool = True) -> tuple[VQAModel, Tokenizer, dict]:
-    """(model in eval mode, tokenizer, card) from a checkpoint or run folder. LoRA adapters saved beside the
-    weights are merged into them, one plain model (`merge_adapters=False` keeps them apart, to train on)."""
-    folder = resolve(path)
+def load(path: str | Path, device: str | torch.device = "cpu", merge_adapters: bool = True,
+         revision: str | None = None) -> tuple[VQAModel, Tokenizer, dict]:
+    """(model in eval mode, tokenizer, card) from a checkpoint or run folder, or a Hub name (`resolve`). LoRA
+    adapters saved beside the weights are merged into them, one plain model (`merge_adapters=False` keeps them
+    apart, to train on)."""
+    folder = resolve(path, revision)
     for name in FILES:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}")

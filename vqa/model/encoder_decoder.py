@@ -10,12 +10,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.packing import IGNORE, PackedRows
 from ..errors import CheckpointError, InputError
 from . import config_file
 from .attention import ImageRoute, gather_rows
 from .decoder import TextDecoder
 from .llama_decoder import LlamaDecoder
+from .packed import IGNORE, PackedRows
 from .vision import VisionEncoder
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -23,6 +23,8 @@ WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 @dataclass
 class Output:
+    """What `VQAModel.teacher_forced` returns."""
+
     loss: torch.Tensor | None  # mean cross-entropy over the target tokens
     logits: torch.Tensor | None  # [B, T, V] (None when only the loss was asked for)
     n_targets: int  # how many target tokens the loss averages over
@@ -32,6 +34,12 @@ def target_positions(loss_mask: torch.Tensor) -> torch.Tensor:
     """Flat indices into [B * (T-1)] of the positions whose *next* token is a target: the logits at
     position t predict token t+1. [K] (a host sync; the training data path computes these in collate)."""
     return loss_mask[:, 1:].reshape(-1).nonzero().squeeze(1)
+
+
+def target_loss(logits: torch.Tensor, target_ids: torch.Tensor, reduction: str = "none") -> torch.Tensor:
+    """The model's loss, defined once: the cross-entropy of logits [K, V] against target_ids [K], in float32
+    whatever the autocast; IGNORE targets count 0. `reduction`: "none" [K], or "sum"."""
+    return F.cross_entropy(logits.float(), target_ids, ignore_index=IGNORE, reduction=reduction)
 
 
 def segment_mask(segments: torch.Tensor) -> torch.Tensor:
@@ -81,20 +89,22 @@ class VQAModel(nn.Module):
             raise InputError(f"{images.shape[0]} images for {ids.shape[0]} text rows and no image_index")
 
     # ---- training ----
-    def packed_loss(self, images: torch.Tensor, rows: PackedRows) -> torch.Tensor:
-        """Training's loss: the sum over every target token of a batch of its cross-entropy times its task's
+    def forward(self, images: torch.Tensor, rows: PackedRows,
+                return_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Training's pass: the sum over every target token of a batch of its cross-entropy times its task's
         weight (the step divides by the global sum of the weights, `rows.weighted_targets` over micro-batches
-        and ranks). The whole trip, from the loader's batch:
+        and ranks); with `return_logits`, (loss, the target positions' logits [K, V]). The whole trip, from
+        the loader's batch:
 
         1. `images` [M, 3, S, S] -> the ViT (`vqa.model.vision`) -> memory [M, N, D] -> each decoder layer's
            cross-attention keys/values 2 x [M, H, N, Dh], once per image however many rows read it.
-        2. `rows` (`vqa.data.packing.pack`): every question and caption of the batch end to end in [R, T]
-           rows that mix images, each a segment with its own positions from 0 that attends causally within
-           itself only (`segment_mask`). Self-attention and the projections run in that layout; the
-           cross-attention core runs image-major (`ImageRoute`: image m's tokens [M, L] against image m's
-           keys/values), each token reading its own image's patches only.
-        3. The LM head at the target positions only (`rows.target_pos` [K]), cross-entropy against
-           `rows.target_ids` [K] in float32, times `rows.target_weight` [K] (0 on padding targets), summed.
+        2. `rows` (`vqa.model.packed.PackedRows`, built by `vqa.data.packing.pack`): every question and
+           caption of the batch end to end in [R, T] rows that mix images, each a segment with its own
+           positions from 0 that attends causally within itself only (`segment_mask`). Self-attention and the
+           projections run in that layout; the cross-attention core runs image-major (`ImageRoute`: image
+           m's tokens [M, L] against image m's keys/values), each token reading its own image's patches only.
+        3. The LM head at the target positions only (`rows.target_pos` [K]), `target_loss` against
+           `rows.target_ids` [K], times `rows.target_weight` [K] (0 on padding targets), summed.
 
         No host sync and no data-dependent control flow (torch.compile, DDP's static graph): every count and
         index comes from the collate function. A batch without any text row is one padding row and one
@@ -104,11 +114,11 @@ class VQAModel(nn.Module):
         hidden, _ = self.decoder(rows.input_ids, kv, pos=rows.positions, mask=segment_mask(rows.segments),
                                  route=route)  # [R, T, D]
         logits = self.target_logits(hidden, rows.target_pos)  # [K, V]
-        ce = F.cross_entropy(logits.float(), rows.target_ids, ignore_index=IGNORE, reduction="none")  # [K]
-        return (ce * rows.target_weight).sum()
+        loss = (target_loss(logits, rows.target_ids) * rows.target_weight).sum()
+        return (loss, logits) if return_logits else loss
 
     # ---- teacher forcing ----
-    def forward(
+    def teacher_forced(
         self,
         images: torch.Tensor,  # [M, 3, S, S]
         input_ids: torch.Tensor,  # [B, T] prompt + target, right-padded
@@ -116,10 +126,12 @@ class VQAModel(nn.Module):
         image_index: torch.Tensor | None = None,  # [B] row -> image; default row b -> image b
         return_logits: bool = True,
     ) -> Output:
-        """Teacher-forced pass. The logits at position t predict token t+1, so the loss compares
-        logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is set: prompt and padding never count.
-        Padding is on the right, so plain causal attention never lets a real token see it. (Training computes
-        `packed_loss` instead, which needs no host sync.)"""
+        """One pass over whole right-padded rows, every position's logits: what the tests compare (with the
+        exported and imported models' logits too). The logits at position t predict token t+1, so the loss
+        (the mean of `target_loss`) compares logits[:, :-1] with input_ids[:, 1:] wherever loss_mask[:, 1:] is
+        set: prompt and padding never count. Padding is on the right, so plain causal attention never lets a
+        real token see it. (It counts its targets on the host; training calls `forward`, which needs no host
+        sync.)"""
         self.check_text(input_ids, images, image_index)
         hidden, _ = self.decoder(input_ids, self.memory_kv(self.encode(images), image_index))  # [B, T, D]
         loss, n = None, 0
@@ -127,8 +139,7 @@ class VQAModel(nn.Module):
             target_pos = target_positions(loss_mask)
             n = int(target_pos.numel())
             labels = input_ids[:, 1:].reshape(-1).index_select(0, target_pos)
-            loss = F.cross_entropy(self.target_logits(hidden, target_pos).float(), labels,
-                                   reduction="sum") / max(n, 1)
+            loss = target_loss(self.target_logits(hidden, target_pos), labels, reduction="sum") / max(n, 1)
         return Output(loss=loss, logits=self.decoder.logits(hidden) if return_logits else None, n_targets=n)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

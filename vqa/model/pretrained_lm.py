@@ -159,25 +159,6 @@ def model_preset(name: str, **overrides) -> ModelConfig:
     return ModelConfig(**fields)
 
 
-def context_warning(tok: Tokenizer, texts, max_len: int, source: str, sample: int = 5000) -> str | None:
-    """A sentence when training texts are too long for `max_len` in `tok`'s tokens (they would be cut)."""
-    batch = []
-    for t in texts:
-        batch.append(t)
-        if len(batch) >= sample:
-            break
-    if not batch:
-        return None
-    limit = max_len - 3  # <bos> <caption> ... <eos>; a question also needs <question>, <answer> and an answer
-    long = sum(len(e.ids) > limit for e in tok.hf.encode_batch(batch, add_special_tokens=False))
-    if not long:
-        return None
-    n_pos = read_config(resolve(source))["n_positions"]
-    return (f"{long} of {len(batch)} training texts checked take more than {limit} tokens in {source}'s tokenizer "
-            f"and will be cut to fit dec_max_len={max_len}; the language model allows up to {n_pos} positions "
-            "(--set dec_max_len=N)")
-
-
 # ----------------------------------------------------------------------------------------- the weights
 
 
@@ -291,4 +272,4 @@ def load_decoder(decoder, source: str) -> None:
 
 
 __all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",
-           "context_warning", "free_memory", "SUPPORTED"]
+           "free_memory", "SUPPORTED"]

@@ -1,8 +1,9 @@
 """The pretrained towers that ship inside the package: `vqa/weights/<name>/` is a checkpoint folder that
 `vqa pretrain` made (scripts/ship_weights.py copies it there), with a card that names the command, the corpus,
-the steps, the time and the weights' sha256. The tiny preset starts from `tiny` unless a run asks for random
-weights (`vqa train --from-scratch`); in Python, `shipped.load("tiny")` gives the model, its tokenizer and card.
-Nothing is downloaded: the files come with the wheel."""
+the steps, the time, the weights' sha256 and the checkpoint's identity (`vqa.identity`). The tiny preset
+starts from `tiny` unless a run asks for random weights (`vqa train --from-scratch`); in Python,
+`shipped.load("tiny")` gives the model, its tokenizer and card. Nothing is downloaded: the files come with
+the wheel."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def describe(name: str) -> dict:
     """The line a fine-tuned run's card keeps about where its weights began."""
     c = card(name)
     return dict(weights=f"vqa/weights/{name}", command=c.get("command"), steps=c.get("steps"),
-                sha256=c.get("sha256"))
+                sha256=c.get("sha256"), identity=c.get("identity"))
 
 
 def load(name: str = "tiny", device="cpu"):

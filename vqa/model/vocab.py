@@ -11,14 +11,17 @@ from .pretrained_lm import new_rows
 
 
 @torch.no_grad()
-def grow_embedding(model: VQAModel, vocab_size: int) -> VQAModel:
+def grow_embedding(model: VQAModel, vocab_size: int, offset: bool = True) -> VQAModel:
     """A copy of `model` with `vocab_size` token rows: the old rows as they were, the new ones at the mean
-    embedding plus a small offset (`pretrained_lm.new_rows`). Every other weight is unchanged."""
+    embedding plus a small random offset (`pretrained_lm.new_rows`), or at exactly the mean (`offset=False`:
+    the same file every time). Every other weight is unchanged."""
     old = model.decoder.embed.weight.detach()
     if vocab_size < old.shape[0]:
         raise ValueError(f"cannot shrink the vocabulary from {old.shape[0]} to {vocab_size} tokens")
     grown = VQAModel(model.cfg.replace(vocab_size=vocab_size), load_pretrained=False)
     state = model.state_dict()
-    state["decoder.embed.weight"] = torch.cat([old, new_rows(old, vocab_size - old.shape[0]).to(old)])
+    n = vocab_size - old.shape[0]
+    rows = new_rows(old, n) if offset else old.float().mean(0).expand(n, -1)
+    state["decoder.embed.weight"] = torch.cat([old, rows.to(old)])
     grown.load_state_dict(state, strict=True)
     return grown.to(old.device)

@@ -5,16 +5,16 @@
     vqa train --out RUN --resume                                                     # continue where it stopped
 
 Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
-saved run; the run folder's files), `trainer` (the loop), `build` (a new run's tokenizer and model), `step`
-(one optimizer step over `VQAModel.packed_loss`), `optim` (Muon + AdamW, schedules), `budget`
-(`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps one trainer per run
-folder.
+saved run; the run folder's files), `launch` (`train`: one run to its end), `trainer` (the loop), `build` (a new
+run's tokenizer and model), `step` (one optimizer step: `model(images, rows)` returns the loss), `optim` (Muon +
+AdamW, schedules), `budget` (`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps
+one trainer per run folder.
 """
 
 from .cli import add_arguments, run
 from .runfolder import resolve
 
-_LAZY = {"Trainer": "trainer", "train": "trainer", "read_metrics": "plots"}  # torch loads only when one is used
+_LAZY = {"Trainer": "trainer", "train": "launch", "read_metrics": "plots"}  # torch loads only when one is used
 
 
 def __getattr__(name: str):

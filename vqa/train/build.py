@@ -14,33 +14,28 @@ from ..data.sources import training_texts
 from ..data.synthetic.generator import mirror_safe
 from ..distributed import Dist
 from ..errors import ConfigError
+from ..identity import checkpoint_identity
 from ..logs import get_logger
 from ..model import VQAModel, checkpoint, lora, model_preset, shipped
-from ..model.pretrained_lm import LM_FIELDS, context_warning, tokenizer
+from ..model.pretrained_lm import LM_FIELDS, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
 from . import sharding
 from .optim import part_of
 
 log = get_logger("train")
+VOCAB_SIZE = 8000  # BPE tokens of a tokenizer trained on the training text, when --vocab-size is not given
 
 
 def new_tokenizer(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """The tokenizer of a new run: the pretrained decoder's own, a given tokenizer.json, or BPE trained on
-    the training text. With a pretrained decoder it also says (on stderr) how many training texts are too
-    long for dec_max_len in that tokenizer's tokens."""
+    the training text. (The texts too long for dec_max_len in its tokens: `vqa.data.lengths`.)"""
     source = cfg.dec_pretrained
     if source:
         if cfg.tokenizer:
             raise ConfigError(f"--tokenizer {cfg.tokenizer}: a pretrained decoder (dec_pretrained={source!r}) "
                               "brings its own tokenizer; leave --tokenizer out")
-        tok = tokenizer(source)
-        max_len = preset_fields(cfg.preset, cfg.model).get("dec_max_len", ModelConfig.dec_max_len)
-        texts = (t for batch in training_texts(train_data) for t in batch)
-        warning = context_warning(tok, texts, max_len, source)
-        if warning:
-            log.warning(f"vqa train: {warning}")
-        return tok
+        return tokenizer(source)
     if cfg.tokenizer:
         return Tokenizer.load(cfg.tokenizer)
     return _trained_bpe(cfg, train_data, dist)
@@ -50,7 +45,7 @@ def _trained_bpe(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
     """BPE trained once, on rank 0, and sent to the other ranks (no shared file system needed)."""
     text = [None]
     if dist.main:
-        tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size)
+        tok = Tokenizer.train(training_texts(train_data), vocab_size=cfg.vocab_size or VOCAB_SIZE)
         text = [tok.hf.to_str()]
     if dist.world > 1:
         torch.distributed.broadcast_object_list(text, src=0)
@@ -69,9 +64,34 @@ def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
 
 def check_model_options(cfg: TrainConfig) -> None:
     """At start-up, before the run folder or the data is touched: a new run's --set options that contradict
-    its pretrained language model (`model_preset` reads the model's config.json and names them)."""
+    its pretrained language model (`model_preset` reads the model's config.json and names them), and a
+    --vocab-size that cannot apply."""
+    check_vocab_size(cfg)
     if cfg.dec_pretrained and not cfg.resume and not cfg.init_from:
         model_preset(cfg.preset, **cfg.model)
+
+
+def check_vocab_size(cfg: TrainConfig) -> None:
+    """--vocab-size on a new run whose tokenizer is not trained here (it would be ignored) stops here, in one
+    line naming where the tokenizer comes from and the way out."""
+    if cfg.vocab_size is None or cfg.resume:
+        return
+    flag = f"--vocab-size {cfg.vocab_size}"
+    if cfg.vocab_size < 1:
+        raise ConfigError(f"{flag}: must be >= 1")
+    lm = preset_fields(cfg.preset, cfg.model).get("dec_pretrained")
+    if cfg.tokenizer:
+        why = f"--tokenizer {cfg.tokenizer} gives the tokenizer; leave one of them out"
+    elif cfg.init_from:
+        why = f"the run starts from --init-from {cfg.init_from}, whose tokenizer it keeps; leave --vocab-size out"
+    elif lm:
+        why = f"the pretrained decoder ({lm}) brings its own tokenizer; leave --vocab-size out"
+    elif (name := shipped_towers(cfg)) is not None:
+        why = (f"the {cfg.preset} preset starts from pretrained towers with their own tokenizer (vqa/weights/{name}); "
+               "leave --vocab-size out, or add --from-scratch to train a tokenizer of that size")
+    else:
+        return
+    raise ConfigError(f"{flag} cannot apply: {why}")
 
 
 def check_flips(cfg: TrainConfig) -> None:
@@ -86,6 +106,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     imported from transformers (`vqa import`: no <question> / <answer>) gains those two tokens, its embedding
     two rows (`vqa.model.vocab`); a shorter dec_max_len keeps the first rows of learned positions."""
     src, tok, card = checkpoint.load(path)
+    started = dict(init_from=str(path), init_identity=checkpoint_identity(checkpoint.resolve(path)))
     if tok.question_id is None:
         tok = tok.with_prompt_tokens()
         src = grow_embedding(src, tok.vocab_size)
@@ -98,7 +119,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
                           "decoder would no longer compute as the language model it started from")
     mcfg = ModelConfig.from_dict({**src.cfg.to_dict(), **cfg.model})
     if mcfg == src.cfg:
-        return src, tok, dict(init_from=str(path))
+        return src, tok, started
     model = VQAModel(mcfg, load_pretrained=False)  # the source's weights replace any pretrained ones
     state = src.state_dict()
     pos = state.get("decoder.pos.weight")
@@ -110,7 +131,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
         changed = sorted(k for k in cfg.model if src.cfg.to_dict().get(k) != mcfg.to_dict()[k])
         raise ConfigError(f"--init-from {path}: --set {', '.join(changed)} changes the model's shape, so its "
                           f"weights cannot be reused ({str(e).splitlines()[0]})") from None
-    return model, tok, dict(init_from=str(path))
+    return model, tok, started
 
 
 def shipped_towers(cfg: TrainConfig) -> str | None:

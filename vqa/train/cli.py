@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = resolve(given(args, TrainConfig), args.config)  # option errors before torch loads
     resolve_splits(cfg.data, cfg.train_split, cfg.val_split)  # and a missing data folder or split
-    from .trainer import train
+    from .launch import train
 
     train(cfg)
     return 0

@@ -3,9 +3,10 @@ on it from random weights, with the ordinary trainer, into a run folder that `vq
 
 DIR holds the run (best/, last/, metrics.jsonl: a run folder like any other), the corpus in DIR/corpus with its
 tokenizer (BPE on the corpus text plus every printable ASCII character, so that a fine-tuning set's new words
-are sub-words, never <unk>) and DIR/pretrain.json (the command, corpus, steps, seconds). With --max-steps the
-run is reproducible: the same seed gives the same weights on the same machine; an interrupted one continues
-where it stopped when the command is given again.
+are sub-words, and the 256 byte tokens, so that any other character is its UTF-8 bytes, never <unk>) and
+DIR/pretrain.json (the command, corpus, steps, seconds). With --max-steps the run is reproducible: the same
+seed gives the same weights on the same machine; an interrupted one continues where it stopped when the
+command is given again.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import TrainConfig
+    from .launch import train
     from .runfolder import resolve
-    from .trainer import train
 
     check_out_folder("--out", args.out)
     if args.images < 1 or args.val_images < 1:

@@ -11,7 +11,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ..errors import ExtraMissing
+from ..errors import ExtraMissing, VQAError
 from ..logs import get_logger
 from .plots import read_metrics
 
@@ -56,6 +56,7 @@ class Reporter:
     def __init__(self, metrics: Path, report_to: str = "none", main: bool = True):
         """`main`: this process writes (rank 0); the others keep a Reporter that writes nothing."""
         self.metrics, self.main, self.writer, self.tracker = metrics, main, None, None
+        self.warned = False  # a report that fails warns once, then is quiet; it never ends the run
         if main and report_to == "tensorboard":
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -80,12 +81,15 @@ class Reporter:
                 values[f"val/{key[4:]}" if key.startswith("val_") else f"train/{key}"] = value
         for g in param_groups or ():
             values.setdefault(f"lr/{g.get('part', 'all')}" + ("_muon" if g.get("muon") else ""), g["lr"])
-        if self.tracker is not None:
-            self.tracker.log(values, step)
-        if self.writer is not None:
-            for tag, value in values.items():
-                self.writer.add_scalar(tag, value, step)
-            self.writer.flush()
+        try:
+            if self.tracker is not None:
+                self.tracker.log(values, step)
+            if self.writer is not None:
+                for tag, value in values.items():
+                    self.writer.add_scalar(tag, value, step)
+                self.writer.flush()
+        except Exception as e:  # noqa: BLE001 -- a tracker's errors (network, disk) are of any type
+            self._failed(f"log step {step}", e)
 
     def pictures(self, step: int, caption_results: list[dict], val_data) -> None:
         """The first PICTURES captioned validation pictures, each with its caption (a folder split's; a shard
@@ -95,23 +99,36 @@ class Reporter:
         shown = caption_results[:PICTURES]
         paths = _picture_paths(val_data, {r["image_id"] for r in shown})
         for r in shown:
-            tag = f"val_pictures/{r['image_id']}"
-            if self.writer is not None:
-                self.writer.add_text(tag, r["caption"], step)
-            path = paths.get(r["image_id"])
-            if path is None:
-                continue
+            tag, path = f"val_pictures/{r['image_id']}", paths.get(r["image_id"])
             try:
-                array = _picture(path)
-            except OSError as e:  # a picture is never worth a run
-                log.warning(f"vqa train: could not show {path} in the report ({e})")
-                continue
+                if self.writer is not None:
+                    self.writer.add_text(tag, r["caption"], step)
+                if path is None:
+                    continue
+                try:
+                    array = _picture(path)
+                except (OSError, VQAError) as e:  # removed or damaged since the run began: load_image's InputError
+                    self._failed(f"show {path}", e)
+                    continue
+                if self.writer is not None:
+                    self.writer.add_image(tag, array, step, dataformats="HWC")
+                if self.tracker is not None:
+                    self.tracker.picture(tag, array, r["caption"], step)
+            except Exception as e:  # noqa: BLE001 -- a tracker's errors (network, disk) are of any type
+                self._failed(f"show {tag}", e)
+        try:
             if self.writer is not None:
-                self.writer.add_image(tag, array, step, dataformats="HWC")
-            if self.tracker is not None:
-                self.tracker.picture(tag, array, r["caption"], step)
-        if self.writer is not None:
-            self.writer.flush()
+                self.writer.flush()
+        except Exception as e:  # noqa: BLE001 -- as above
+            self._failed("write its pictures", e)
+
+    def _failed(self, what: str, e: Exception) -> None:
+        """One warning line, the first time the report cannot do something; the run goes on."""
+        if not self.warned:
+            self.warned = True
+            reason = " ".join(str(e).split())[:200] or type(e).__name__
+            log.warning(f"vqa train: the report could not {what} ({reason}); the run goes on, and further "
+                        "report failures are not shown")
 
     def close(self) -> None:
         if self.writer is not None:

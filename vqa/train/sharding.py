@@ -4,11 +4,11 @@ and the full (unsharded) weights and optimizer state that its checkpoints keep.
 Each rank holds 1/world of every parameter, gradient and optimizer moment; a block's weights are gathered
 just before it runs and freed after (forward and backward). Groups: every ViT block, every decoder block, the
 cross-attention of each decoder block on its own (its image keys/values are projected before the blocks run:
-`project_kv` is registered as a forward method), then the root, the `TrainingLoss` (the patch embedding,
-token embeddings and tied head, final norms, the image projection). Parameters stay float32 and autocast
-runs as with DDP, so a sharded step computes what a DDP step does. With --accum every micro-batch's gradients
-are reduce-scattered as its backward ends (not only the last's, as DDP does): skipping it would keep every
-rank's unsharded gradients, 4 bytes a parameter, between micro-batches.
+`project_kv` is registered as a forward method), then the root: the `VQAModel` itself, whose forward is the
+training loss (the patch embedding, token embeddings and tied head, final norms, the image projection).
+Parameters stay float32 and autocast runs as with DDP, so a sharded step computes what a DDP step does. With
+--accum every micro-batch's gradients are reduce-scattered as its backward ends (not only the last's, as DDP
+does): skipping it would keep every rank's unsharded gradients, 4 bytes a parameter, between micro-batches.
 
 Checkpoints are the unsharded run's: the full state dict gathered on rank 0 (`get_model_state_dict` with
 `full_state_dict`), saved by `vqa.model.checkpoint` from an unsharded copy of the model; the optimizer state
@@ -27,20 +27,20 @@ from torch import nn
 from ..model import VQAModel, lora
 
 
-def shard(loss: nn.Module) -> nn.Module:
-    """Apply fully_shard to `loss` (a `TrainingLoss`) group by group, in place; returns it (now an FSDPModule).
+def shard(model: VQAModel) -> VQAModel:
+    """Apply fully_shard to `model` group by group, in place; returns it (now an FSDPModule as well).
     Build the optimizer after: the parameters become DTensors (new Parameter objects, the same names)."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     # the cross-attention hands out views (its keys/values, its output), only ever read, never changed in place:
     # FSDP2's warning about in-place changes of a group's view outputs does not apply
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPAttention\) returned a view tensor")
-    for group in groups(loss.model):
+    for group in groups(model):
         fully_shard(group)
         if hasattr(group, "project_kv"):  # memory_kv calls it outside the block's forward: hooks of its own
             register_fsdp_forward_method(group, "project_kv")
-    fully_shard(loss)
-    return loss
+    fully_shard(model)
+    return model
 
 
 def groups(model: VQAModel) -> list[nn.Module]:

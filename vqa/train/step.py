@@ -1,6 +1,6 @@
 """One optimizer step, as `vqa train` runs it (and `scripts/bench.py` times it): forward and backward over the
-micro-batches (`VQAModel.packed_loss`, wrapped by `TrainingLoss`), the step's scalars in one all-reduce,
-gradients scaled to the global mean, clip, step.
+micro-batches (`model(images, rows)`: `VQAModel.forward` returns the loss), the step's scalars in one
+all-reduce, gradients scaled to the global mean, clip, step.
 
 The step never makes the host wait for the device: weighted target counts come from the collate function (CPU),
 the loss stays on the device, and the gradient scale is a device tensor. The caller reads the returned
@@ -18,8 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..data.collate import Batch
-from ..data.packing import PackedRows
 from ..model import VQAModel
+from ..model.packed import PackedRows
 
 # aten ops that copy a value to the host or size an output by data: each makes the host wait on CUDA
 SYNCING_OPS = frozenset({
@@ -29,26 +29,15 @@ SYNCING_OPS = frozenset({
 })
 
 
-class TrainingLoss(torch.nn.Module):
-    """The model's training loss as a module's forward, which is what DDP's hooks and torch.compile wrap."""
-
-    def __init__(self, model: VQAModel):
-        super().__init__()
-        self.model = model
-
-    def forward(self, images: torch.Tensor, rows: PackedRows) -> torch.Tensor:
-        return self.model.packed_loss(images, rows)
-
-
-def wrap_ddp(loss: torch.nn.Module, device: torch.device, local_rank: int = 0, static_graph: bool = True):
-    """The training loss under DDP as training runs it. Buffers (sin-cos tables) are constants: nothing to
-    broadcast every forward. Gradients are views of DDP's buckets: no second copy of them (~0.6 GB for base).
-    The step's graph is static (every trainable parameter gets a gradient in every step, the empty-batch
+def wrap_ddp(model: VQAModel, device: torch.device, local_rank: int = 0, static_graph: bool = True):
+    """The model under DDP as training runs it (its forward is the training loss). Buffers (sin-cos tables)
+    are constants: nothing to broadcast every forward. Gradients are views of DDP's buckets: no second copy
+    of them. The step's graph is static (every trainable parameter gets a gradient in every step, the
     batch without text included, and each micro-batch runs the same forward), so `static_graph` lets DDP skip
     re-deciding what took part and which buckets are ready."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    return DDP(loss, device_ids=[local_rank] if device.type == "cuda" else None, broadcast_buffers=False,
+    return DDP(model, device_ids=[local_rank] if device.type == "cuda" else None, broadcast_buffers=False,
                gradient_as_bucket_view=True, static_graph=static_graph)
 
 
@@ -81,9 +70,10 @@ class StepRunner:
                  scaler: torch.amp.GradScaler, params: list[torch.Tensor], device: torch.device,
                  grad_clip: float = 1.0, amp_dtype: torch.dtype | None = None, world: int = 1, ddp=None,
                  normalize: Callable | None = None):
-        """`fwd`: `TrainingLoss` (under DDP or FSDP, and torch.compile, as training asks). `normalize(images, jitter,
-        device)`: a batch's uint8 images (and jitter) to the model's input on the device
-        (`vqa.data.transforms.ImageNormalizer`); None: the images as they are."""
+        """`fwd`: the model, whose call `fwd(images, rows)` returns the loss (under DDP or FSDP, and
+        torch.compile, as training asks). `normalize(images, jitter, device)`: a batch's uint8 images (and
+        jitter) to the model's input on the device (`vqa.data.transforms.ImageNormalizer`); None: the images
+        as they are."""
         self.fwd, self.optimizer, self.scaler, self.params = fwd, optimizer, scaler, params
         self.device, self.grad_clip = device, float(grad_clip)
         self.amp_dtype, self.world, self.ddp = amp_dtype, int(world), ddp
@@ -156,4 +146,4 @@ class count_syncs(TorchDispatchMode):  # noqa: N801 (used as a context manager, 
         return sum(self.ops.values())
 
 
-__all__ = ["TrainingLoss", "StepRunner", "StepStats", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]
+__all__ = ["StepRunner", "StepStats", "wrap_ddp", "count_syncs", "host_tensors", "SYNCING_OPS"]

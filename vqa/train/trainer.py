@@ -53,23 +53,9 @@ from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .report import Reporter, trim_metrics
 from .runfolder import SAVED, write_repeat_command
-from .step import StepRunner, StepStats, TrainingLoss, wrap_ddp
+from .step import StepRunner, StepStats, wrap_ddp
 
 log = get_logger("train")
-
-
-def train(cfg: TrainConfig) -> Trainer:
-    """Run a training to its end; returns the Trainer (its `model`, `tok`, `step`)."""
-    dist = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout)
-    trainer = None
-    try:
-        trainer = Trainer(cfg, dist)
-        trainer.fit()
-        return trainer
-    finally:
-        if trainer is not None:
-            trainer.close()
-        distributed.cleanup()
 
 
 class Trainer:
@@ -181,10 +167,9 @@ class Trainer:
 
     def _build_optim(self, state: dict | None) -> None:
         c, dist = self.cfg, self.dist
-        self.loss = TrainingLoss(self.model)
         self.sharded = c.shard == "fsdp" and dist.world > 1  # one process: nothing to shard
         if self.sharded:  # before the optimizer: the parameters become DTensors
-            sharding.shard(self.loss)
+            sharding.shard(self.model)
         vit_lr = 0.0 if self.model.cfg.vit_freeze else c.encoder_lr
         self.optimizer = make_optimizer(self.model, c.lr, vit_lr, c.weight_decay, kind=c.optimizer,
                                         dec_lr=c.decoder_lr, frozen=c.frozen_parts,
@@ -197,8 +182,10 @@ class Trainer:
         self.total_steps = self._planned_steps()
         if state is not None:
             self._restore(state)
-        self.ddp = wrap_ddp(self.loss, dist.device, dist.local_rank) if dist.world > 1 and not self.sharded else None
-        self.fwd = self.ddp or self.loss
+        # the model itself (its forward is the loss), wrapped as training asks: DDP (or FSDP, above), compiled
+        ddp = dist.world > 1 and not self.sharded
+        self.ddp = wrap_ddp(self.model, dist.device, dist.local_rank) if ddp else None
+        self.fwd = self.ddp or self.model
         if self.compiled:
             self.fwd = torch.compile(self.fwd)
         self.runner = StepRunner(self.fwd, self.optimizer, self.scaler, self.params, dist.device, c.grad_clip,
@@ -206,7 +193,8 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         c, dist = self.cfg, self.dist
-        run_state.restore_optimizer(self.optimizer, state, c.optimizer, self.out, self.loss if self.sharded else None)
+        run_state.restore_optimizer(self.optimizer, state, c.optimizer, self.out,
+                                    self.model if self.sharded else None)
         if self.scaler.is_enabled() and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.best = int(state["step"]), float(state["best"])
@@ -301,6 +289,8 @@ class Trainer:
             due = evaluation_due(self.step, c.eval_every, self.total_steps,
                                  None if budget is None else decision.quarter, evaluated_q)
             evaluated_q = max(decision.quarter, evaluated_q)
+            if stats is not None or finished or due or self.step == halt_at_step:  # every rank at this step
+                self.data.agree_unreadable(dist.device)  # --max-unreadable over all the ranks' pictures
             if finished or due or self.step == halt_at_step:
                 self.time_used = time.time() - start
                 self._evaluate_and_save(metrics)
@@ -369,10 +359,10 @@ class Trainer:
             self.report.log(rec)
             self.report.pictures(self.step, result.get("caption_results", []), self.val_data)
             shown = [f"{k} {v:.4g}" for k, v in rec.items() if k in ("val_vqa_accuracy", "val_CIDEr-D", "val_BLEU-4")]
-            if shown:
-                log.info(f"vqa train: step {self.step}: " + ", ".join(shown))
+            if shown:  # decoded greedily, for speed: `vqa eval` scores the beam search that is served
+                log.info(f"vqa train: step {self.step}: " + ", ".join(shown) + " (greedy decoding)")
         rng = run_state.rng_state(dist)
-        optimizer = (sharding.full_optimizer_state(self.loss, self.optimizer) if self.sharded
+        optimizer = (sharding.full_optimizer_state(self.model, self.optimizer) if self.sharded
                      else self.optimizer.state_dict() if dist.main else None)
         if not dist.main:
             dist.barrier()
@@ -396,4 +386,4 @@ class Trainer:
         dist.barrier()
 
 
-__all__ = ["Trainer", "train", "read_metrics"]
+__all__ = ["Trainer", "read_metrics"]

@@ -9,12 +9,13 @@ VizWiz    `Annotations/<split>.json` (or `annotations/`): [{"image": "VizWiz_val
           (as the VizWiz result file keys answers by "image").
 GQA       `<split>_balanced_questions.json` (train, val, testdev, ...): {"<question id>": {"imageId", "question",
           "answer", "types": {"structural", "semantic", "detailed"}, ...}}; images `images/<imageId>.jpg`. The
-          single answer is scored by exact match (GQA's own accuracy); the answer type is the structural type
-          (verify, query, choose, logical, compare: GQA's per-type table), the question type the detailed one.
+          answer type is the structural type (verify, query, choose, logical, compare: GQA's per-type table),
+          the question type the detailed one.
 
-All are scored with the official VQA accuracy (`vqa.evaluation.metrics`), as TextVQA and VizWiz score
-themselves. Empty questions, questions without answers (kept with `require_answers=False`) and missing
-images are counted in `SplitData.skipped`.
+Each is scored by its own evaluator's rules (`vqa.evaluation.answer_rules`, chosen by the format name that
+`SplitData.vqa_formats` records): TextVQA's, VizWiz's, and GQA's exact match with its single answer. Empty
+questions, questions without answers (kept with `require_answers=False`) and missing images are counted in
+`SplitData.skipped`.
 """
 
 from __future__ import annotations

@@ -141,6 +141,7 @@ def load_split(
             continue
         split_data.files.append(path)
         fmt.read(FileToRead(path, split, finder, split_data, vqa, caps, require_answers, check_images))
+        split_data.vqa_formats.append((fmt.name, len(vqa.question)))
     split_data.vqa, split_data.captions = vqa.freeze(), caps.freeze()
     if not len(split_data.vqa) and not len(split_data.captions):
         raise DataError(f"{data_dir}: split {split!r} has no usable records ({split_data.report()})")

@@ -1,8 +1,9 @@
 """The collection side of `vqa caption` / `vqa ask` (`vqa.inference.cli` keeps the one-image side): its options,
 which form a command line takes, and the run (`vqa.inference.collection.job`).
 
-Exit status: 0 when every input was answered, 1 when some failed (their records say why), 2 for a usage error
-(an INPUT that names nothing, a malformed questions file, an output another process is writing)."""
+Exit status: 0 when every input was answered, 1 when some failed (their records say why) or a file is missing or
+bad (an INPUT that names nothing, a malformed questions file), 2 for a usage error (a missing INPUT or QUESTION,
+options that cannot work together, an output another process is writing)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def _one_file(raw: str) -> bool:
 
 def check_options(args) -> None:
     """The options' values, before any work: ConfigError (a usage error) naming the first one that cannot work."""
+    if args.merge and (args.inputs or getattr(args, "questions", None)):
+        raise ConfigError("--merge merges the part files and does nothing else: give no INPUT or --questions with it")
+    single_image(args)  # a missing INPUT or QUESTION
+    if args.int8 and args.precision != "auto":
+        raise ConfigError(f"--int8 and --precision {args.precision} do not go together: choose one")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.workers < 0:
@@ -60,6 +66,11 @@ def check_options(args) -> None:
     changes = given(args, GenerationConfig, ASK_RENAME if args.command == "ask" else None)
     method = GenerationConfig().replace(**changes).method
     top_k = getattr(args, "top_k", 1)
+    if top_k < 1:
+        raise ConfigError(f"--top-k must be at least 1, got {top_k}")
+    if changes.get("num_beams", top_k) < top_k:
+        raise ConfigError(f"--num-beams {changes['num_beams']} cannot return --top-k {top_k} answers: give "
+                          f"--num-beams {top_k} or more")
     if args.command == "ask" and top_k > 1 and "method" in changes and not DECODING_METHODS[method].ranked:
         ranking = ranking_methods()
         raise ConfigError(f"--top-k {top_k} lists the {top_k} likeliest answers, which only {' or '.join(ranking)} "
@@ -73,14 +84,14 @@ def single_image(args) -> bool:
         return False
     if getattr(args, "questions", None):
         if args.inputs:
-            raise InputError("give either --questions Q.jsonl or INPUT... QUESTION, not both")
+            raise ConfigError("give either --questions Q.jsonl or INPUT... QUESTION, not both")
         return False
     if args.command == "ask":
         if len(args.inputs) < 2:
-            raise InputError("vqa ask needs INPUT... QUESTION (the question last, quoted) or --questions Q.jsonl")
+            raise ConfigError("vqa ask needs INPUT... QUESTION (the question last, quoted) or --questions Q.jsonl")
         return len(args.inputs) == 2 and args.out is None and _one_file(args.inputs[0])
     if not args.inputs:
-        raise InputError("vqa caption needs an INPUT: an image, a folder, a glob, a list of paths or shards")
+        raise ConfigError("vqa caption needs an INPUT: an image, a folder, a glob, a list of paths or shards")
     return len(args.inputs) == 1 and args.out is None and _one_file(args.inputs[0])
 
 
@@ -132,7 +143,7 @@ def run_collection(args, load) -> int:
     if args.merge:
         return _merge(args)
     if args.attention_out:
-        raise InputError("--attention-out explains one image: give one image and no --out")
+        raise ConfigError("--attention-out explains one image: give one image and no --out")
     top_k = getattr(args, "top_k", 1)
     if args.command == "ask":
         if args.questions:
@@ -140,13 +151,13 @@ def run_collection(args, load) -> int:
         else:
             question = " ".join(args.inputs[-1].split())
             if not question:
-                raise InputError("the question (the last argument) is empty")
+                raise ConfigError("the question (the last argument) is empty")
             collection = expand(args.inputs[:-1], question)
     else:
         collection = expand(args.inputs)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and args.out is None:
-        raise InputError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
+        raise ConfigError("under torchrun every process writes a part of --out: give --out FILE.jsonl")
     dist = setup(args.device or "auto")
     try:
         return _collect(args, load, collection, dist, top_k)

@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ...config import GenerationConfig
+from ...data.lengths import line, say
 from ...distributed import Dist, agree, on_main
 from ...errors import ConfigError, VQAError
 from ...logs import bars_off
@@ -65,6 +66,7 @@ class Job:
         self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)
         self.dist = dist or Dist()
         self.progress = progress
+        self.outputs = self.cut = 0  # outputs written, and of them those cut at their budget (`Answer.cut`)
 
     # ---- the model side: a Batcher call ----
     def _run_batch(self, key, items: list) -> list:
@@ -110,6 +112,10 @@ class Job:
         if self.output.parted:
             on_main(self.dist, lambda: merge(self.output.out))  # the others wait; a failed merge fails every rank
             total, errors = _sum(self.dist, (total, errors))  # every rank's inputs
+        outputs, cut = _sum(self.dist, (self.outputs, self.cut))
+        if self.dist.main:
+            noun = "captions written" if self.kind == "caption" else "answers written"
+            say(line(cut, outputs, noun, "reached their budget without <eos> and were cut (--max-new-tokens)"))
         self.output.release()
         return Summary(written, skipped, errors, total, seconds)
 
@@ -141,7 +147,9 @@ class Job:
                 rec = {**it.ident(), "error": it.error}
             else:
                 try:
-                    rec = _record(self.kind, it, fut.result(), self.top_k)
+                    res = fut.result()
+                    rec = _record(self.kind, it, res, self.top_k)
+                    self.outputs, self.cut = self.outputs + 1, self.cut + res.cut
                 except VQAError as e:
                     rec = {**it.ident(), "error": str(e)}
             if self.stamp is not None:

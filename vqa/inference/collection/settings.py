@@ -1,8 +1,9 @@
-"""What makes a collection job's records what they are, beyond their inputs: the model's weights, its precision,
-the task and the decoding settings. Each record carries their digest as `settings`, so a record's identity is
-its input key (`loader.record_key`) with its settings; a rerun into an output whose records carry another
-digest is refused before any decoding (resuming would otherwise skip every input and mix two models' records).
-Batch size, loader workers, the device and compiling change no output beyond float rounding: not part of it."""
+"""What makes a collection job's records what they are, beyond their inputs: the model (`vqa.identity`: the
+whole content of its weights, adapters, config and tokenizer), its precision, the task and the decoding
+settings. Each record carries their digest as `settings`, so a record's identity is its input key
+(`loader.record_key`) with its settings; a rerun into an output whose records carry another digest is refused
+before any decoding (resuming would otherwise skip every input and mix two models' records). Batch size,
+loader workers, the device and compiling change no output beyond float rounding: not part of it."""
 
 from __future__ import annotations
 
@@ -13,22 +14,6 @@ from pathlib import Path
 
 from ...errors import ConfigError
 
-SAMPLE_BYTES = 1 << 20  # of the weights file's start and end: any trained step changes both
-
-
-def weights_digest(folder: Path) -> str:
-    """A digest of a checkpoint's weights, read from the start and the end of model.safetensors (its size in
-    it): the same for a copy of the checkpoint, different after any training step, without reading gigabytes."""
-    f = Path(folder) / "model.safetensors"
-    h = hashlib.sha256()
-    size = f.stat().st_size
-    h.update(str(size).encode())
-    with open(f, "rb") as fh:
-        h.update(fh.read(SAMPLE_BYTES))
-        fh.seek(max(0, size - SAMPLE_BYTES))
-        h.update(fh.read(SAMPLE_BYTES))
-    return h.hexdigest()[:16]
-
 
 @dataclass(frozen=True)
 class JobSettings:
@@ -38,9 +23,7 @@ class JobSettings:
 
     @classmethod
     def of(cls, pred, task: str, generation, top_k: int = 1) -> JobSettings:
-        from ...model.checkpoint import resolve
-
-        weights = weights_digest(resolve(pred.path)) if pred.path is not None else "in-memory"
+        weights = pred.identity or "in-memory"
         return cls(dict(task=task, weights=weights, precision=pred.precision, answers=int(top_k),
                         **generation.to_dict()))
 
@@ -63,4 +46,4 @@ class JobSettings:
                           "need another --out")
 
 
-__all__ = ["JobSettings", "weights_digest"]
+__all__ = ["JobSettings"]

@@ -1,18 +1,19 @@
-"""`Predictor.point`, `vqa ask --point` and `vqa eval --pointing`: a location answer read back into the user's
-picture through the letterbox, "nowhere" as not found, the attention's peak for a model that answers no
-location (never on the letterbox's padding), and the evaluation's counts by hand."""
+"""`Predictor.point`, `vqa ask --point` and `vqa eval --pointing`: the peak of the attention behind the colour
+probe, read back into the user's picture through the letterbox and never on its padding; "no" to "is there
+a ...?" as not found; the evaluation's counts by hand and its files."""
 
 import json
 
+import numpy as np
 import pytest
 from conftest import tiny_set_flags
 from PIL import Image
 
 from vqa.cli import main
 from vqa.errors import InputError
-from vqa.evaluation.pointing import Pointing, absent_object, named_objects
+from vqa.evaluation.pointing import Pointing, absent_object, named_objects, peak_patch
 from vqa.evaluation.scene_objects import load_scenes
-from vqa.inference.pointing import on_picture, to_picture, where_question
+from vqa.inference.pointing import object_words, on_picture
 from vqa.inference.predict import Predictor
 from vqa.model import shipped
 
@@ -23,49 +24,54 @@ def predictor():
     return Predictor(model, tok, card, device="cpu")
 
 
-def answering(predictor, monkeypatch, text):
-    """The predictor, its answers' text replaced by `text` (their attention maps kept: the model's own)."""
+def answering(predictor, monkeypatch, exists: str, peak: tuple[int, int]):
+    """The predictor, "is there ...?" answered `exists` and the colour probe's attention all on patch `peak`."""
     real = predictor.answer_batch
+    seen = {}
 
-    def fake(*args, **kwargs):
-        out = real(*args, **kwargs)
+    def fake(images, questions, **kwargs):
+        out = real(images, questions, **kwargs)
+        seen["questions"] = list(questions)
         for a in out:
-            a.answer = text
+            if a.question.startswith("is there"):
+                a.answer = exists
+            else:
+                a.attention = a.attention * 0
+                a.attention[..., peak[0], peak[1]] = 1.0
         return out
 
     monkeypatch.setattr(predictor, "answer_batch", fake)
-    return predictor
+    return predictor, seen
 
 
-def test_where_question_takes_the_phrase_as_a_user_writes_it():
-    assert where_question("the red star") == where_question("a red star?") == "where is the red star?"
-    assert where_question("ring") == "where is the ring?"
+def test_the_object_as_a_user_writes_it():
+    assert object_words("the red star") == object_words("a red star?") == object_words("red star") == "red star"
     with pytest.raises(InputError, match="name the object"):
-        where_question("  ")
+        object_words("  ")
 
 
-def test_a_location_comes_back_in_the_pictures_pixels(predictor, monkeypatch):
-    # 120 x 80 letterboxed into 64 x 64: scale 64 / 120, the picture in rows 10..53 (43 px) of the square
-    p = answering(predictor, monkeypatch, "8 8 4").point(Image.new("RGB", (120, 80)), "the red star")
-    assert p.found and p.source == "location" and p.answer == "8 8 4"
-    # cell 8 of 16 -> 34 px of 64 -> (34 * 120 / 64, (34 - 10) * 80 / 43); 4 cells: 26..42 px of 64
-    assert p.point == pytest.approx((63.75, 24 * 80 / 43), abs=0.01)
-    assert p.box == pytest.approx((48.75, 16 * 80 / 43, 78.75, 32 * 80 / 43), abs=0.01)
-    assert to_picture(0, 0, 120, 80, 64, "letterbox") == (0.0, 0.0)  # clipped to the picture
-    assert to_picture(32, 32, 100, 50, 64, "squash") == (50.0, 25.0)
+def test_the_peak_comes_back_in_the_pictures_pixels(predictor, monkeypatch):
+    # 120 x 80 letterboxed into 64 x 64: scale 64 / 120, the picture in rows 10..53 (43 px) of the square;
+    # patch (row 4, column 2) of the 8 x 8 grid covers 16..24 x 32..40 px of the square
+    pred, seen = answering(predictor, monkeypatch, "yes", (4, 2))
+    p = pred.point(Image.new("RGB", (120, 80)), "the red star")
+    assert seen["questions"] == ["is there a red star?", "what color is the red star?"]
+    assert p.found and p.exists == "yes"
+    assert p.box == pytest.approx((30.0, 22 * 80 / 43, 45.0, 30 * 80 / 43), abs=0.01)
+    assert p.point == pytest.approx((37.5, 26 * 80 / 43), abs=0.01)
 
 
-def test_nowhere_is_not_found(predictor, monkeypatch):
-    p = answering(predictor, monkeypatch, "nowhere").point(Image.new("RGB", (64, 64)), "green heart")
-    assert (p.found, p.point, p.box, p.source) == (False, None, None, "none")
+def test_no_is_not_found(predictor, monkeypatch):
+    pred, _ = answering(predictor, monkeypatch, "no", (0, 0))
+    p = pred.point(Image.new("RGB", (64, 64)), "green heart")
+    assert (p.found, p.point, p.box) == (False, None, None)
     assert json.loads(json.dumps(p.to_dict()))["found"] is False
 
 
-def test_no_location_falls_back_to_the_attention_peak_on_the_picture(predictor, monkeypatch):
-    wide = Image.new("RGB", (120, 40))  # rows of the square above and below the picture are padding
-    pred = answering(predictor, monkeypatch, "red")
+def test_the_padding_is_never_the_point(predictor, monkeypatch):
+    wide = Image.new("RGB", (120, 40))  # rows 0-1 and 6-7 of the 8 x 8 grid are padding
+    pred, _ = answering(predictor, monkeypatch, "yes", (0, 3))  # all the attention on a padding patch
     p, = pred.point_batch([wide], ["star"])
-    assert p.found and p.source == "attention"
     x0, y0, x1, y1 = p.box
     assert 0 <= x0 < x1 <= 120 and 0 <= y0 < y1 <= 40 and x0 <= p.point[0] <= x1 and y0 <= p.point[1] <= y1
     # the picture fills rows 21..42 of the 64 px square: patch rows 2..5 of 8 touch it
@@ -73,17 +79,26 @@ def test_no_location_falls_back_to_the_attention_peak_on_the_picture(predictor, 
     assert on_picture(120, 40, 8, 64, "squash").all()
 
 
-def test_vqa_ask_point_prints_or_refuses(predictor, tmp_path, capsys):
+def test_peak_patch_averages_and_keeps_to_the_allowed():
+    maps = np.zeros((2, 1, 1, 4, 4))
+    maps[0, ..., 1, 2], maps[1, ..., 3, 0] = 1.0, 0.6
+    assert peak_patch(maps) == (1, 2)
+    allowed = np.ones((4, 4), bool)
+    allowed[1, 2] = False
+    assert peak_patch(maps, allowed) == (3, 0)
+
+
+def test_vqa_ask_point_prints_or_refuses(tmp_path, capsys):
     model, tok, card = shipped.load("tiny")
-    run = tmp_path / "ckpt"
     from vqa.model.checkpoint import save
 
+    run = tmp_path / "ckpt"
     save(run, model, tok, card)
     img = tmp_path / "a.png"
     Image.new("RGB", (64, 64), (90, 90, 90)).save(img)
     assert main(["ask", "--checkpoint", str(run), "--point", str(img), "the red star", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"image", "phrase", "found", "point", "box", "source", "answer"}
+    assert set(out) == {"image", "phrase", "found", "point", "box", "exists", "colour"}
     assert main(["ask", "--checkpoint", str(run), "--point", "--top-k", "3", "--method", "beam", str(img), "star"]) == 2
     assert "--point takes one IMAGE" in capsys.readouterr().err
 
@@ -99,17 +114,23 @@ def test_named_objects_and_an_absent_one():
 
 def test_pointing_counts_by_hand(shapes_dir):
     pt = Pointing(None, None, load_scenes(shapes_dir, "val", "--pointing"))
-    box = (16, 16, 32, 32)
-    pt.score("6 6 4", box)  # cell 6 -> 26 px: inside
-    pt.score("1 1 4", box)  # 6 px: outside
-    pt.score("nowhere", box)
-    pt.score("red", box)
-    pt.score("nowhere", None)  # an absent object, rightly nowhere
-    pt.score("3 3 1", None)
+    side = pt.scenes.side  # 64 px, an 8 x 8 grid of 8 px patches below
+    box = (16, 16, 32, 32)  # patches 2..4 on each axis (edges included)
+
+    def maps(row, col):
+        m = np.zeros((1, 1, 1, 8, 8))
+        m[..., row, col] = 1.0
+        return m
+
+    pt.score(False, maps(3, 3), box)  # a hit
+    pt.score(False, maps(6, 6), box)  # a miss
+    pt.score(True, maps(3, 3), box)  # said not there, its peak a hit all the same
+    pt.score(True, maps(0, 0), None)  # absent, rightly said not there
+    pt.score(False, maps(0, 0), None)
     s = pt.summary()
-    assert (s["objects"], s["hits"], s["nowhere"], s["not_a_location"]) == (4, 25.0, 25.0, 25.0)
-    assert (s["absent"], s["absent_nowhere"]) == (2, 50.0)
-    assert s["chance"] == pytest.approx(100 * 256 / 64**2, abs=0.01)
+    assert (s["objects"], s["hits"], s["said_no"]) == (3, pytest.approx(66.67), pytest.approx(33.33))
+    assert (s["absent"], s["absent_said_no"]) == (2, 50.0)
+    assert side == 64 and s["chance"] == pytest.approx(100 * 4 / 64, abs=0.01)  # 2 x 2 centres of 64 in the box
 
 
 def test_vqa_eval_pointing_writes_its_scores(shapes_dir, tmp_path, capsys):
@@ -121,9 +142,6 @@ def test_vqa_eval_pointing_writes_its_scores(shapes_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     s = json.loads((run / "best-eval-val" / "pointing.json").read_text())
     scenes = json.loads((shapes_dir / "shapes_val_scenes.json").read_text())["scenes"]
-    named = sum(len(named_objects("shape", sc["objects"])) for sc in scenes)
-    assert s["objects"] == named and s["absent"] == len(scenes)
-    assert 0 <= s["hits"] + s["nowhere"] + s["not_a_location"] <= 100
-    assert "pointing (" in printed and "absent objects said nowhere" in printed
-    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--pointing", "--tasks", "caption"]) == 2
-    assert "--pointing asks questions" in capsys.readouterr().err
+    assert s["objects"] == sum(len(named_objects("shape", sc["objects"])) for sc in scenes)
+    assert s["absent"] == len(scenes) and 0 <= s["hits"] <= 100
+    assert "pointing (" in printed and "absent objects said not there" in printed

@@ -60,8 +60,9 @@ def add_arguments(p) -> None:
                    help="Shapes / Scenes: ask counterfactual twins of the questions (picture mirrored, object "
                         "recoloured, object removed) and score the pairs (consistency.json)")
     p.add_argument("--pointing", action="store_true",
-                   help="Shapes / Scenes: ask where each object a name picks out is (\"where is the red star?\", "
-                        "as Predictor.point does) and score the point against its box (pointing.json)")
+                   help="Shapes / Scenes: point at each object a name picks out as Predictor.point does (the "
+                        "peak of the attention behind \"what color is the X?\") and score it against the "
+                        "object's box (pointing.json)")
     p.add_argument("--scoring", choices=("auto", *RULES), default="auto",
                    help="whose rules score the answers (default auto: each question's benchmark's, from its file's "
                         "format; VQA v2's for VQA v2, OK-VQA, JSONL and shards)")

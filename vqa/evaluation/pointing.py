@@ -1,16 +1,17 @@
-"""`vqa eval --pointing`: does the model say where a named object is?
+"""`vqa eval --pointing`: does `Predictor.point` find the objects of a Shapes or Scenes picture?
 
-On a Shapes or Scenes split (whose scenes file holds every object's box), each picture is asked "where is the
-X?" (`vqa.data.synthetic.locations`, the question `Predictor.point` asks) for every object X that its kind
-alone, or its colour and kind, names and no other object fits, and once for an object the picture lacks:
+Each val picture is asked, for every object that its kind alone or its colour and kind names and no other
+object fits, and for one colour and kind the picture lacks, the two questions `Predictor.point` asks:
+"is there a X?" and "what color is the X?" (`PROBE_Q`). The point is the centre of the patch the colour
+answer's cross-attention weighs most (every layer's and head's mean over its tokens, `peak_patch`). Scores
+(`pointing.json`, percentages):
 
-- **hit**: the answer is a location whose point (the centre it names) lies in the object's box, edges
-  included; **nowhere**: the answer says there is no such object; anything else is **not a location**;
-- **absent**: the share of objects the picture lacks for which the answer is "nowhere";
-- chance: what a point drawn uniformly over the picture scores (the box's share of the picture), averaged over
-  the same objects.
+- **hits**: named objects whose point lies in the object's box (edges included), the pointing game of Zhang et al.
+  2016 on the model's own probe; **said no**: named objects the model says are not there;
+- **absent**: objects the picture lacks that the model says are not there;
+- **chance**: a random patch's centre (the share of patch centres in the box), averaged over the same objects.
 
-Answers are decoded greedily. A model never taught locations (nothing but "not a location") scores 0.
+Answers are decoded greedily, whatever the decoding options say (the maps are those of the greedy answer).
 """
 
 from __future__ import annotations
@@ -18,9 +19,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import GenerationConfig
-from ..data.synthetic.locations import NOWHERE, WHERE_Q, parse_location
-from ..decoding.generate import generate
+from ..decoding.generate import generate, patch_maps
+from .grounding import box_on_grid, chance
 from .scene_objects import SceneFile
+
+EXISTS_Q, PROBE_Q = "is there a {}?", "what color is the {}?"
+
+
+def peak_patch(maps: np.ndarray, allowed: np.ndarray | None = None) -> tuple[int, int]:
+    """(row, column) of the most-weighed patch of maps [..., grid, grid] averaged over the leading axes, among
+    `allowed` [grid, grid] (default all; the first in reading order on a tie)."""
+    grid = maps.shape[-1]
+    mean = maps.reshape(-1, grid, grid).mean(0)
+    if allowed is not None:
+        mean = np.where(allowed, mean, -1.0)
+    return divmod(int(np.argmax(mean)), grid)
 
 
 def named_objects(kind_key: str, objs: list[dict]) -> list[tuple[str, int]]:
@@ -42,19 +55,18 @@ def absent_object(kinds, colours, kind_key: str, objs: list[dict], image_id: int
 
 
 class Pointing:
-    """An `evaluate` observer: asks where the named objects of each picture it is shown are."""
+    """An `evaluate` observer: points at the named objects of each picture it is shown."""
 
     def __init__(self, model, tokenizer, scenes: SceneFile):
         scenes.require("box", "--pointing")
         self.model, self.tok, self.scenes = model, tokenizer, scenes
         self.seen: set = set()
-        self.objects = self.hits = self.nowhere = self.unread = 0
-        self.absent = self.absent_right = 0
+        self.objects = self.hits = self.said_no = self.absent = self.absent_no = 0
         self.chance = 0.0
 
     def __call__(self, group, memory, generation) -> None:
-        s = self.scenes
-        prompts, rows, truth = [], [], []
+        s, cfg = self.scenes, GenerationConfig.for_task("vqa", method="greedy")
+        rows, names, boxes = [], [], []
         for r, meta in enumerate(group.meta):
             image_id = meta["image_id"]
             if image_id in self.seen or image_id not in s.scenes:
@@ -64,47 +76,47 @@ class Pointing:
             asks = [(n, objs[i]["box"]) for n, i in named_objects(s.set.kind, objs)]
             asks.append((absent_object(s.set.kinds, s.set.colours, s.set.kind, objs, image_id), None))
             for name, box in asks:
-                prompts.append(self.tok.vqa_prompt(WHERE_Q[0].format(name), max_len=self.model.cfg.dec_max_len))
                 rows.append(int(group.image_index[r]))
-                truth.append(box)
-        if not prompts:
+                names.append(name)
+                boxes.append(box)
+        if not names:
             return
-        out = generate(self.model, prompts, memory=memory, image_index=rows,
-                       config=GenerationConfig.for_task("vqa", method="greedy"), banned=self.tok.never_generated)
-        for seq, box in zip(out.sequences, truth, strict=True):
-            self.score(self.tok.decode(seq).strip(), box)
+        prompt = lambda q: self.tok.vqa_prompt(q, max_len=self.model.cfg.dec_max_len)  # noqa: E731
+        exists = generate(self.model, [prompt(EXISTS_Q.format(n)) for n in names], memory=memory, image_index=rows,
+                          config=cfg, banned=self.tok.never_generated)
+        probes = [prompt(PROBE_Q.format(n)) for n in names]
+        colour = generate(self.model, probes, memory=memory, image_index=rows, config=cfg,
+                          banned=self.tok.never_generated)
+        maps = patch_maps(self.model, memory, rows, probes, colour.sequences)
+        for there, m, box in zip(exists.sequences, maps, boxes, strict=True):
+            self.score(self.tok.decode(there).strip().lower() == "no", m.float().numpy(), box)
 
-    def score(self, answer: str, box) -> None:
-        """Counts one answer against the object's box (pixels), or None for an object the picture lacks."""
+    def score(self, says_no: bool, maps: np.ndarray, box) -> None:
+        """Counts one object: whether the model says it is not there, the probe's maps [G, L, H, grid, grid],
+        its box in pixels (None for an object the picture lacks)."""
         if box is None:
             self.absent += 1
-            self.absent_right += answer == NOWHERE
+            self.absent_no += says_no
             return
+        grid = maps.shape[-1]
         self.objects += 1
-        side = self.scenes.side
-        x0, y0, x1, y1 = box
-        self.chance += (x1 - x0) * (y1 - y0) / side**2
-        loc = parse_location(answer, side, side)
-        if answer == NOWHERE:
-            self.nowhere += 1
-        elif loc is None:
-            self.unread += 1
-        else:
-            (x, y), _ = loc
-            self.hits += x0 <= x <= x1 and y0 <= y <= y1
+        self.said_no += says_no
+        x0, y0, x1, y1 = box_on_grid(box, self.scenes.side, grid)
+        self.chance += chance((x0, y0, x1, y1), grid)[1]
+        row, col = peak_patch(maps)
+        self.hits += x0 <= col + 0.5 <= x1 and y0 <= row + 0.5 <= y1
 
     def summary(self) -> dict:
         pct = lambda a, n: round(100 * a / n, 2) if n else 0.0  # noqa: E731
         return dict(scenes=str(self.scenes.path), objects=self.objects, hits=pct(self.hits, self.objects),
-                    nowhere=pct(self.nowhere, self.objects), not_a_location=pct(self.unread, self.objects),
-                    chance=pct(self.chance, self.objects), absent=self.absent,
-                    absent_nowhere=pct(self.absent_right, self.absent))
+                    said_no=pct(self.said_no, self.objects), chance=pct(self.chance, self.objects),
+                    absent=self.absent, absent_said_no=pct(self.absent_no, self.absent))
 
 
 def format_pointing(s: dict) -> str:
     return (f"pointing ({s['objects']} named objects): {s['hits']:.1f}% of the points in the object's box "
-            f"(chance {s['chance']:.1f}%), {s['nowhere']:.1f}% said nowhere, {s['not_a_location']:.1f}% not a "
-            f"location; {s['absent_nowhere']:.1f}% of {s['absent']} absent objects said nowhere")
+            f"(chance {s['chance']:.1f}%), {s['said_no']:.1f}% said not there; {s['absent_said_no']:.1f}% of "
+            f"{s['absent']} absent objects said not there")
 
 
-__all__ = ["Pointing", "absent_object", "format_pointing", "named_objects"]
+__all__ = ["EXISTS_Q", "PROBE_Q", "Pointing", "absent_object", "format_pointing", "named_objects", "peak_patch"]

@@ -60,8 +60,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                             "to the file (instead of INPUT... QUESTION)")
         p.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely answers")
         p.add_argument("--point", action="store_true",
-                       help='IMAGE OBJECT: where the named object ("the red star") is, as a point and a box in '
-                            "the picture's pixels, or that the picture has none (Predictor.point)")
+                       help='IMAGE OBJECT: where the model looks for the named object ("the red star"), a point '
+                            "and a box in the picture's pixels, or that it says there is none (Predictor.point)")
         rename = ASK_RENAME
     else:
         p.add_argument("inputs", nargs="*", metavar="INPUT",
@@ -107,12 +107,6 @@ def _attention_out(pred, args, res) -> dict:
     return dict(attention_out=str(args.attention_out), attention_files=[f.name for f in files])
 
 
-def where_object(phrase: str) -> str:
-    """'red star' of "the red star"."""
-    words = phrase.strip().rstrip("?.!").split()
-    return " ".join(words[1:] if len(words) > 1 and words[0].lower() in ("the", "a", "an") else words)
-
-
 def run(args) -> int:
     check_options(args)
     if getattr(args, "point", False) and (not single_image(args) or args.top_k != 1):
@@ -123,17 +117,17 @@ def run(args) -> int:
     if args.command == "ask":
         args.question = args.inputs[1]
     pred = _load(args, compile=bool(args.compile))  # one image: compiled only when --compile asks for it
+    from .pointing import object_words
     from .streaming import print_stream
     if args.command == "ask" and args.point:
         found = pred.point(args.image, args.question, **given(args, GenerationConfig, ASK_RENAME))
         if args.json:
             print(json.dumps(dict(image=str(args.image), **found.to_dict()), ensure_ascii=False))
         elif not found.found:
-            print(f"no {where_object(args.question)} in the picture")
+            print(f"no {object_words(args.question)} in the picture")
         else:
             (x, y), box = found.point, found.box
-            print(f"point {x:.0f} {y:.0f}  box {box[0]:.0f} {box[1]:.0f} {box[2]:.0f} {box[3]:.0f}"
-                  + ("  (from the attention: the model answers no location)" if found.source == "attention" else ""))
+            print(f"point {x:.0f} {y:.0f}  box {box[0]:.0f} {box[1]:.0f} {box[2]:.0f} {box[3]:.0f}")
         return 0
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))

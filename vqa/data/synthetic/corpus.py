@@ -12,11 +12,11 @@ from __future__ import annotations
 from . import generator
 from .corpus_layout import make_scene
 from .corpus_render import render_job
-from .corpus_text import CORPUS_FAMILIES, N_ANSWERS, candidates, make_captions
+from .corpus_text import N_ANSWERS, candidates, make_captions
 
 CORPUS_SET = generator.SyntheticSet(
     name="Corpus", prefix="corpus", make_scene=make_scene, candidates=candidates,
     make_captions=make_captions, render_job=render_job, n_answers=N_ANSWERS,
-    scene_keys=("background", "pattern", "style", "objects"), families=CORPUS_FAMILIES,
+    scene_keys=("background", "pattern", "style", "objects"),
 )
 

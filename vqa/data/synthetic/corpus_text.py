@@ -2,13 +2,9 @@
 
 Captions (four per image): every object left to right with its size, colour, fill, kind and place ("left to
 right: large red striped star top left, small blue ring centre"); a tally with the background;
-and two relation statements that hold in the picture, in either order ("the red star is left of the blue ring",
-"left of the blue ring is the red star", "... is bigger than ..."), an object named by the fewest words that pick
-it out alone. Questions: the six families of `generator` from two templates each, spatial ones in every order
-(subject first, reference first, "which is further left, the A or the B?", "what is left of the B?"), and
-where a named object is ("where is the red star?": its centre's column and row on a 16 x 16 grid and its
-diameter in grid cells, "5 11 4"; "nowhere" for an object the picture lacks), so that the words of an object
-are tied to its place.
+and two relation statements that hold in the picture ("the red star is left of the blue ring", "... is bigger
+than ..."), an object named by the fewest words that pick it out alone. Questions: the six families of
+`generator` from two templates each, so that the decoder also learns the answer format.
 """
 
 from __future__ import annotations
@@ -20,10 +16,8 @@ import numpy as np
 
 from .corpus_layout import COLOURS, FILLS, KINDS, RELATIONS, relation_holds, size_word
 from .generator import FAMILIES
-from .locations import NOWHERE, WHERE_Q, location
 
-N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6,
-             "location": 6, "relation": 6}  # others: yes/no; location: "nowhere" kept near a sixth of its answers
+N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6}  # others: yes/no
 NUMBERS = ("zero", "one", "two", "three", "four", "five")
 PLURAL = {k: "crosses" if k == "cross" else f"{k}s" for k in KINDS}
 FILL_WORD = {"solid": "", "hollow": "hollow", "striped": "striped", "dotted": "dotted", "checked": "checked"}
@@ -32,29 +26,12 @@ COLOUR_Q = ("what color is the {}?", "which colour does the {} have?")
 KIND_Q = ("what shape is the {}?", "which kind of object is the {}?")
 EXIST_Q = ("is there {}?", "can you see {}?")
 COUNT_Q = ("how many {} are there?", "count the {}.")
-SPATIAL_Q = ("is the {a} {rel} the {b}?", "true or false: the {a} is {rel} the {b}?",
-             "compared with the {b}, is the {a} {further}?", "relative to the {b}, is the {a} {to}?")
-WHICH_Q = "which is {further}, the {a} or the {b}?"  # answer: the name of the one that is
-WHAT_Q = "what is {rel} the {b}?"  # answer: the one object that clearly is
-# each relation as a comparative ("further left") and as a place ("to the left")
-FURTHER = {"left of": "further left", "right of": "further right", "above": "higher up", "below": "lower down"}
-TO = {"left of": "to the left", "right of": "to the right", "above": "higher", "below": "lower"}
-# the corpus asks every family of `generator`, then where an object is, a relation whose answer is an object
-# ("which is higher, the A or the B?"), and counting a second time
-CORPUS_FAMILIES = FAMILIES + ("location", "relation", "count")
-INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above",
-           "bigger than": "smaller than", "smaller than": "bigger than"}
+SPATIAL_Q = ("is the {a} {rel} the {b}?", "true or false: the {a} is {rel} the {b}?")
 COMPARE_Q = ("are there more {} than {}?", "are there fewer {} than {}?")
 # every wording per family (spatial: one per form and relation asked), as `templates` matches a question back to it
-def _per_relation(t: str) -> tuple[str, ...]:
-    """A template with its relation written out, once per relation asked."""
-    return tuple(dict.fromkeys(t.replace("{rel}", r).replace("{further}", FURTHER[r]).replace("{to}", TO[r])
-                               for r in RELATIONS[:4]))
-
-
 TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence": EXIST_Q, "count": COUNT_Q,
-             "spatial": tuple(w for t in SPATIAL_Q for w in _per_relation(t)), "comparison": COMPARE_Q,
-             "location": WHERE_Q, "relation": (*_per_relation(WHICH_Q), *_per_relation(WHAT_Q))}
+             "spatial": tuple(t.replace("{rel}", rel) for t in SPATIAL_Q for rel in RELATIONS[:4]),
+             "comparison": COMPARE_Q}
 # the words a slot holds: an object's name, with its article
 SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), *FILLS, "object", "objects", "a", "an")
 
@@ -102,11 +79,6 @@ def true_relations(objs: list[dict], side: int) -> list[tuple[str, str, str]]:
             if i != j and names[i] and names[j] and relation_holds(objs[i], objs[j], rel, side)]
 
 
-def relation_statement(a: str, rel: str, b: str, form: int) -> str:
-    """'the star is left of the ring', 'left of the ring is the star' or 'the ring is right of the star'."""
-    return (f"the {a} is {rel} the {b}", f"{rel} the {b} is the {a}", f"the {b} is {INVERSE[rel]} the {a}")[form]
-
-
 def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
     """Four captions: the listing, the tally, two relation statements (or where the only object is)."""
     objs = sorted(scene["objects"], key=lambda o: (o["x"], o["y"]))
@@ -118,7 +90,7 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
             f"{NUMBERS[n]} object{'s' if n > 1 else ''} on a {scene['background']} {scene['pattern']} background: {tally}"]
     rels = true_relations(objs, side)
     picks = rng.permutation(len(rels))[:2].tolist() if rels else []
-    caps += [relation_statement(a, rel, b, int(rng.integers(3))) for a, rel, b in (rels[k] for k in picks)]
+    caps += [f"the {a} is {rel} the {b}" for a, rel, b in (rels[k] for k in picks)]
     while len(caps) < 4:
         o = objs[len(caps) % n]
         caps.append(f"{article(full_name(o, side))} at the {place(o, side)}, drawn {scene['style']}")
@@ -128,7 +100,7 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
 def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, list[tuple[str, str]]]:
     """Every valid (question, answer) per family for a scene (one random template each)."""
     objs = scene["objects"]
-    cands: dict[str, list[tuple[str, str]]] = {f: [] for f in CORPUS_FAMILIES}
+    cands: dict[str, list[tuple[str, str]]] = {f: [] for f in FAMILIES}
     count = _counts(objs)
     for o in objs:
         if count[None, o["kind"]] == 1:
@@ -146,26 +118,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
             for rel in RELATIONS[:4]:
                 holds = relation_holds(objs[i], objs[j], rel, side)
                 if holds is not None:
-                    q = SPATIAL_Q[rng.integers(len(SPATIAL_Q))].format(
-                        a=names[i], b=names[j], rel=rel, further=FURTHER[rel], to=TO[rel])
+                    q = SPATIAL_Q[rng.integers(2)].format(a=names[i], b=names[j], rel=rel)
                     cands["spatial"].append((q, "yes" if holds else "no"))
-                    if i < j:  # each pair once, its names in either order
-                        a, b = (names[i], names[j]) if rng.integers(2) else (names[j], names[i])
-                        cands["relation"].append((WHICH_Q.format(further=FURTHER[rel], a=a, b=b),
-                                                 names[i] if holds else names[j]))
-    for j, b in enumerate(names):
-        for rel in RELATIONS[:4] if b else ():
-            says = [relation_holds(o, objs[j], rel, side) for o in objs]
-            if says.count(True) == 1 and says.count(None) == 1:  # one clearly is, every other clearly not
-                i = says.index(True)
-                if names[i]:
-                    cands["relation"].append((WHAT_Q.format(rel=rel, b=b), names[i]))
-    for o, n in zip(objs, names, strict=True):
-        if n:
-            cands["location"].append((WHERE_Q[rng.integers(2)].format(n), location(o, side)))
-    absent = [d for d in DESCS if d[1] and not count[d]]
-    for k in rng.permutation(len(absent))[:2].tolist():
-        cands["location"].append((WHERE_Q[rng.integers(2)].format(_desc(*absent[k])), NOWHERE))
     present = sorted({(None, o["kind"]) for o in objs} | {(o["color"], None) for o in objs}, key=str)
     for x, y in product(present, repeat=2):
         if x != y and (x[0] is None) == (y[0] is None):
@@ -176,5 +130,4 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
     return cands
 
 
-__all__ = ["CORPUS_FAMILIES", "N_ANSWERS", "candidates", "make_captions", "full_name", "short_name", "place",
-           "true_relations"]
+__all__ = ["N_ANSWERS", "candidates", "make_captions", "full_name", "short_name", "place", "true_relations"]

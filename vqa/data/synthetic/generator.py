@@ -28,8 +28,7 @@ from ...logs import bars_off
 
 FAMILIES = ("attribute_color", "attribute_shape", "existence", "count", "spatial", "comparison")
 ANSWER_TYPES = {"attribute_color": "other", "attribute_shape": "other", "existence": "yes/no",
-                "count": "number", "spatial": "yes/no", "comparison": "yes/no", "location": "other",
-                "relation": "other"}
+                "count": "number", "spatial": "yes/no", "comparison": "yes/no"}
 SPLITS = {"train": 1_000_000, "val": 2_000_000}  # image id offset per split
 PARALLEL_FROM = 200  # images: fewer are rendered in this process
 
@@ -49,8 +48,6 @@ class SyntheticSet:
     # False: a mirrored picture is wrong whatever its texts say (Glyphs); the info file says so and
     # `vqa train --hflip` refuses the folder (`mirror_safe`)
     mirror_safe: bool = True
-    # the families asked of each picture, one question each in this order (a family named twice is asked twice)
-    families: tuple[str, ...] = FAMILIES
 
 
 class Balancer:
@@ -89,15 +86,13 @@ class Balancer:
         return q, a
 
 
-def pick_questions(cands: dict[str, list[tuple[str, str]]], bal: Balancer, per_family: int = 1,
-                   families: tuple[str, ...] = FAMILIES) -> list[tuple[str, str, str]]:
+def pick_questions(cands: dict[str, list[tuple[str, str]]], bal: Balancer, per_family: int = 1) -> list[tuple[str, str, str]]:
     """(family, question, answer): `per_family` per family; a family with nothing (more) to ask (e.g. spatial
     with one object) is replaced by the least-asked family that has something, so the families stay balanced."""
     out: list[tuple[str, str, str]] = []
     taken: set[str] = set()
-    kinds = tuple(dict.fromkeys(families))
-    for fam in families * per_family:
-        spares = sorted((f for f in kinds if f != fam), key=lambda f: (sum(bal.per_f[f].values()), f))
+    for fam in FAMILIES * per_family:
+        spares = sorted((f for f in FAMILIES if f != fam), key=lambda f: (sum(bal.per_f[f].values()), f))
         for f in [fam, *spares]:
             got = bal.pick(f, cands[f], taken)
             if got:
@@ -130,7 +125,7 @@ def build_split(spec: SyntheticSet, split: str, n: int, side: int, seed: int, ba
     qs, caps = [], []
     for i, scene in enumerate(scenes):
         image_id = scene["image_id"]
-        chosen = pick_questions(spec.candidates(scene, side, bal.rng), bal, per_family, spec.families)
+        chosen = pick_questions(spec.candidates(scene, side, bal.rng), bal, per_family)
         for k, (fam, q, a) in enumerate(chosen):
             qs.append(dict(image_id=image_id, question_id=image_id * 100 + k, family=fam, question=q, answer=a))
         for k, c in enumerate(spec.make_captions(scene, side, np.random.default_rng([seed, split_no, i, 1]))):
@@ -149,8 +144,7 @@ def prior_baselines(train: list[dict], evaluate: list[dict]) -> dict[str, dict]:
         by_q[q["question"]][q["answer"]] += 1
         by_f[q["family"]][q["answer"]] += 1
     out: dict[str, dict] = {}
-    extra = sorted({q["family"] for q in train} - set(FAMILIES))  # a set's own families (the corpus's location)
-    for fam in [*FAMILIES, *extra, "all"]:
+    for fam in [*FAMILIES, "all"]:
         rows = [q for q in evaluate if fam in ("all", q["family"])]
         hit = maj = 0
         for q in rows:
@@ -250,8 +244,7 @@ def generate(
     priors = {"train": prior_baselines(data["train"]["questions"], data["train"]["questions"])}
     if "val" in data:
         priors["val"] = prior_baselines(data["train"]["questions"], data["val"]["questions"])
-    answers = {s: {f: Counter(q["answer"] for q in d["questions"] if q["family"] == f) for f in dict.fromkeys(spec.families)}
-               for s, d in data.items()}
+    answers = {s: {f: Counter(q["answer"] for q in d["questions"] if q["family"] == f) for f in FAMILIES} for s, d in data.items()}
     summary = dict(seed=seed, size=size, n_train=n_train, n_val=n_val, priors=priors,
                    answers={s: {f: dict(sorted(c.items())) for f, c in a.items()} for s, a in answers.items()},
                    counts={s: dict(images=len(d["scenes"]), questions=len(d["questions"]), captions=len(d["captions"]))

@@ -34,6 +34,7 @@ CASES = [
     ("ask --checkpoint {none} --top-k 2 --method greedy {img} q", 2, r"greedy decoding gives one answer"),
     ("ask --checkpoint {none} --batch-size 0 {img} q", 2, r"--batch-size must be at least 1"),
     ("ask --checkpoint {none} --method beam --num-beams x {img} q", 2, r"argument --num-beams"),
+    ("ask --checkpoint {none} --point --out {tmp}/a.jsonl {pics} star", 2, r"--point takes one IMAGE"),
     # vqa caption
     ("caption --checkpoint {none}", 2, r"vqa caption needs an INPUT"),
     ("caption --checkpoint {none} --merge {tmp}/c.jsonl {img}", 2, r"--merge merges the part files"),
@@ -58,6 +59,7 @@ CASES = [
     ("eval --checkpoint {ckpt} --data {shapes} --device cpu --tasks caption --consistency", 2,
      r"--consistency asks questions"),
     ("eval --checkpoint {ckpt} --data {plain} --device cpu --grounding", 2, r"--grounding needs a Shapes or Scenes"),
+    ("eval --checkpoint {ckpt} --data {shapes} --device cpu --tasks caption --pointing", 2, r"--pointing asks questions"),
     # vqa export / import
     ("export --checkpoint {none}", 2, r"one of the arguments --onnx --transformers is required"),
     ("export --checkpoint {none} --onnx {tmp}/a --transformers {tmp}/b", 2, r"not allowed with argument"),

@@ -8,9 +8,9 @@ Writes the official result files (`vqa_results.json`: [{"question_id", "answer"}
 [{"image_id", "caption"}]), `summary.json` (with the answers' calibration) and `reliability.png` (its
 reliability diagram) to `<checkpoint>-eval-<split>/` beside the checkpoint (runs/tiny/best-eval-val:
 outside the checkpoint folder, which training replaces whole at every save) unless --out says otherwise.
-With --grounding / --consistency (a Shapes or Scenes folder) also `grounding.json` / `consistency.json`
-(`vqa.evaluation.grounding`, `vqa.evaluation.consistency`). On a built-in set's split the table breaks each
-question type down by template (`vqa.evaluation.wordings`).
+With --grounding / --consistency / --pointing (a Shapes or Scenes folder) also `grounding.json` /
+`consistency.json` / `pointing.json` (`vqa.evaluation.grounding`, `.consistency`, `.pointing`). On a built-in
+set's split the table breaks each question type down by template (`vqa.evaluation.wordings`).
 
 Decoding is what `vqa ask` / `vqa caption` serve unless the decoding options say otherwise
 (`GenerationConfig.served`: answers by beam search over 3 beams at length penalty 0, at most 10 tokens;
@@ -59,6 +59,10 @@ def add_arguments(p) -> None:
     p.add_argument("--consistency", action="store_true",
                    help="Shapes / Scenes: ask counterfactual twins of the questions (picture mirrored, object "
                         "recoloured, object removed) and score the pairs (consistency.json)")
+    p.add_argument("--pointing", action="store_true",
+                   help="Shapes / Scenes: point at each object a name picks out as Predictor.point does (the "
+                        "peak of the attention behind \"what color is the X?\") and score it against the "
+                        "object's box (pointing.json)")
     p.add_argument("--scoring", choices=("auto", *RULES), default="auto",
                    help="whose rules score the answers (default auto: each question's benchmark's, from its file's "
                         "format; VQA v2's for VQA v2, OK-VQA, JSONL and shards)")
@@ -150,6 +154,12 @@ def run(args) -> int:
         c = observers["consistency"].ask(model, generation["vqa"], device, args.batch_size, compile)
         (out / "consistency.json").write_text(json.dumps(c, indent=2) + "\n")
         print(format_consistency(c))
+    if "pointing" in observers:
+        from .pointing import format_pointing
+
+        pt = observers["pointing"].summary()
+        (out / "pointing.json").write_text(json.dumps(pt, indent=2) + "\n")
+        print(format_pointing(pt))
     print(f"results written to {out}")
     return 0
 
@@ -158,13 +168,14 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
     """{"grounding": Grounding, "consistency": Consistency}, as asked, for `evaluate` to show its rows to."""
     from ..data.sources import is_pattern
 
-    flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency)) if on]
+    flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency),
+                             ("--pointing", args.pointing)) if on]
     if not flags:
         return {}
     if is_pattern(args.data) or is_pattern(split):
         raise ConfigError(f"{flags[0]} needs a Shapes or Scenes folder as --data, not a shard pattern")
-    if args.consistency and "vqa" not in tasks:
-        raise ConfigError("--consistency asks questions: it needs the vqa task (--tasks vqa or both)")
+    if (args.consistency or args.pointing) and "vqa" not in tasks:
+        raise ConfigError(f"{flags[-1]} asks questions: it needs the vqa task (--tasks vqa or both)")
     from .scene_objects import load_scenes
 
     scenes = load_scenes(args.data, split, flags[0])
@@ -177,4 +188,8 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
         from .consistency import Consistency
 
         out["consistency"] = Consistency(tok, scenes)
+    if args.pointing:
+        from .pointing import Pointing
+
+        out["pointing"] = Pointing(model, tok, scenes)
     return out

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..options import add_dataclass_arguments, given
 from .collection.cli import ASK_RENAME, add_collection_arguments, check_options, run_collection, single_image
 
@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                        help='questions file: one {"image", "question"[, "question_id"]} a line, images relative '
                             "to the file (instead of INPUT... QUESTION)")
         p.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely answers")
+        p.add_argument("--point", action="store_true",
+                       help='IMAGE OBJECT: where the model looks for the named object ("the red star"), a point '
+                            "and a box in the picture's pixels, or that it says there is none (Predictor.point)")
         rename = ASK_RENAME
     else:
         p.add_argument("inputs", nargs="*", metavar="INPUT",
@@ -106,13 +109,26 @@ def _attention_out(pred, args, res) -> dict:
 
 def run(args) -> int:
     check_options(args)
+    if getattr(args, "point", False) and (not single_image(args) or args.top_k != 1):
+        raise ConfigError("--point takes one IMAGE and the OBJECT to find (no --out, --questions or --top-k)")
     if not single_image(args):
         return run_collection(args, _load)
     args.image = args.inputs[0]
     if args.command == "ask":
         args.question = args.inputs[1]
     pred = _load(args, compile=bool(args.compile))  # one image: compiled only when --compile asks for it
+    from .pointing import object_words
     from .streaming import print_stream
+    if args.command == "ask" and args.point:
+        found = pred.point(args.image, args.question, **given(args, GenerationConfig, ASK_RENAME))
+        if args.json:
+            print(json.dumps(dict(image=str(args.image), **found.to_dict()), ensure_ascii=False))
+        elif not found.found:
+            print(f"no {object_words(args.question)} in the picture")
+        else:
+            (x, y), box = found.point, found.box
+            print(f"point {x:.0f} {y:.0f}  box {box[0]:.0f} {box[1]:.0f} {box[2]:.0f} {box[3]:.0f}")
+        return 0
     if args.command == "ask":
         settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
         if _streams(args):

@@ -76,6 +76,7 @@ from . import task_settings
 from .beam_answers import answers_from_beams, ranked_candidates
 from .encoding_cache import EncodingCache
 from .picture_inputs import PictureInputs
+from .pointing import Point, point_batch
 from .precision import apply_run_policy
 from .results import Answer, Caption
 
@@ -262,6 +263,17 @@ class Predictor(PictureInputs):
                 for res, m in zip(results, maps, strict=True):
                     res.attention = m
         return results
+
+    def point(self, image: Any, phrase: str, **changes) -> Point:
+        """Where the object `phrase` names ("the red star") is in `image`: a point and a box in the picture's
+        pixels, or found=False when the model says there is none (`vqa.inference.pointing`)."""
+        return point_batch(self, [image], [phrase], **changes)[0]
+
+    def point_batch(self, images: Sequence[Any], phrases: Sequence[str], **changes) -> list[Point]:
+        """`point` for each (image, phrase) pair in one batched decoding."""
+        if _is_single_image(images):
+            images = [images] * len(phrases)
+        return point_batch(self, list(images), list(phrases), **changes)
 
     def rank(self, image: Any, question: str, candidates: Sequence[str]) -> list[tuple[str, float]]:
         """The candidate answers sorted by likelihood, with probabilities softmaxed over the candidates."""

@@ -1,0 +1,77 @@
+"""`Predictor.point(image, "the red star")`: where the model looks for a named object, in pixels of the user's
+picture.
+
+Two questions in one batch: "is there a red star?" (an answer of "no" means not found) and "what color is the
+red star?", which the model can only answer by looking at the object. The point is the centre of the patch
+that the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens;
+patches that cover only the letterbox's padding left out), read back through the letterbox into the picture's
+pixels; the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..data.images import load_image
+from ..errors import InputError
+from ..evaluation.pointing import EXISTS_Q, PROBE_Q, peak_patch
+from .heatmaps import letterbox_box, patch_box
+
+
+@dataclass
+class Point:
+    phrase: str  # what was looked for, as given
+    found: bool  # False: the model answers "no" to "is there a ...?"
+    point: tuple[float, float] | None  # (x, y) in pixels of the picture
+    box: tuple[float, float, float, float] | None  # (left, top, right, bottom): the patch, in pixels of the picture
+    exists: str  # the model's answer to "is there a ...?"
+    colour: str  # its answer to "what color is the ...?", whose attention gives the point
+
+    def to_dict(self) -> dict:
+        r = lambda v: None if v is None else [round(float(x), 1) for x in v]  # noqa: E731
+        return dict(phrase=self.phrase, found=self.found, point=r(self.point), box=r(self.box), exists=self.exists,
+                    colour=self.colour)
+
+
+def object_words(phrase: str) -> str:
+    """'red star' of "the red star", "a red star?" or "red star"."""
+    if not isinstance(phrase, str) or not phrase.strip():
+        raise InputError("point: name the object to find, e.g. \"the red star\"")
+    words = phrase.strip().rstrip("?.!").split()
+    return " ".join(words[1:] if len(words) > 1 and words[0].lower() in ("the", "a", "an") else words)
+
+
+def on_picture(width: int, height: int, grid: int, size: int, resize: str) -> np.ndarray:
+    """[grid, grid] bool: the patches that cover some of the picture (not only the letterbox's padding)."""
+    left, top, right, bottom = letterbox_box(width, height, size, resize)
+    lo = np.arange(grid) * size / grid
+    hi = lo + size / grid
+    return ((lo < bottom) & (hi > top))[:, None] & ((lo < right) & (hi > left))[None, :]
+
+
+def point_batch(predictor, images: Sequence[Any], phrases: Sequence[str], **changes) -> list[Point]:
+    """`Predictor.point` for each (image, phrase) pair, in one batched decoding."""
+    pictures = [load_image(img) for img in images]
+    names = [object_words(p) for p in phrases]
+    questions = [EXISTS_Q.format(n) for n in names] + [PROBE_Q.format(n) for n in names]
+    answers = predictor.answer_batch(pictures * 2, questions, return_attention=True, **changes)
+    exists, probes = answers[: len(names)], answers[len(names):]
+    size, resize, grid = predictor.cfg.vit_image_size, predictor.cfg.vit_resize, predictor.grid
+    out = []
+    for pic, phrase, there, probe in zip(pictures, phrases, exists, probes, strict=True):
+        if there.answer.strip().lower() == "no":
+            out.append(Point(phrase, False, None, None, there.answer, probe.answer))
+            continue
+        w, h = pic.size
+        row, col = peak_patch(probe.attention.float().numpy(), on_picture(w, h, grid, size, resize))
+        box = patch_box(w, h, row, col, grid, size, resize)
+        out.append(Point(phrase, True, ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2), box, there.answer,
+                         probe.answer))
+    return out
+
+
+__all__ = ["Point", "object_words", "on_picture", "point_batch"]

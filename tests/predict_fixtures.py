@@ -84,7 +84,7 @@ def train_checkpoint(folder: str | Path, max_steps: int = 600, seed: int = 0) ->
         if step % 20 == 0:
             model.eval()
             out = generate(model, prompts, images, image_index=index_t, max_new_tokens=8).sequences
-            if out == targets and loss.item() < 0.05:
+            if out == targets and loss.item() < 0.01:
                 break
     else:
         raise RuntimeError(f"the tiny test model did not fit its {len(rows)} targets in {max_steps} steps")

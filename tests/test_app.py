@@ -151,7 +151,7 @@ def test_bad_input_gets_a_message_and_the_server_keeps_serving(client, pred, pic
     answer, _, _, note = _ask(client, good, "what color " * 1000)  # 10,000 characters
     assert answer and "cut" in note
     answer, _, _, note = _ask(client, good, "what color is the shape? 🙂🎨")
-    assert answer == "red" and "<unk>" in note
+    assert answer == "red" and "<unk>" not in note  # byte fallback: the emoji are read as their bytes
     for q in ("ما لون الشكل؟", "מה הצבע של הצורה?"):
         answer, *_ = _ask(client, good, q)
         assert isinstance(answer, str)

@@ -71,6 +71,8 @@ CASES = [
     ("data convert {shapes} {tmp}/cv --to webdataset --shard-size 0", 2, r"--shard-size must be >= 1"),
     # vqa demo
     ("demo --checkpoint {none} --port 0", 2, r"--port must be from 1 to 65535"),
+    # vqa push
+    ("push {tmp}/run", 2, r"the following arguments are required: --repo-id"),
     ("demo --checkpoint {none} --max-batch 0", 2, r"--max-batch must be at least 1"),
     # a missing or bad file: a failure while running, 1
     ("ask --checkpoint {none} {img} q", 1, r"no checkpoint at no-such-run"),

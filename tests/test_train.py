@@ -152,7 +152,7 @@ def test_eval_command_writes_official_result_files(shapes_dir, tmp_path, capsys)
     expected = 100 * sum(vqa_accuracy(r["answer"], answers[r["question_id"]]) for r in vqa_res) / len(vqa_res)
     assert summary["vqa_accuracy"] == pytest.approx(expected, abs=0.01)
     assert summary["questions"] == len(vqa_res) and "CIDEr-D" in summary and "per_question_type" in summary
-    assert summary["generation"]["vqa"]["method"] == "greedy" and summary["generation"]["vqa"]["max_new_tokens"] == 10
+    assert summary["generation"]["vqa"]["method"] == "beam" and summary["generation"]["vqa"]["max_new_tokens"] == 10  # as served
 
 
 def test_eval_tasks_are_validated(shapes_dir, tmp_path, capsys):

@@ -26,10 +26,10 @@ def main() -> None:
 
     from vqa.config import GenerationConfig
     from vqa.data.sources import open_split
+    from vqa.data.synthetic.scene_objects import load_scenes
     from vqa.evaluation.consistency import Consistency
     from vqa.evaluation.evaluate import evaluate
     from vqa.evaluation.grounding import Grounding
-    from vqa.evaluation.scene_objects import load_scenes
     from vqa.model import checkpoint
 
     model, tok, card = checkpoint.load(args.checkpoint, "cpu")

@@ -10,11 +10,11 @@ from conftest import tiny_set_flags
 from PIL import Image
 
 from vqa.cli import main
+from vqa.data.synthetic.scene_objects import SETS, SceneFile, load_scenes
 from vqa.data.synthetic.shapes import SHAPES_SET
 from vqa.data.synthetic.shapes_layout import COLORS
 from vqa.errors import DataError
 from vqa.evaluation.consistency import Consistency, Pair, make_pair, score_pairs
-from vqa.evaluation.scene_objects import SETS, SceneFile, load_scenes
 
 SIDE = 64
 

@@ -10,6 +10,7 @@ from helpers import tiny_model
 from PIL import Image
 
 from vqa.cli import main
+from vqa.data.synthetic.scene_objects import SETS, SceneFile, caption_mentions, load_scenes, referent
 from vqa.data.synthetic.scenes_layout import COLOURS as SCENES_COLOURS
 from vqa.data.synthetic.shapes_layout import COLORS as SHAPES_COLORS
 from vqa.errors import ConfigError, DataError
@@ -22,7 +23,6 @@ from vqa.evaluation.grounding import (
     pointing_hits,
     words_of,
 )
-from vqa.evaluation.scene_objects import SETS, SceneFile, caption_mentions, load_scenes, referent
 
 SHAPES, SCENES = SETS
 

@@ -10,9 +10,9 @@ from conftest import tiny_set_flags
 from PIL import Image
 
 from vqa.cli import main
+from vqa.data.synthetic.scene_objects import load_scenes
 from vqa.errors import InputError
 from vqa.evaluation.pointing import Pointing, absent_object, named_objects, peak_patch
-from vqa.evaluation.scene_objects import load_scenes
 from vqa.inference.pointing import object_words, on_picture
 from vqa.inference.predict import Predictor
 from vqa.model import shipped

@@ -64,7 +64,7 @@ LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
 # --eval-images 0 no evaluation, --workers -1 the default count
 RANGES: dict[str, tuple[float, bool]] = {
     "lr": (0, False), "vit_lr": (0, False), "dec_lr": (0, False), "vit_lr_scale": (0, False),
-    "dec_lr_scale": (0, False), "muon_lr_scale": (0, False), "weight_decay": (0, False), "caption_weight": (0, False),
+    "dec_lr_scale": (0, False), "muon_lr_scale": (0, False), "weight_decay": (0, False), "caption_weight": (0, False), "grounding_weight": (0, False),
     "grad_clip": (0, False), "dist_timeout": (0, True), "epochs": (0, True),
     "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
     "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
@@ -100,6 +100,10 @@ class TrainConfig(_Config):
     captions_per_image: int = field(default=1, metadata=_opt("captions per image per step (tiny: 2)"))
     caption_weight: float = field(default=0.5, metadata=_opt(
         "loss weight of a caption token relative to an answer token (a caption has many more tokens than an answer)"))
+    grounding_weight: float = field(default=0.0, metadata=_opt(
+        "loss weight of a grounded token: on a Shapes or Scenes folder, whose scenes file has every object's box, "
+        "the cross-attention behind a word that names an object (and behind a colour, shape or count answer) is "
+        "trained to look at that object (docs/pretraining.md); 0: off"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's; 0: every weight stays as it starts)"))

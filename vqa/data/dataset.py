@@ -51,6 +51,7 @@ class ItemMaker:
                  questions_per_image: int, captions_per_image: int, train: bool):
         self.tok, self.transform, self.max_len = tokenizer, transform, int(max_len)
         self.qpi, self.cpi, self.train = int(questions_per_image), int(captions_per_image), bool(train)
+        self.regions = None  # a `vqa.data.regions.Regions`: training's grounded tokens (`--grounding-weight`)
         self._ids: dict[tuple[str, str], list[int]] = {}  # (kind, text) -> token ids: every epoch repeats them
 
     def _cached_ids(self, kind: str, text: str, encode: Callable[[str], list[int]]) -> list[int]:
@@ -97,7 +98,7 @@ class ItemMaker:
         for k in _choose(rng, n_captions, self.cpi) if self.train else range(min(n_captions, 1)):
             c = caption(k)
             if self.train:
-                meta = dict(image_id=c.image_id, caption_id=c.caption_id, image=str(c.image))
+                meta = dict(image_id=c.image_id, caption_id=c.caption_id, image=str(c.image), caption=c.caption)
             else:
                 meta = dict(image_id=c.image_id, image=str(c.image), captions=list(all_captions or [c.caption]))
             captions.append((c.caption, meta))
@@ -106,7 +107,9 @@ class ItemMaker:
         return out
 
     def item(self, image: torch.Tensor, rows: list[dict], texts: list[str], g: torch.Generator) -> dict:
-        x, jitter = self.transform.augment(image, texts=texts, generator=g)
+        x, jitter, moves = self.transform.augment_moves(image, texts=texts, generator=g)
+        if self.regions is not None:
+            self.regions.attach(rows, moves)
         out = dict(image=x, rows=rows)
         if jitter is not None:
             out["jitter"] = jitter

@@ -55,12 +55,12 @@ class TrainBatches:
     either kind of source. One DataLoader for the whole run: its workers persist across epochs. For a folder
     split, `image_cache` / `image_cache_budget` are `--image-cache` / `--image-cache-budget`, and
     `max_unreadable` is the share of its pictures that may be unreadable (`vqa.data.unreadable`; a shard
-    stream skips every bad sample with a line of its own)."""
+    stream skips every bad sample with a line of its own); `regions`: the grounding loss's targets."""
 
     def __init__(self, source: Source, tokenizer, transform, max_len: int, tasks, questions_per_image: int,
                  captions_per_image: int, seed: int, layout: Layout, collate, pin: bool = False,
                  image_cache: str = "off", image_cache_budget: str = "25%", quiet: bool = False, block: int = 1000,
-                 max_unreadable: float = 0.01):
+                 max_unreadable: float = 0.01, regions=None):
         self.layout, self.seed = layout, int(seed)
         self.images_per_step = layout.batch * layout.accum * layout.world
         gen = torch.Generator().manual_seed(seed * 1_000_003)  # not the global RNG: dropout masks stay exact
@@ -92,6 +92,8 @@ class TrainBatches:
             self.dataset.image_cache = self.cache
             self.sampler = EpochSampler()
             common["sampler"] = self.sampler
+        if regions is not None:  # training's grounded tokens (`vqa.data.regions`)
+            (maker if isinstance(source, ShardSplit) else self.dataset.maker).regions = regions
         self.loader = DataLoader(self.dataset, **common)
 
     def epoch(self, epoch: int, image_in_epoch: int) -> Iterator[Batch]:

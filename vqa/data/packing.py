@@ -88,9 +88,37 @@ def _best_fit(segs: list[tuple[int, int, int]],
     return rows, fill
 
 
+def grounded(items: list[dict], layout: list[list[tuple[int, int]]], t: int, weight: float,
+             multiple: int) -> dict:
+    """PackedRows' ground_* fields from the rows' "regions" (`vqa.data.regions`): each grounded token's flat
+    position in [R * T], its image and its target, weighed `weight`; G padded up to `multiple` (at least 1,
+    so every step has the same graph). Empty when `weight` is 0."""
+    if weight <= 0:
+        return {}
+    pos, image, target = [], [], []
+    for r, row in enumerate(layout):
+        at = r * t
+        for m, j in row:
+            text = items[m]["rows"][j]
+            if "regions" in text:
+                where, goals = text["regions"]
+                pos += [at + p for p in where]
+                image += [m] * len(where)
+                target.append(torch.as_tensor(goals, dtype=torch.float32))
+            at += len(text["input_ids"])
+    g = len(pos)
+    gp = round_up(max(g, 1), multiple)
+    cells = target[0].shape[1] if target else 1
+    goal = torch.cat(target) if target else torch.zeros(0, cells)
+    return dict(ground_pos=torch.tensor(pos + [0] * (gp - g), dtype=torch.long),
+                ground_image=torch.tensor(image + [0] * (gp - g), dtype=torch.long),
+                ground_target=torch.cat([goal, goal.new_zeros(gp - g, cells)]),
+                ground_weight=torch.tensor([weight] * g + [0.0] * (gp - g), dtype=torch.float32))
+
+
 def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_multiple: int = 1) -> PackedRows:
     """The items' text rows packed across images (`plan`), each target weighted by its task's entry of
-    `task_weights`. T, L and the target count K are padded up to `pad_multiple`; the row count R is not
+    `task_weights` (its "grounding" entry, when above 0, the grounding loss's weight: `grounded`). T, L and the target count K are padded up to `pad_multiple`; the row count R is not
     (padding rows would cost a whole row each, and `torch.compile`'s automatic dynamic shapes take over R after
     its first change). Items without any text row give one padding row and one padding target: a zero loss
     that still reaches every parameter, so a step whose samples were all unusable runs like any other."""
@@ -123,7 +151,8 @@ def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_mul
     # the target at flat position j of [R, T-1] is token j+1 of its row (row j // (T-1), column j % (T-1) + 1)
     weights = [token_weight[j // (t - 1)][j % (t - 1) + 1] for j in target_pos[:k].tolist()]
     target_weight = torch.tensor(weights + [0.0] * (target_pos.numel() - k), dtype=torch.float32)
-    return PackedRows(input_ids=input_ids, positions=torch.tensor(pos, dtype=torch.long).view(len(rows), t),
+    ground = grounded(items, layout, t, task_weights.get("grounding", 0.0), pad_multiple)
+    return PackedRows(**ground, input_ids=input_ids, positions=torch.tensor(pos, dtype=torch.long).view(len(rows), t),
                       segments=torch.tensor(seg, dtype=torch.long).view(len(rows), t), target_pos=target_pos,
                       target_ids=target_ids, target_weight=target_weight,
                       image_tokens=torch.tensor(tokens, dtype=torch.long).view(len(items), width),

@@ -83,8 +83,16 @@ class ImageTransform:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(uint8 [3,S,S] shifted / flipped, [2] brightness and contrast factors) for training; (x, None) in
         evaluation. The factors are applied with the normalization, on the device (`ImageNormalizer`)."""
+        x, jitter, _ = self.augment_moves(x, texts, generator)
+        return x, jitter
+
+    def augment_moves(
+        self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[int, int, bool]]:
+        """`augment`, and how the picture moved: (dx, dy, flipped), content shifted by +dx, +dy pixels and then
+        mirrored left to right, so that boxes on it can follow (`vqa.data.regions`)."""
         if not self.train:
-            return x, None
+            return x, None, (0, 0, False)
         r = torch.rand(5, generator=generator).tolist()
         jitter = torch.tensor([1 + self.brightness * (2 * r[0] - 1), 1 + self.contrast * (2 * r[1] - 1)])
         k = self.max_shift_px
@@ -93,9 +101,10 @@ class ImageTransform:
         if dx or dy:
             fill = self.fill if x.dtype == torch.uint8 else [f / 255 for f in self.fill]
             x = _shift(x, dx, dy, fill)
-        if self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts):
+        flipped = self.allow_hflip and r[4] < 0.5 and not mentions_left_right(texts)
+        if flipped:
             x = x.flip(-1)
-        return x, jitter
+        return x, jitter, (dx, dy, flipped)
 
     def finish(
         self, x: torch.Tensor, texts: Sequence[str] = (), generator: torch.Generator | None = None

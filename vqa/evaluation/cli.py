@@ -176,7 +176,7 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
         raise ConfigError(f"{flags[0]} needs a Shapes or Scenes folder as --data, not a shard pattern")
     if (args.consistency or args.pointing) and "vqa" not in tasks:
         raise ConfigError(f"{flags[-1]} asks questions: it needs the vqa task (--tasks vqa or both)")
-    from .scene_objects import load_scenes
+    from ..data.synthetic.scene_objects import load_scenes
 
     scenes = load_scenes(args.data, split, flags[0])
     out = {}

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from ..data.synthetic.scene_objects import SceneFile, counted
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError
 from .metrics import normalize_answer
-from .scene_objects import SceneFile, counted
 
 FAMILIES = ("mirror", "recolour", "remove")
 LEFT_RIGHT = re.compile(r"\b(left|right)\b")

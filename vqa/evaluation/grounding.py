@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data.synthetic.scene_objects import ATTRIBUTE_FAMILIES, SceneFile, caption_mentions
 from ..decoding.generate import patch_maps
-from .scene_objects import ATTRIBUTE_FAMILIES, SceneFile, caption_mentions
 
 SOURCES = ("answers", "captions")
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import GenerationConfig
+from ..data.synthetic.scene_objects import SceneFile
 from ..decoding.generate import generate, patch_maps
 from .grounding import box_on_grid, chance
-from .scene_objects import SceneFile
 
 EXISTS_Q, PROBE_Q = "is there a {}?", "what color is the {}?"
 

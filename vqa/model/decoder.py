@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute
+from .attention import Attention, ImageRoute, attention_at
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -55,11 +55,16 @@ class DecoderBlock(nn.Module):
         self.ln3, self.mlp = nn.LayerNorm(d, eps=eps), MLP(d, cfg.dec_mlp_ratio, p, cfg.dec_activation)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, route=None):
-        """-> (x, cross-attention weights or None). `route`: rows that mix images (`ImageRoute`)."""
+    def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, route=None, probe=None):
+        """-> (x, cross-attention weights or None). `route`: rows that mix images (`ImageRoute`); `probe`:
+        (flat positions [G], images [G]), whose cross-attention weights [G, H, N] are returned instead."""
         h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
         x = x + _dropout(self.drop, h)
-        h, weights = self.cross_attn(self.ln2(x), kv=memory_kv, need_weights=need_weights, route=route)
+        xn = self.ln2(x)
+        h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
+        if probe is not None:  # [B, T, D] -> [B * T, D] -> the probed [G, D]
+            weights = attention_at(self.cross_attn, xn.flatten(0, 1).index_select(0, probe[0]), memory_kv[0],
+                                   probe[1])
         x = x + _dropout(self.drop, h)
         return x + self.mlp(self.ln3(x)), weights
 
@@ -104,9 +109,11 @@ class TextDecoder(nn.Module):
         caches: list | None = None,  # per layer, a self-attention cache (vqa.decoding.static_cache.StaticKVCache)
         need_weights: bool = False,
         route: ImageRoute | None = None,  # packed rows of several images: each token to its own image's kv
+        probe: tuple[torch.Tensor, torch.Tensor] | None = None,  # (flat positions [G], their images [G])
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention
-        weights [B, H, T, N] (with a route: image-major, [M, H, L, N])."""
+        weights [B, H, T, N] (with a route: image-major, [M, H, L, N]; with a probe: the probed tokens' only,
+        [G, H, N])."""
         if pos is None:
             pos = 0
         if isinstance(pos, int):  # the same positions in every row: a slice of the table, no gather
@@ -121,15 +128,16 @@ class TextDecoder(nn.Module):
         if self.embed_scale is not None:
             x = x * self.embed_scale
         x = _dropout(self.drop, x + pe)
-        maps = [] if need_weights else None
+        maps = [] if need_weights or probe is not None else None
         recompute = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for i, blk in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
             if recompute:
-                x, w = checkpoint(blk, x, memory_kv[i], mask, cache, need_weights, route, use_reentrant=False)
+                x, w = checkpoint(blk, x, memory_kv[i], mask, cache, need_weights, route, probe, use_reentrant=False)
             else:
-                x, w = blk(x, memory_kv[i], mask=mask, cache=cache, need_weights=need_weights, route=route)
-            if need_weights:
+                x, w = blk(x, memory_kv[i], mask=mask, cache=cache, need_weights=need_weights, route=route,
+                           probe=probe)
+            if maps is not None:
                 maps.append(w)
         return self.ln_f(x), maps
 

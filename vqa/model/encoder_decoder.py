@@ -42,6 +42,15 @@ def target_loss(logits: torch.Tensor, target_ids: torch.Tensor, reduction: str =
     return F.cross_entropy(logits.float(), target_ids, ignore_index=IGNORE, reduction=reduction)
 
 
+def grounding_loss(maps: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    """[G]: KL(target || attention) of grounded tokens, the attention being the mean over layers and heads of
+    the cross-attention weights (`maps`: per layer [G, H, N], N = prefix tokens + patches) over the patches,
+    the map `vqa eval --pointing` and the demo show; target [G, P] over the P patches, rows summing to 1 (0 on
+    padding). Mass on the prefix tokens counts as mass outside the object."""
+    attn = torch.stack(maps).float().mean((0, 2))[:, -target.shape[1]:]  # [L, G, H, N] -> [G, P]
+    return (torch.xlogy(target, target) - target * attn.clamp_min(1e-8).log()).sum(-1)
+
+
 def segment_mask(segments: torch.Tensor) -> torch.Tensor:
     """bool [B, 1, T, T], True = may attend, for packed rows (`segments` [B, T]: 1, 2, ... the segment of each
     token, 0 on padding): each position sees the earlier positions of its own segment and itself, so a segment
@@ -103,7 +112,9 @@ class VQAModel(nn.Module):
            positions from 0 that attends causally within itself only (`segment_mask`). Self-attention and the
            projections run in that layout; the cross-attention core runs image-major (`ImageRoute`: image
            m's tokens [M, L] against image m's keys/values), each token reading its own image's patches only.
-        3. The LM head at the target positions only (`rows.target_pos` [K]), `target_loss` against
+        3. With grounded tokens (`rows.ground_pos`, `vqa.data.regions`): their cross-attention, every layer's
+           and head's mean, against where their object is (`grounding_loss`), times `rows.ground_weight`.
+        4. The LM head at the target positions only (`rows.target_pos` [K]), `target_loss` against
            `rows.target_ids` [K], times `rows.target_weight` [K] (0 on padding targets), summed.
 
         No host sync and no data-dependent control flow (torch.compile, DDP's static graph): every count and
@@ -111,10 +122,13 @@ class VQAModel(nn.Module):
         padding target: a zero loss whose graph still reaches every parameter."""
         kv = self.decoder.memory_kv(self.encode(images))  # per layer, 2 x [M, H, N, Dh]
         route = ImageRoute(rows.image_tokens, rows.token_slots)
-        hidden, _ = self.decoder(rows.input_ids, kv, pos=rows.positions, mask=segment_mask(rows.segments),
-                                 route=route)  # [R, T, D]
+        probe = None if rows.ground_pos is None else (rows.ground_pos, rows.ground_image)
+        hidden, maps = self.decoder(rows.input_ids, kv, pos=rows.positions, mask=segment_mask(rows.segments),
+                                    route=route, probe=probe)  # [R, T, D]
         logits = self.target_logits(hidden, rows.target_pos)  # [K, V]
         loss = (target_loss(logits, rows.target_ids) * rows.target_weight).sum()
+        if probe is not None:
+            loss = loss + (grounding_loss(maps, rows.ground_target) * rows.ground_weight).sum()
         return (loss, logits) if return_logits else loss
 
     # ---- teacher forcing ----

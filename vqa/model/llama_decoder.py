@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute
+from .attention import Attention, ImageRoute, attention_at
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: tuple | None) -> torch.Tensor:
@@ -94,8 +94,12 @@ class CrossBlock(nn.Module):
         self.attn_gate = nn.Parameter(torch.zeros(1))
         self.mlp_gate = nn.Parameter(torch.zeros(1))
 
-    def forward(self, x, memory_kv, need_weights=False, route=None):
-        h, weights = self.cross_attn(self.ln1(x), kv=memory_kv, need_weights=need_weights, route=route)
+    def forward(self, x, memory_kv, need_weights=False, route=None, probe=None):
+        xn = self.ln1(x)
+        h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
+        if probe is not None:  # the probed tokens' weights [G, H, N] (TextDecoder's DecoderBlock says more)
+            weights = attention_at(self.cross_attn, xn.flatten(0, 1).index_select(0, probe[0]), memory_kv[0],
+                                   probe[1])
         x = x + self.attn_gate.tanh() * h
         return x + self.mlp_gate.tanh() * self.mlp(self.ln2(x)), weights
 
@@ -142,22 +146,22 @@ class LlamaDecoder(nn.Module):
         return self.cos[pos][:, None], self.sin[pos][:, None]  # [B, T, Dh] -> [B, 1, T, Dh]
 
     def forward(self, ids, memory_kv, pos=None, mask=None, caches=None, need_weights=False,
-                route: ImageRoute | None = None):
+                route: ImageRoute | None = None, probe=None):
         """Hidden states [B, T, D] after the final RMSNorm, and (on request) each cross-attention block's
         weights [B, H, T, N]; the arguments are TextDecoder.forward's."""
         rotary = self.rotary(0 if pos is None else pos, ids.shape[1])
         x = self.embed(ids)
-        maps = [] if need_weights else None
+        maps = [] if need_weights or probe is not None else None
         k = self.cfg.dec_cross_every
         recompute = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for i, blk in enumerate(self.blocks):
             if i % k == 0:
                 cross = self.cross[i // k]
                 if recompute:
-                    x, w = checkpoint(cross, x, memory_kv[i // k], need_weights, route, use_reentrant=False)
+                    x, w = checkpoint(cross, x, memory_kv[i // k], need_weights, route, probe, use_reentrant=False)
                 else:
-                    x, w = cross(x, memory_kv[i // k], need_weights=need_weights, route=route)
-                if need_weights:
+                    x, w = cross(x, memory_kv[i // k], need_weights=need_weights, route=route, probe=probe)
+                if maps is not None:
                     maps.append(w)
             cache = None if caches is None else caches[i]
             if recompute:  # the backward pass recomputes the block instead of storing its activations

@@ -27,6 +27,7 @@ from ..config import TrainConfig, parse_duration
 from ..data.collate import Batch, make_collate
 from ..data.ids import check_ids
 from ..data.loader import TrainBatches
+from ..data.regions import Regions
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
 from ..data.transforms import ImageNormalizer, build_transform
@@ -144,8 +145,10 @@ class Trainer:
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes
         self.compiled = c.compile if c.compile is not None else dist.device.type == "cuda"  # where it pays
-        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1,
-                                    task_weights={"vqa": 1.0, "caption": c.caption_weight})
+        regions = Regions.for_training(self.train_data, self.train_split, self.tok, self.model.cfg, c.grounding_weight,
+                                       say=log.info if dist.main else None)
+        weights = {"vqa": 1.0, "caption": c.caption_weight, **({"grounding": c.grounding_weight} if regions else {})}
+        self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1, task_weights=weights)
         self.data = TrainBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
@@ -153,6 +156,7 @@ class Trainer:
             layout=Layout(dist.rank, dist.world, self.workers, self.batch_size, c.accum),
             pin=dist.device.type == "cuda", quiet=not dist.main, max_unreadable=c.max_unreadable,
             image_cache=c.image_cache, image_cache_budget=c.image_cache_budget, collate=self.collate,
+            regions=regions,
         )
         self.normalize = ImageNormalizer(self.model.cfg.vit_mean, self.model.cfg.vit_std)  # on the device
         if self.data.num_images == 0:

@@ -1,5 +1,6 @@
 """The objects of a built-in synthetic split (Shapes, Scenes) and which of them a question or a caption names:
-what `vqa eval --grounding` scores attention against and what `--consistency` edits.
+what `vqa eval --grounding` scores attention against, what `--consistency` edits and what training's
+grounding loss targets (`vqa.data.regions`).
 
 The split's `<prefix>_<split>_scenes.json` (written by `vqa data shapes` / `vqa data scenes`) holds every
 object with its box (left, top, right, bottom in pixels) and every scene's texture seed, so a scene can be
@@ -22,18 +23,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..data.synthetic import (
-    scenes_layout,
-    scenes_render,
-    scenes_text,
-    shapes_layout,
-    shapes_render,
-    shapes_text,
-)
-from ..data.synthetic.generator import SyntheticSet
-from ..data.synthetic.scenes import SCENES_SET
-from ..data.synthetic.shapes import SHAPES_SET
-from ..errors import ConfigError, DataError
+from ...errors import ConfigError, DataError
+from . import scenes_layout, scenes_render, scenes_text, shapes_layout, shapes_render, shapes_text
+from .generator import SyntheticSet
+from .scenes import SCENES_SET
+from .shapes import SHAPES_SET
 
 ATTRIBUTE_FAMILIES = ("attribute_color", "attribute_shape")
 PUNCTUATION = ",.:;!?"

@@ -173,3 +173,41 @@ def test_answers_follow_from_the_scene(corpus):
             m = re.match(r"^are there (more|fewer) (.+) than (.+)\?$", text)
             x, y = len(matching(objs, m[2])), len(matching(objs, m[3]))
             assert ("yes" if (x > y if m[1] == "more" else x < y) else "no") == ans, text
+
+
+def test_every_objects_box_bounds_what_is_drawn(corpus):
+    """The scenes file's box (pretraining's grounding targets) is the drawn object's extent: the supersampled
+    mask reaches each edge of the box to within a pixel and never leaves it."""
+    n = SIDE * K
+    for s in _scenes(corpus):
+        for o in s["objects"]:
+            ys, xs = np.nonzero(object_mask(o, n, K))
+            got = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]) / K
+            assert np.abs(got - np.array(o["box"])).max() <= 1.0, (o, got)
+
+
+def test_pretraining_grounds_the_corpus_words_on_their_objects(corpus):
+    """`vqa.data.regions` reads the corpus like Shapes and Scenes: a listing caption's last token of each
+    object it names alone is grounded on that object's box."""
+    from vqa.data.dataset import ImageTextDataset
+    from vqa.data.regions import Regions
+    from vqa.data.sources import open_split
+    from vqa.data.transforms import build_transform
+    from vqa.model import shipped
+
+    model, tok, _ = shipped.load("tiny")
+    cfg = model.cfg
+    ds = ImageTextDataset(open_split(corpus, "train"), tok, build_transform(cfg, train=False), cfg.dec_max_len,
+                          questions_per_image=6, captions_per_image=4, train=True)
+    ds.maker.regions = Regions.of(corpus, "train", tok, cfg.vit_image_size, cfg.grid)
+    mentions = 0
+    for i in range(len(ds)):
+        for row in ds[i]["rows"]:
+            answers = range(row["prompt_len"] - 1, len(row["input_ids"])) if row["task"] == "vqa" else ()
+            for at, target in zip(*row.get("regions", ([], [])), strict=True):
+                assert target.sum() == pytest.approx(1, abs=1e-5)
+                if at not in answers:  # a phrase's last token: the end of a kind's name
+                    piece = tok.decode([row["input_ids"][at]]).strip()
+                    assert any(k.endswith(piece) or f"{k}s".endswith(piece) for k in KINDS), piece
+                    mentions += 1
+    assert mentions > 50

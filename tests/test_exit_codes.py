@@ -53,6 +53,7 @@ CASES = [
     # vqa pretrain
     ("pretrain --minutes 1", 2, r"the following arguments are required: --out"),
     ("pretrain --out {tmp}/pt --minutes 0", 2, r"--minutes must be more than 0"),
+    ("pretrain --out {tmp}/pt --grounding-weight -1", 2, r"--grounding-weight must be >= 0"),
     # vqa eval
     ("eval --checkpoint {none}", 2, r"the following arguments are required: --data"),
     ("eval --checkpoint {none} --data {shapes} --batch-size 0", 2, r"--batch-size must be at least 1"),

@@ -47,6 +47,15 @@ def test_pretrain_makes_a_run_folder_with_its_corpus_and_card(pretrained):
     assert cfg["batch_size"] == 32 and card["train_flags"]["batch_size"] == 32
 
 
+def test_pretraining_trains_the_words_to_look_at_the_corpus_objects(pretrained, tmp_path):
+    """The grounding loss is on by default (the corpus knows every object's box); without it the same seed
+    trains other weights."""
+    assert json.loads((pretrained / "train_config.json").read_text())["grounding_weight"] == 1.0
+    assert _pretrain(tmp_path / "off", "--grounding-weight", "0") == 0
+    weights = "last/model.safetensors"
+    assert _digest(tmp_path / "off" / weights) != _digest(pretrained / weights)
+
+
 def test_the_same_seed_gives_the_same_weights(pretrained, tmp_path):
     assert _pretrain(tmp_path / "again") == 0
     assert _digest(tmp_path / "again" / "last" / "model.safetensors") == _digest(pretrained / "last" / "model.safetensors")

@@ -23,6 +23,7 @@ from ..options import check_out_folder
 
 DEFAULT_STEPS = 2500  # the shipped towers' length (vqa/weights/tiny/card.json), which fine-tuning starts from
 DEFAULT_IMAGES = 40000
+DEFAULT_GROUNDING = 1.0  # the grounding loss (`vqa.data.regions`) on the corpus's named objects
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
 # token weighted as an answer's: the captions are what pretraining teaches
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="corpus validation pictures, scored during the run (default 500)")
     p.add_argument("--schedule", choices=("cosine", "noam"), default="cosine",
                    help="the learning-rate schedule after the warmup (default cosine; see vqa train --help)")
+    p.add_argument("--grounding-weight", type=float, default=DEFAULT_GROUNDING,
+                   help="loss weight of the words that name an object, trained to look at it (the corpus knows "
+                        f"every object's box; vqa train --help; default {DEFAULT_GROUNDING:g}, 0: off)")
     p.add_argument("--workers", type=int, default=None, help="corpus rendering processes (default: CPU count, max 8)")
 
 
@@ -88,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     check_out_folder("--out", args.out)
     if args.images < 1 or args.val_images < 1:
         raise ConfigError(f"--images and --val-images must be >= 1, got {args.images} and {args.val_images}")
+    if args.grounding_weight < 0:
+        raise ConfigError(f"--grounding-weight must be >= 0, got {args.grounding_weight}")
     if args.minutes is not None and not args.minutes > 0:
         raise ConfigError(f"--minutes must be more than 0, got {args.minutes}")
     out = Path(args.out)
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     length = (dict(time_limit=f"{args.minutes}m") if args.minutes is not None
               else dict(max_steps=args.max_steps or DEFAULT_STEPS))
     flags = dict(PRETRAIN_FLAGS, data=str(out / "corpus"), out=str(out), seed=args.seed, schedule=args.schedule,
+                 grounding_weight=args.grounding_weight,
                  tokenizer=str(tokenizer_path), resume=(out / "last").exists() or (out / "last.old").exists(), **length)
     cfg: TrainConfig = resolve(flags)
     trainer = train(cfg)

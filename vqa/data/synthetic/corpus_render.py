@@ -26,6 +26,18 @@ SHAPES = {
 }
 
 
+def object_box(o: dict) -> list[float]:
+    """The object's box [left, top, right, bottom] in pixels: its turned outline's extent (a circle or ring:
+    its circle)."""
+    r = o["d"] / 2
+    if o["kind"] in ("circle", "ring"):
+        pts = [(o["x"] - r, o["y"] - r), (o["x"] + r, o["y"] + r)]
+    else:
+        pts = _turn(SHAPES[o["kind"]], o["x"], o["y"], r, o["angle"])
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    return [round(min(xs), 2), round(min(ys), 2), round(max(xs), 2), round(max(ys), 2)]
+
+
 def background(scene: dict, n: int) -> np.ndarray:
     """The [n, n, 3] float32 background: the scene's colour in its pattern."""
     rng = np.random.default_rng(scene["texture_seed"])

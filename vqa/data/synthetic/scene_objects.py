@@ -1,4 +1,4 @@
-"""The objects of a built-in synthetic split (Shapes, Scenes) and which of them a question or a caption names:
+"""The objects of a built-in synthetic split (Shapes, Scenes, the pretraining corpus) and which of them a question or a caption names:
 what `vqa eval --grounding` scores attention against, what `--consistency` edits and what training's
 grounding loss targets (`vqa.data.regions`).
 
@@ -24,7 +24,17 @@ import numpy as np
 from PIL import Image
 
 from ...errors import ConfigError, DataError
-from . import scenes_layout, scenes_render, scenes_text, shapes_layout, shapes_render, shapes_text
+from . import (
+    corpus_layout,
+    corpus_render,
+    scenes_layout,
+    scenes_render,
+    scenes_text,
+    shapes_layout,
+    shapes_render,
+    shapes_text,
+)
+from .corpus import CORPUS_SET
 from .generator import SyntheticSet
 from .scenes import SCENES_SET
 from .shapes import SHAPES_SET
@@ -65,7 +75,15 @@ def _scenes() -> SceneSet:
                     counts)
 
 
-SETS = (_shapes(), _scenes())
+def _corpus() -> SceneSet:
+    """The pretraining corpus: a size word is relative to the picture, so it fixes nothing here; its count
+    questions are not traced to their objects."""
+    adjectives = {**{c: ("color", c) for c in corpus_layout.COLOURS}, **{f: ("fill", f) for f in corpus_layout.FILLS}}
+    return SceneSet("corpus", CORPUS_SET, corpus_render.render, "kind", tuple(corpus_layout.COLOURS),
+                    corpus_layout.KINDS, adjectives, frozenset(w for _, w in corpus_layout.SIZE_WORDS), {})
+
+
+SETS = (_shapes(), _scenes(), _corpus())
 
 
 @dataclass

@@ -48,12 +48,13 @@ def test_pretrain_makes_a_run_folder_with_its_corpus_and_card(pretrained):
 
 
 def test_pretraining_trains_the_words_to_look_at_the_corpus_objects(pretrained, tmp_path):
-    """The grounding loss is on by default (the corpus knows every object's box); without it the same seed
-    trains other weights."""
-    assert json.loads((pretrained / "train_config.json").read_text())["grounding_weight"] == 1.0
-    assert _pretrain(tmp_path / "off", "--grounding-weight", "0") == 0
+    """--grounding-weight trains the grounding loss on the corpus's boxes: the same seed trains other weights.
+    Off by default, as the shipped towers were made."""
+    assert json.loads((pretrained / "train_config.json").read_text())["grounding_weight"] == 0
+    assert _pretrain(tmp_path / "on", "--grounding-weight", "1") == 0
+    assert json.loads((tmp_path / "on" / "train_config.json").read_text())["grounding_weight"] == 1
     weights = "last/model.safetensors"
-    assert _digest(tmp_path / "off" / weights) != _digest(pretrained / weights)
+    assert _digest(tmp_path / "on" / weights) != _digest(pretrained / weights)
 
 
 def test_the_same_seed_gives_the_same_weights(pretrained, tmp_path):

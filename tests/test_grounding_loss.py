@@ -93,31 +93,33 @@ def test_packed_grounded_tokens_are_the_rows_tokens_on_their_own_image(shapes_di
     ds = dataset(shapes_dir, towers)
     its = [ds[i] for i in range(5)]
     rows = collate(its, pad_id=0, pad_multiple=8, task_weights={**WEIGHTS, "grounding": 0.7}).packed
-    want = [(row["input_ids"][at], m, tuple(t.tolist())) for m, it in enumerate(its) for row in it["rows"]
-            if "regions" in row for at, t in zip(*row["regions"], strict=True)]
-    g = len(want)
-    assert g > 10 and rows.ground_pos.numel() == -(-g // 8) * 8
     flat = rows.input_ids.view(-1)
-    got = [(int(flat[p]), int(m), tuple(t.tolist()))
-           for p, m, t in zip(rows.ground_pos[:g], rows.ground_image[:g], rows.ground_target[:g], strict=True)]
-    assert sorted(got) == sorted(want)
-    # a token's image is the image its row reads: the route sends it there
-    slot_image = rows.token_slots // rows.image_tokens.shape[1]
-    assert (slot_image[rows.ground_pos[:g]] == rows.ground_image[:g]).all()
-    assert rows.ground_weight[:g].eq(0.7).all() and rows.ground_weight[g:].eq(0).all()
-    assert collate(its, pad_id=0, task_weights=WEIGHTS).packed.ground_pos is None  # off: nothing built
+    # image m's row: its grounded tokens, in the packed rows, are those of its own text rows, with their targets
+    for m, it in enumerate(its):
+        want = sorted((row["input_ids"][at], tuple(t.tolist())) for row in it["rows"] if "regions" in row
+                      for at, t in zip(*row["regions"], strict=True))
+        real = rows.ground_weight[m] > 0
+        got = sorted((int(flat[p]), tuple(t.tolist()))
+                     for p, t in zip(rows.ground_tokens[m][real], rows.ground_target[m][real], strict=True))
+        assert got == want and len(want) > 0
+        # each is a token of image m: the route sends its query to image m's keys
+        assert (rows.token_slots[rows.ground_tokens[m][real]] // rows.image_tokens.shape[1] == m).all()
+    assert rows.ground_tokens.shape[1] % 8 == 0 and rows.ground_weight.unique().tolist() == pytest.approx([0, 0.7])
+    assert rows.ground_target[rows.ground_weight == 0].eq(0).all()  # padding: no target
+    assert collate(its, pad_id=0, task_weights=WEIGHTS).packed.ground_tokens is None  # off: nothing built
 
 
 def test_grounding_loss_is_the_kl_of_the_target_from_the_mean_attention():
-    maps = [torch.softmax(torch.randn(2, 3, 5), -1) for _ in range(2)]  # 2 layers, G=2, 3 heads, 1 prefix + 4
-    target = torch.tensor([[0.5, 0.5, 0, 0], [0, 0, 0, 1.0]])
-    mean = torch.stack(maps).mean((0, 2))[:, 1:]
+    # 2 layers, 1 image, 3 heads, 2 grounded tokens, 1 prefix key + 4 patches
+    maps = [torch.softmax(torch.randn(1, 3, 2, 5), -1) for _ in range(2)]
+    target = torch.tensor([[[0.5, 0.5, 0, 0], [0, 0, 0, 1.0]]])
+    mean = torch.stack(maps).mean((0, 2))[0, :, 1:]  # [2 tokens, 4 patches]
     want = [sum(t * np.log(t / a) for t, a in zip(tr.tolist(), ar.tolist(), strict=True) if t > 0)
-            for tr, ar in zip(target, mean, strict=True)]
-    assert grounding_loss(maps, target).tolist() == pytest.approx(want, rel=1e-5)
-    exact = torch.tensor([[0.0, 0.25, 0.25, 0.25, 0.25]]).expand(1, 3, 5)
-    assert grounding_loss([exact], torch.full((1, 4), 0.25)).item() == pytest.approx(0, abs=1e-6)
-    assert grounding_loss([exact], torch.zeros(1, 4)).item() == 0  # a padding target
+            for tr, ar in zip(target[0], mean, strict=True)]
+    assert grounding_loss(maps, target)[0].tolist() == pytest.approx(want, rel=1e-5)
+    exact = torch.tensor([0.0, 0.25, 0.25, 0.25, 0.25]).expand(1, 3, 1, 5)
+    assert grounding_loss([exact], torch.full((1, 1, 4), 0.25)).item() == pytest.approx(0, abs=1e-6)
+    assert grounding_loss([exact], torch.zeros(1, 1, 4)).item() == 0  # a padding target
 
 
 def test_packed_grounding_loss_equals_the_explain_paths_attention_row_by_row():
@@ -137,8 +139,8 @@ def test_packed_grounding_loss_equals_the_explain_paths_attention_row_by_row():
             r["regions"] = (where, (goal / goal.sum(1, keepdim=True)).numpy())
             kv = model.memory_kv(model.encode(it["image"][None]))
             _, maps = model.decoder(torch.tensor([r["input_ids"]]), kv, need_weights=True)
-            at = [m[0, :, where] for m in maps]  # per layer [H, G, N]
-            want = want + 0.5 * grounding_loss([a.transpose(0, 1) for a in at], torch.as_tensor(r["regions"][1])).sum()
+            at = [m[:, :, where] for m in maps]  # per layer [1, H, G, N]: one image, its G grounded tokens
+            want = want + 0.5 * grounding_loss(at, torch.as_tensor(r["regions"][1])[None]).sum()
     rows = packed(its, weights={**WEIGHTS, "grounding": 0.5})
     with torch.no_grad():
         got = model(torch.stack([it["image"] for it in its]), rows)
@@ -155,9 +157,9 @@ def inside_mass(model, tok, folder) -> float:
     with torch.no_grad():
         _, maps = model.decoder(rows.input_ids, model.decoder.memory_kv(model.encode(images)), pos=rows.positions,
                                 mask=segment_mask(rows.segments), route=ImageRoute(rows.image_tokens, rows.token_slots),
-                                probe=(rows.ground_pos, rows.ground_image))
-    attn = torch.stack(maps).mean((0, 2))[:, -rows.ground_target.shape[1]:]  # [G, patches]
-    inside = (attn * (rows.ground_target > 0)).sum(1)
+                                probe=rows.ground_tokens)
+    attn = torch.stack(maps).mean((0, 2))[..., -rows.ground_target.shape[-1]:]  # [M, Lg, patches]
+    inside = (attn * (rows.ground_target > 0)).sum(-1)
     return float(inside[rows.ground_weight > 0].mean())
 
 

@@ -11,6 +11,7 @@ on the CPU, so the step never waits for the device to report a count.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..model.packed import IGNORE, PackedRows
@@ -90,35 +91,38 @@ def _best_fit(segs: list[tuple[int, int, int]],
 
 def grounded(items: list[dict], layout: list[list[tuple[int, int]]], t: int, weight: float,
              multiple: int) -> dict:
-    """PackedRows' ground_* fields from the rows' "regions" (`vqa.data.regions`): each grounded token's flat
-    position in [R * T], its image and its target, weighed `weight`; G padded up to `multiple` (at least 1,
-    so every step has the same graph). Empty when `weight` is 0."""
+    """PackedRows' ground_* fields from the rows' "regions" (`vqa.data.regions`), image-major as the
+    cross-attention core runs: image m's grounded tokens as flat positions in [R * T], their targets and their
+    weight `weight`, padded to the most any image has, a multiple of `multiple` (at least 1, so every step has
+    the same graph). Empty when `weight` is 0."""
     if weight <= 0:
         return {}
-    pos, image, target = [], [], []
+    per_image: list[list[tuple[int, object]]] = [[] for _ in items]  # image m: (flat position, target [P])
     for r, row in enumerate(layout):
         at = r * t
         for m, j in row:
             text = items[m]["rows"][j]
             if "regions" in text:
                 where, goals = text["regions"]
-                pos += [at + p for p in where]
-                image += [m] * len(where)
-                target.append(torch.as_tensor(goals, dtype=torch.float32))
+                per_image[m] += [(at + p, goal) for p, goal in zip(where, goals, strict=True)]
             at += len(text["input_ids"])
-    g = len(pos)
-    gp = round_up(max(g, 1), multiple)
-    cells = target[0].shape[1] if target else 1
-    goal = torch.cat(target) if target else torch.zeros(0, cells)
-    return dict(ground_pos=torch.tensor(pos + [0] * (gp - g), dtype=torch.long),
-                ground_image=torch.tensor(image + [0] * (gp - g), dtype=torch.long),
-                ground_target=torch.cat([goal, goal.new_zeros(gp - g, cells)]),
-                ground_weight=torch.tensor([weight] * g + [0.0] * (gp - g), dtype=torch.float32))
+    width = round_up(max(max(map(len, per_image), default=1), 1), multiple)  # Lg
+    cells = next((len(goal) for got in per_image for _, goal in got), 1)  # P
+    tokens = torch.zeros(len(items), width, dtype=torch.long)
+    target = torch.zeros(len(items), width, cells)
+    weights = torch.zeros(len(items), width)
+    for m, got in enumerate(per_image):
+        if got:
+            tokens[m, : len(got)] = torch.tensor([p for p, _ in got])
+            target[m, : len(got)] = torch.as_tensor(np.stack([goal for _, goal in got]))
+            weights[m, : len(got)] = weight
+    return dict(ground_tokens=tokens, ground_target=target, ground_weight=weights)
 
 
 def pack(items: list[dict], pad_id: int, task_weights: dict[str, float], pad_multiple: int = 1) -> PackedRows:
     """The items' text rows packed across images (`plan`), each target weighted by its task's entry of
-    `task_weights` (its "grounding" entry, when above 0, the grounding loss's weight: `grounded`). T, L and the target count K are padded up to `pad_multiple`; the row count R is not
+    `task_weights` (its "grounding" entry, when above 0, the grounding loss's weight: `grounded`). T, L and
+    the target count K are padded up to `pad_multiple`; the row count R is not
     (padding rows would cost a whole row each, and `torch.compile`'s automatic dynamic shapes take over R after
     its first change). Items without any text row give one padding row and one padding target: a zero loss
     that still reaches every parameter, so a step whose samples were all unusable runs like any other."""

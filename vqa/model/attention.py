@@ -156,16 +156,15 @@ class Attention(nn.Module):
         return self.proj(out), weights
 
 
-def attention_at(attn: Attention, x: torch.Tensor, k: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
-    """Cross-attention weights [G, H, N] of G single queries: x [G, D] (the block's normed stream at chosen
-    tokens) against image `image[g]`'s keys k [M, Hkv, N, Dh]. What the grounding loss reads in training,
-    written out as the explain path's attention."""
-    g = x.shape[0]
-    q = attn.q_norm(attn.q(x).view(g, attn.heads, 1, attn.head_dim))  # [G, D] -> [G, H, 1, Dh]
-    k = gather_rows(k, image)  # [G, Hkv, N, Dh]
+def attention_at(attn: Attention, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Cross-attention weights [M, H, Lg, N] of chosen queries, image-major: x [M, Lg, D] (the block's normed
+    stream at image m's chosen tokens) against image m's keys k [M, Hkv, N, Dh], read in place. What the
+    grounding loss reads in training, written out as the explain path's attention."""
+    m, lg, _ = x.shape
+    q = attn.q_norm(attn.q(x).view(m, lg, attn.heads, attn.head_dim).transpose(1, 2))  # [M, H, Lg, Dh]
     k, _ = _expand(k, k, attn.heads // attn.kv_heads)
-    _, weights, _ = _attention_with_weights(q, k, k, None, False)  # [G, H, 1, N]
-    return weights[:, :, 0]
+    _, weights, _ = _attention_with_weights(q, k, k, None, False)
+    return weights
 
 
 def _expand(k: torch.Tensor, v: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:

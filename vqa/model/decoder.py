@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute, attention_at
+from .attention import Attention, ImageRoute, attention_at, gather_rows
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -57,14 +57,14 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x, memory_kv, mask=None, cache=None, need_weights=False, route=None, probe=None):
         """-> (x, cross-attention weights or None). `route`: rows that mix images (`ImageRoute`); `probe`:
-        (flat positions [G], images [G]), whose cross-attention weights [G, H, N] are returned instead."""
+        image m's chosen tokens [M, Lg] as flat positions, whose weights [M, H, Lg, N] are returned instead."""
         h, _ = self.self_attn(self.ln1(x), mask=mask, cache=cache)
         x = x + _dropout(self.drop, h)
         xn = self.ln2(x)
         h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
-        if probe is not None:  # [B, T, D] -> [B * T, D] -> the probed [G, D]
-            weights = attention_at(self.cross_attn, xn.flatten(0, 1).index_select(0, probe[0]), memory_kv[0],
-                                   probe[1])
+        if probe is not None:  # [B, T, D] -> [B * T, D] -> the probed [M, Lg, D]
+            chosen = gather_rows(xn.flatten(0, 1), probe.reshape(-1)).view(*probe.shape, -1)  # [M, Lg, D]
+            weights = attention_at(self.cross_attn, chosen, memory_kv[0])
         x = x + _dropout(self.drop, h)
         return x + self.mlp(self.ln3(x)), weights
 
@@ -109,11 +109,11 @@ class TextDecoder(nn.Module):
         caches: list | None = None,  # per layer, a self-attention cache (vqa.decoding.static_cache.StaticKVCache)
         need_weights: bool = False,
         route: ImageRoute | None = None,  # packed rows of several images: each token to its own image's kv
-        probe: tuple[torch.Tensor, torch.Tensor] | None = None,  # (flat positions [G], their images [G])
+        probe: torch.Tensor | None = None,  # [M, Lg]: image m's chosen tokens, flat positions in [B * T]
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Hidden states [B, T, D] after the final LayerNorm, and (on request) each layer's cross-attention
         weights [B, H, T, N] (with a route: image-major, [M, H, L, N]; with a probe: the probed tokens' only,
-        [G, H, N])."""
+        [M, H, Lg, N])."""
         if pos is None:
             pos = 0
         if isinstance(pos, int):  # the same positions in every row: a slice of the table, no gather

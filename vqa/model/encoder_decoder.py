@@ -43,11 +43,11 @@ def target_loss(logits: torch.Tensor, target_ids: torch.Tensor, reduction: str =
 
 
 def grounding_loss(maps: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
-    """[G]: KL(target || attention) of grounded tokens, the attention being the mean over layers and heads of
-    the cross-attention weights (`maps`: per layer [G, H, N], N = prefix tokens + patches) over the patches,
-    the map `vqa eval --pointing` and the demo show; target [G, P] over the P patches, rows summing to 1 (0 on
-    padding). Mass on the prefix tokens counts as mass outside the object."""
-    attn = torch.stack(maps).float().mean((0, 2))[:, -target.shape[1]:]  # [L, G, H, N] -> [G, P]
+    """[M, Lg]: KL(target || attention) of grounded tokens, the attention being the mean over layers and heads
+    of the cross-attention weights (`maps`: per layer [M, H, Lg, N], N = prefix tokens + patches) over the
+    patches, the map `vqa eval --pointing` and the demo show; target [M, Lg, P] over the P patches, summing to
+    1 (0 on padding). Mass on the prefix tokens counts as mass outside the object."""
+    attn = torch.stack(maps).float().mean((0, 2))[..., -target.shape[-1]:]  # [L, M, H, Lg, N] -> [M, Lg, P]
     return (torch.xlogy(target, target) - target * attn.clamp_min(1e-8).log()).sum(-1)
 
 
@@ -122,7 +122,7 @@ class VQAModel(nn.Module):
         padding target: a zero loss whose graph still reaches every parameter."""
         kv = self.decoder.memory_kv(self.encode(images))  # per layer, 2 x [M, H, N, Dh]
         route = ImageRoute(rows.image_tokens, rows.token_slots)
-        probe = None if rows.ground_pos is None else (rows.ground_pos, rows.ground_image)
+        probe = rows.ground_tokens  # [M, Lg] or None
         hidden, maps = self.decoder(rows.input_ids, kv, pos=rows.positions, mask=segment_mask(rows.segments),
                                     route=route, probe=probe)  # [R, T, D]
         logits = self.target_logits(hidden, rows.target_pos)  # [K, V]

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute, attention_at
+from .attention import Attention, ImageRoute, attention_at, gather_rows
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: tuple | None) -> torch.Tensor:
@@ -97,9 +97,9 @@ class CrossBlock(nn.Module):
     def forward(self, x, memory_kv, need_weights=False, route=None, probe=None):
         xn = self.ln1(x)
         h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
-        if probe is not None:  # the probed tokens' weights [G, H, N] (TextDecoder's DecoderBlock says more)
-            weights = attention_at(self.cross_attn, xn.flatten(0, 1).index_select(0, probe[0]), memory_kv[0],
-                                   probe[1])
+        if probe is not None:  # the probed tokens' weights [M, H, Lg, N] (TextDecoder's DecoderBlock says more)
+            chosen = gather_rows(xn.flatten(0, 1), probe.reshape(-1)).view(*probe.shape, -1)  # [M, Lg, D]
+            weights = attention_at(self.cross_attn, chosen, memory_kv[0])
         x = x + self.attn_gate.tanh() * h
         return x + self.mlp_gate.tanh() * self.mlp(self.ln2(x)), weights
 

@@ -36,11 +36,11 @@ class PackedRows:
     image_tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [R * T] (padded)
     token_slots: torch.Tensor  # [R * T] long: each token's place in [M * L] (padding: any)
     weighted_targets: float  # target_weight's sum: what the step divides the summed loss by
-    # grounded tokens (`vqa.data.regions`; None when training has no grounding loss): G padded, at least 1
-    ground_pos: torch.Tensor | None = None  # [G] long: flat positions in [R * T]
-    ground_image: torch.Tensor | None = None  # [G] long: each one's image m
-    ground_target: torch.Tensor | None = None  # [G, grid * grid] float: where its object is (rows sum to 1)
-    ground_weight: torch.Tensor | None = None  # [G] float: the grounding loss's weight (0 on padding)
+    # grounded tokens (`vqa.data.regions`; None when training has no grounding loss), image-major: image m's
+    # Lg (padded, at least 1) grounded tokens, read against its own keys as the cross-attention core reads them
+    ground_tokens: torch.Tensor | None = None  # [M, Lg] long: flat positions in [R * T] (padding: any)
+    ground_target: torch.Tensor | None = None  # [M, Lg, P] float: where its object is, over the P patches
+    ground_weight: torch.Tensor | None = None  # [M, Lg] float: the grounding loss's weight (0 on padding)
 
     def to(self, device, non_blocking: bool = False) -> PackedRows:
         return PackedRows(**{f.name: (v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v)

@@ -70,8 +70,13 @@ def test_named_objects_and_attribute_answers_are_grounded_on_their_boxes(which, 
                 piece = tok.decode([row["input_ids"][at]]).strip()
                 assert any(k.endswith(piece) or (k + "s").endswith(piece) for k in kinds), piece
                 assert any(np.allclose(target, b) for b in boxes)  # ... and exactly one object's box
-            if row["meta"].get("question_type") in ATTRIBUTE_FAMILIES:  # every answer query is grounded
-                assert answers <= set(row["regions"][0])
+            meta = row["meta"]
+            if meta.get("question_type") in ATTRIBUTE_FAMILIES:  # every answer query, on the generator's referent
+                i = regions.scenes.referent(meta["image_id"], meta["question_type"], meta["question"],
+                                            meta["answers"][0])
+                where, targets = row["regions"]
+                assert answers <= set(where)
+                assert all(np.allclose(t, boxes[i]) for at, t in zip(where, targets, strict=True) if at in answers)
     assert seen["mention"] >= 10 and seen["answer"] >= 4, seen
 
 

@@ -105,7 +105,8 @@ def train_items(cfg, n_images: int, seed: int = 0, captions: int = 1, lengths: s
                 q, a = rand(PROMPT - 2, PROMPT + 2) - 1, rand(2, 3)
             p = q + 1
             ids = [BOS] + torch.randint(3, VOCAB, (q + a,), generator=g).tolist() + [EOS]
-            rows.append(dict(input_ids=ids, loss_mask=[False] * p + [True] * (a + 1), task="vqa", meta={}, prompt_len=p))
+            rows.append(dict(input_ids=ids, loss_mask=[False] * p + [True] * (a + 1), task="vqa", meta={},
+                             prompt_len=p))
         for _ in range(captions):
             c = 8 + poisson(4) if lengths == "vqa2" else rand(8, 14)
             ids = [BOS, 4] + torch.randint(7, VOCAB, (c,), generator=g).tolist() + [EOS]
@@ -289,7 +290,8 @@ def tensor_peak(fn, device) -> int:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]")
     cur = peak = 0
     for _, n in records:
         cur += n

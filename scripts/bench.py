@@ -9,8 +9,8 @@ Measures (medians over --repeats after warm-up):
   train images/s    vqa train's own step (vqa.train.step.StepRunner) with the preset's optimizer (tiny: Muon +
                     AdamW) on a synthetic batch shaped like VQA + captions: images x (4 questions of 10-14
                     prompt tokens + a 2-3 token answer + <eos>, and 1 caption of 8-14 tokens), vocabulary
-                    1000, rows packed across images as vqa train's collate function does; bf16 autocast on CUDA. Data loading
-                    is not included (scripts/bench_data.py measures it)
+                    1000, rows packed across images as vqa train's collate function does; bf16 autocast on CUDA. Data
+                    loading is not included (scripts/bench_data.py measures it)
   step GFLOP        forward + backward FLOPs of that step (torch.utils.flop_counter), the MFU numerator
   host syncs        operations in one step that would make the host wait for a CUDA device (counted on any
                     device with vqa.train.step.count_syncs); vqa train reads the loss once per logged step
@@ -282,9 +282,11 @@ def main(argv=None) -> int:
     cols = ["preset", "params (M)", "train img/s (batch)", "train peak MiB", "generate b1 ms (bound, x bound)",
             "generate b32 ms (bound, x bound)", "b32 tokens/s", "gen peak MiB b1 / b32",
             "decode step ms pos 1 / 64 (no cache: 64)"]
-    rows = [[r["preset"], f(r["params_m"]), f"{f(r['train_images_per_s'])} ({r['train_batch']})", f(r["train_peak_mib"]),
+    rows = [[r["preset"], f(r["params_m"]), f"{f(r['train_images_per_s'])} ({r['train_batch']})",
+             f(r["train_peak_mib"]),
              gen(r, "gen_b1_ms", 1), gen(r, "gen_b32_ms", 32), f(r.get("gen_b32_tokens_per_s"), 0),
-             f"{f(r.get('gen_b1_peak_mib'))} / {f(r.get('gen_b32_peak_mib'))}", f"{f(r['step_pos1_ms'], 2)} / {f(r['step_pos64_ms'], 2)} ({f(r['uncached_pos64_ms'], 2)})"]
+             f"{f(r.get('gen_b1_peak_mib'))} / {f(r.get('gen_b32_peak_mib'))}",
+             f"{f(r['step_pos1_ms'], 2)} / {f(r['step_pos64_ms'], 2)} ({f(r['uncached_pos64_ms'], 2)})"]
             for r in results]
     print(C.table(cols, rows))
     vrows = [[r["preset"], v] + [gen(r, f"gen_b{b}{'' if v == 'eager' else '_' + v}_ms", b) for b in (1, 32)]

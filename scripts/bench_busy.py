@@ -5,8 +5,8 @@ group), for several thread settings of the measured run.
     python scripts/bench_busy.py --data data/shapes                      # all variants, 30 steps each
     python scripts/bench_busy.py --data data/shapes --steps 20 --variants default,passive --json busy.json
 
-Variants: default (torch's threads, OpenMP's default waiting, which spins), passive (OMP_WAIT_POLICY=PASSIVE: threads that
-wait sleep instead of spinning), one (OMP_NUM_THREADS=1). The neighbour is `vqa train` with OMP_NUM_THREADS=1
+Variants: default (torch's threads, OpenMP's default waiting, which spins), passive (OMP_WAIT_POLICY=PASSIVE: threads
+that wait sleep instead of spinning), one (OMP_NUM_THREADS=1). The neighbour is `vqa train` with OMP_NUM_THREADS=1
 on the same data, under its own setsid, killed when the measurement ends.
 """
 

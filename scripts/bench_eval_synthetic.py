@@ -39,7 +39,8 @@ def main() -> None:
     for _ in range(args.repeats):
         for new in (False, True):
             w0, c0 = time.perf_counter(), time.process_time()
-            scenes = load_scenes(args.data, args.split, "--grounding") if new else None  # read each time, as vqa eval does
+            # read each time, as vqa eval does
+            scenes = load_scenes(args.data, args.split, "--grounding") if new else None
             observers = [Grounding(model, tok, scenes), Consistency(tok, scenes)] if new else []
             s = evaluate(model, tok, split, tasks=tasks, progress=False, paper=True, max_images=args.max_images,
                          observers=observers)["summary"]

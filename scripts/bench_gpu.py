@@ -132,7 +132,8 @@ def train_row(name: str, device, n: int, compile: bool, repeats: int, world: int
     row = dict(preset=name, batch=n, world=world, compile=compile, lengths=lengths, step_ms=t * 1e3,
                images_per_s=n * world / t,
                gflop_per_image=fl / n / 1e9, mfu=100 * fl / t / pk if pk else None, peak_mib=peak / 2**20,
-               ops_per_image=prof["ops"] / n, kernels_per_image=None if prof["kernels"] is None else prof["kernels"] / n,
+               ops_per_image=prof["ops"] / n,
+               kernels_per_image=None if prof["kernels"] is None else prof["kernels"] / n,
                busy=prof["busy"], real_tokens=real / total, graphs=graphs, first_s=first,
                params_m=model.num_parameters() / 1e6)
     if device.type == "cuda":
@@ -229,12 +230,14 @@ def main(argv=None) -> int:
     print(f"\n{C.environment(device)} x {world}; MFU against the {peak_what}"
           + (f" ({limits['gemm'] / 1e9:.0f} GFLOP/s)" if limits else "") + f"; median of {a.repeats} steps\n")
     print(C.table(["preset", "images/device", "compiled", "images/s", "step ms", "MFU %", "GFLOP/image", "peak MiB",
-                   "ops/image", "kernels/image", "device busy %", "real tokens %", f"graphs ({a.shapes} shapes)", "first step s"],
-                  [[r["preset"], r["batch"], "yes" if r["compile"] else "no"] + (["OOM"] + [""] * 10 if r.get("oom") else
-                   [f(r["images_per_s"], 0), f(r["step_ms"]), f(r["mfu"]), f(r["gflop_per_image"], 2),
-                    f(r["peak_mib"], 0), f(r["ops_per_image"]), f(r["kernels_per_image"]),
-                    f(None if r["busy"] is None else 100 * r["busy"], 0), f(100 * r["real_tokens"], 0),
-                    "-" if r["graphs"] is None else r["graphs"], f(r["first_s"])]) for r in train]))
+                   "ops/image", "kernels/image", "device busy %", "real tokens %", f"graphs ({a.shapes} shapes)",
+                   "first step s"],
+                  [[r["preset"], r["batch"], "yes" if r["compile"] else "no"]
+                   + (["OOM"] + [""] * 10 if r.get("oom") else
+                      [f(r["images_per_s"], 0), f(r["step_ms"]), f(r["mfu"]), f(r["gflop_per_image"], 2),
+                       f(r["peak_mib"], 0), f(r["ops_per_image"]), f(r["kernels_per_image"]),
+                       f(None if r["busy"] is None else 100 * r["busy"], 0), f(100 * r["real_tokens"], 0),
+                       "-" if r["graphs"] is None else r["graphs"], f(r["first_s"])]) for r in train]))
     if gen:
         print("\n" + C.table(["preset", "batch", "method", "dtype", "ms", "tokens/s", "host reads / token",
                               "first call s"],

@@ -42,15 +42,18 @@ def build_peer(cfg, device):
     import timm
 
     vit = timm.create_model(cfg.vit_name, pretrained=False)  # the widths the preset keeps from timm
-    vw, vd, vh = cfg.vit_width or vit.embed_dim, cfg.vit_depth or len(vit.blocks), cfg.vit_heads or vit.blocks[0].attn.num_heads
+    vw, vd = cfg.vit_width or vit.embed_dim, cfg.vit_depth or len(vit.blocks)
+    vh = cfg.vit_heads or vit.blocks[0].attn.num_heads
     del vit
     enc = ViTModel(ViTConfig(hidden_size=vw, num_hidden_layers=vd, num_attention_heads=vh, intermediate_size=4 * vw,
                              image_size=cfg.vit_image_size, patch_size=cfg.vit_patch_size, hidden_dropout_prob=0.0,
                              attention_probs_dropout_prob=0.0, layer_norm_eps=1e-6), add_pooling_layer=False)
     dec = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.dec_max_len, n_embd=cfg.dec_width,
-                                     n_layer=cfg.dec_depth, n_head=cfg.dec_heads, n_inner=int(cfg.dec_mlp_ratio * cfg.dec_width),
+                                     n_layer=cfg.dec_depth, n_head=cfg.dec_heads,
+                                     n_inner=int(cfg.dec_mlp_ratio * cfg.dec_width),
                                      activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     add_cross_attention=True, bos_token_id=C.BOS, eos_token_id=C.EOS, pad_token_id=C.PAD))
+                                     add_cross_attention=True, bos_token_id=C.BOS, eos_token_id=C.EOS,
+                                     pad_token_id=C.PAD))
     torch.manual_seed(0)
     model = VisionEncoderDecoderModel(encoder=enc, decoder=dec).to(device)
     model.config.decoder_start_token_id, model.config.pad_token_id = C.BOS, C.PAD
@@ -94,7 +97,8 @@ def gen_fns(ours, peer, n_prompts, n_images, device, decode_only=False, compile=
     inputs_o, inputs_p = dict(images=images), dict(inputs=pixels)
     if decode_only:
         with torch.inference_mode(), ac():
-            inputs_o, inputs_p = dict(memory=ours.encode(images)), dict(encoder_outputs=peer.encoder(pixel_values=pixels))
+            inputs_o = dict(memory=ours.encode(images))
+            inputs_p = dict(encoder_outputs=peer.encoder(pixel_values=pixels))
 
     def run_ours():
         with torch.inference_mode(), ac():
@@ -223,7 +227,8 @@ def main(argv=None) -> int:
         args.variants.remove("int8")  # int8 is for CPUs
     limits = None if args.no_bound else C.machine_limits(device)
     rows = [r for name in args.presets.split(",") for r in bench(name.strip(), args, device, limits)]
-    print(f"\n{C.environment(device)}, median of {args.repeats} alternating repeats (x4 where a pair of runs takes < 1 s)\n")
+    print(f"\n{C.environment(device)}, median of {args.repeats} alternating repeats "
+          "(x4 where a pair of runs takes < 1 s)\n")
     fmt = lambda v: f"{v:.1f}" if v >= 10 else f"{v:.2f}"  # noqa: E731
     cpu = device.type == "cpu"
     if limits is not None:

@@ -84,7 +84,8 @@ def profile_steps(model, batch: int, variant: str, steps: int, top: int) -> dict
             with open(os.devnull, "w") as null:
                 os.dup2(null.fileno(), 2)
                 # the first profiled calls pay the profiler's own start-up: they are warm-up, not recorded
-                with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=3, active=steps, repeat=1)) as prof:
+                with profile(activities=[ProfilerActivity.CPU],
+                             schedule=schedule(wait=0, warmup=3, active=steps, repeat=1)) as prof:
                     for _ in range(steps + 3):
                         dec.step(tok)
                         prof.step()

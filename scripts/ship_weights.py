@@ -40,7 +40,8 @@ def main() -> None:
         init_from="random weights",
     )
     (dst / "card.json").write_text(json.dumps(card, indent=1) + "\n")
-    print(f"shipped {src} as {dst} ({(dst / 'model.safetensors').stat().st_size / 1e6:.1f} MB, sha256 {card['sha256'][:12]})")
+    size_mb = (dst / "model.safetensors").stat().st_size / 1e6
+    print(f"shipped {src} as {dst} ({size_mb:.1f} MB, sha256 {card['sha256'][:12]})")
 
 
 if __name__ == "__main__":

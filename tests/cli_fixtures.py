@@ -1,5 +1,6 @@
 """What the tests of bad options, devices, checkpoint files and output paths share: `fails`, the check that a
-`vqa` command stops with exit status 2 (usage) or 1 (a failure while running) and a one-line message naming the problem, never a traceback."""
+`vqa` command stops with exit status 2 (usage) or 1 (a failure while running) and a one-line message naming the problem,
+never a traceback."""
 
 from __future__ import annotations
 

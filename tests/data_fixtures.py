@@ -52,7 +52,8 @@ def vqa_annotations(split: str, answers: dict[int, tuple[int, list[str]]], answe
 
 
 def write_vqa(root: Path, split: str = "train2014", n_images: int = 3, okvqa: bool = False,
-              ext: str = ".jpg", skip_annotation: set[int] | None = None, missing_images: set[int] | None = None) -> dict:
+              ext: str = ".jpg", skip_annotation: set[int] | None = None,
+              missing_images: set[int] | None = None) -> dict:
     """A VQA v2 (or OK-VQA) split: 2 questions per image, images at <split>/COCO_<split>_<id>.<ext>."""
     prefix = "" if okvqa else "v2_"
     qs, ans = [], {}

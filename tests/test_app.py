@@ -235,7 +235,8 @@ def test_the_explorer_shows_the_matrix_the_maps_and_exports_them(client, picture
     empty = client.predict(api_name="/explain")  # before any question: a hint, no pictures
     assert "Ask a question" in empty[5] and empty[6] is None
     _ask(client, handle_file(str(pictures["blue_square"])), COLOR_Q)
-    token, layer, head, row, col, info, self_img, cross_img, qk_img, vit_img, cross = client.predict(api_name="/explain")
+    (token, layer, head, row, col, info, self_img, cross_img, qk_img, vit_img,
+     cross) = client.predict(api_name="/explain")
     assert '"what color is the shape?" → "blue"' in info
     for path in (self_img, cross_img, qk_img, vit_img):
         with Image.open(path) as im:

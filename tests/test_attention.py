@@ -226,7 +226,8 @@ def test_qk_norm_normalizes_each_heads_queries_and_keys_and_the_weights_path_agr
     plain.load_state_dict(attn.state_dict(), strict=False)  # same projections, no norms
     with torch.no_grad():
         for lin in [attn.q, attn.kv] if cross else [attn.qkv]:
-            lin.weight.mul_(0.01), lin.bias.mul_(0.01)  # tiny queries/keys: near-uniform attention unless they are normalized
+            # tiny queries/keys: near-uniform attention unless they are normalized
+            lin.weight.mul_(0.01), lin.bias.mul_(0.01)
     x, memory = torch.randn(2, 6, 32), torch.randn(2, 9, 32)
     kv = attn.project_kv(memory) if cross else None
     k = kv[0] if cross else attn.k_norm(attn.qkv(x).view(2, 6, 3, 4, 8)[:, :, 1].transpose(1, 2))

@@ -65,7 +65,8 @@ def test_a_newer_checkpoint_is_refused_in_one_line(saved):
     with pytest.raises(CheckpointError) as e:
         VQAModel.from_pretrained(folder)
     msg = str(e.value)
-    assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg and "the vqa release that wrote it, or a newer one" in msg
+    assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg
+    assert "the vqa release that wrote it, or a newer one" in msg
     assert str(folder / "config.json") in msg
 
 
@@ -105,4 +106,5 @@ def test_an_unknown_field_names_the_file_once_and_the_field(saved):
     edit_config(folder, no_such_field=1)
     with pytest.raises(CheckpointError) as e:
         VQAModel.from_pretrained(folder)
-    assert str(e.value) == f"{folder / 'config.json'}: incompatible config: unknown ModelConfig field(s): 'no_such_field'"
+    assert str(e.value) == (f"{folder / 'config.json'}: incompatible config: unknown ModelConfig field(s): "
+                            "'no_such_field'")

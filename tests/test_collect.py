@@ -36,7 +36,8 @@ def test_inputs_expand_in_order_folders_recursively_globs_lists_and_shards(tmp_p
     lst = tmp_path / "lists" / "some.txt"
     lst.parent.mkdir()
     lst.write_text("# two of them\n../photos/001.png\n\n../photos/002.png\n")
-    write_tar(tmp_path / "shards" / "00000.tar", {"k0": png("red_circle", (30, 30)), "k1": png("blue_square", (30, 30))})
+    write_tar(tmp_path / "shards" / "00000.tar",
+              {"k0": png("red_circle", (30, 30)), "k1": png("blue_square", (30, 30))})
     write_tar(tmp_path / "shards" / "00001.tar", {"k2": png("red_circle", (30, 30))})
     c = expand([str(tmp_path / "photos"), str(lst), str(tmp_path / "photos" / "00*.png"),
                 str(tmp_path / "shards" / "{00000..00001}.tar")])
@@ -45,7 +46,8 @@ def test_inputs_expand_in_order_folders_recursively_globs_lists_and_shards(tmp_p
     assert keys == [str(p) for p in files] and len(c) == 6 + 3
     assert [u.n for u in c.units[6:]] == [2, 1] and c.describe() == "6 image files and 3 samples in 2 shards"
     listed = expand([str(lst)])
-    assert [u.key for u in listed.units] == [str(lst.parent / "../photos/001.png"), str(lst.parent / "../photos/002.png")]
+    assert [u.key for u in listed.units] == [str(lst.parent / "../photos/001.png"),
+                                             str(lst.parent / "../photos/002.png")]
 
 
 # ------------------------------------------------------------------------------------------------- captions

@@ -1,6 +1,6 @@
 """The collection job's pipeline: positions dealt to ranks and DataLoader workers (each shard to one worker, read
-once), records written in input order, images decoded in the worker processes, model calls batched through the Batcher, the progress bar,
-and --compile / --int8 reaching the Predictor."""
+once), records written in input order, images decoded in the worker processes, model calls batched through the Batcher,
+the progress bar, and --compile / --int8 reaching the Predictor."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def emulate(source: ChunkSource, workers: int, monkeypatch) -> list[list]:
     """Each emulated worker's chunks, read in this process as worker w of `workers` would."""
     out = []
     for w in range(workers):
-        monkeypatch.setattr(collection_loader, "get_worker_info", lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
+        monkeypatch.setattr(collection_loader, "get_worker_info",
+                            lambda w=w: type("I", (), dict(id=w, num_workers=workers)))
         out.append(list(source))
     return out
 

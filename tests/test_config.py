@@ -147,7 +147,8 @@ def test_resume_takes_the_saved_run_and_the_flags_typed_now_win(tmp_path, capsys
 
 
 def test_generation_config_is_validated_in_one_place():
-    assert GenerationConfig.for_task("vqa").max_new_tokens == 10 and GenerationConfig.for_task("caption").max_new_tokens == 64
+    assert GenerationConfig.for_task("vqa").max_new_tokens == 10
+    assert GenerationConfig.for_task("caption").max_new_tokens == 64
     assert GenerationConfig(max_new_tokens=5).budget(3) == 3 and GenerationConfig().budget(7) == 7
     for bad, match in ((dict(method="nucleus"), "unknown decoding method"), (dict(num_beams=0), "num_beams"),
                        (dict(top_p=0), "top_p"), (dict(temperature=0), "temperature"), (dict(top_k=-1), "top_k"),

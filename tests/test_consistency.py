@@ -128,7 +128,8 @@ def test_the_generator_draws_every_val_picture_again(which, shapes_dir, scenes_d
 def test_every_scenes_count_question_has_its_twin(scenes_dir):
     """Scenes words its count questions three ways: each is found, and the twin's count is one less."""
     sf = load_scenes(scenes_dir, "val", "--consistency")
-    qs = {q["question_id"]: q for q in json.loads((scenes_dir / "v2_OpenEnded_mscoco_val_questions.json").read_text())["questions"]}
+    questions = json.loads((scenes_dir / "v2_OpenEnded_mscoco_val_questions.json").read_text())["questions"]
+    qs = {q["question_id"]: q for q in questions}
     made = 0
     for a in json.loads((scenes_dir / "v2_mscoco_val_annotations.json").read_text())["annotations"]:
         meta = dict(image_id=a["image_id"], question_id=a["question_id"], question=qs[a["question_id"]]["question"],
@@ -158,7 +159,8 @@ def test_vqa_eval_consistency_writes_its_scores(shapes_dir, tmp_path, capsys):
                                       question_type=a["question_type"])) is not None for a in anns)
     assert c["families"]["all"]["pairs"] == expected > 0 and c["definition"] == "both answers right"
     assert "consistency (% of pairs with both answers right" in printed
-    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--consistency", "--tasks", "caption"]) == 2
+    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--consistency",
+                 "--tasks", "caption"]) == 2
     assert "--consistency asks questions: it needs the vqa task" in capsys.readouterr().err
 
 

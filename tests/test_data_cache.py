@@ -93,7 +93,8 @@ def test_a_file_in_use_is_never_evicted(home, tmp_path, capsys):
     a, b, c = image_lists(tmp_path / "pics", 3)
     held = open_image_cache("auto", "40K", a, PRE)  # a live run: holds its file's lock until close
     held.put(0, torch.ones(3, SIDE, SIDE, dtype=torch.uint8))
-    assert one_run(b, "20K", quiet=False) is None  # only a's file would have to go: it is in use, so this run goes without
+    # only a's file would have to go: it is in use, so this run goes without
+    assert one_run(b, "20K", quiet=False) is None
     assert "in use by running processes" in capsys.readouterr().err
     assert held.path.exists() and held.filled() == 1
     held.close()
@@ -107,7 +108,8 @@ def test_a_file_rebuilt_by_another_run_is_never_read_by_one_that_opened_the_old_
     mine = torch.full((3, SIDE, SIDE), 7, dtype=torch.uint8)
     old.put(0, mine)
     worker = pickle.loads(pickle.dumps(old))  # a loader worker: maps the file again, by path, later
-    other = ImageCache.open(path, images, Preprocess(SIDE, fill=(9, 9, 9)))  # another run, other settings, the same name
+    # another run, other settings, the same name
+    other = ImageCache.open(path, images, Preprocess(SIDE, fill=(9, 9, 9)))
     theirs = torch.full((3, SIDE, SIDE), 200, dtype=torch.uint8)
     other.put(0, theirs)
     other.put(1, theirs)
@@ -117,7 +119,8 @@ def test_a_file_rebuilt_by_another_run_is_never_read_by_one_that_opened_the_old_
     assert "no longer this run's" in capsys.readouterr().err
     assert torch.equal(old.get(0), mine)  # the process that mapped the old file keeps it
     worker2 = pickle.loads(pickle.dumps(old))
-    smaller = ImageCache.open(path, images[:3], Preprocess(SIDE // 2))  # rebuilt smaller: mapping the old size would fault
+    # rebuilt smaller: mapping the old size would fault
+    smaller = ImageCache.open(path, images[:3], Preprocess(SIDE // 2))
     assert smaller.filled() == 0 and worker2.get(0) is None and worker2.filled() == 0
 
 

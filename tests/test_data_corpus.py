@@ -65,8 +65,10 @@ def test_shares_no_scene_with_shapes_or_scenes(corpus, tmp_path):
         assert max(rgb) - min(rgb) >= 40, f"{name} is near grey"
         assert all(np.abs(np.subtract(rgb, p)).sum() >= 60 for p in PALETTES.values()), name
     assert {s["background"] for s in _scenes(corpus)} <= set(BACKGROUNDS)
-    shapes = _digests(generate_shapes(tmp_path / "shapes", 30, 6, seed=5, progress=False, workers=1) and tmp_path / "shapes")
-    scenes = _digests(generate_scenes(tmp_path / "scenes", 30, 6, seed=5, progress=False, workers=1) and tmp_path / "scenes")
+    shapes = _digests(generate_shapes(tmp_path / "shapes", 30, 6, seed=5, progress=False, workers=1)
+                      and tmp_path / "shapes")
+    scenes = _digests(generate_scenes(tmp_path / "scenes", 30, 6, seed=5, progress=False, workers=1)
+                      and tmp_path / "scenes")
     pictures = [{h for f, h in d.items() if f.endswith(".png")} for d in (_digests(corpus), shapes, scenes)]
     assert pictures[0] and not pictures[0] & (pictures[1] | pictures[2])
 
@@ -146,7 +148,8 @@ def test_relation_statements_hold_in_the_drawn_objects(corpus):
 
 def test_answers_follow_from_the_scene(corpus):
     qs = json.loads((corpus / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]
-    anns = {a["question_id"]: a for a in json.loads((corpus / "v2_mscoco_train_annotations.json").read_text())["annotations"]}
+    anns = {a["question_id"]: a
+            for a in json.loads((corpus / "v2_mscoco_train_annotations.json").read_text())["annotations"]}
     scenes = {s["image_id"]: s["objects"] for s in _scenes(corpus)}
     plural = {("crosses" if k == "cross" else k + "s"): k for k in KINDS}
 

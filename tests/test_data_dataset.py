@@ -131,7 +131,8 @@ def test_determinism_per_seed_epoch_index(data):
 def test_answers_sampled_by_frequency(tmp_path, data):
     _, _, tok = data
     write_image(tmp_path / "a.png")
-    write_jsonl(tmp_path / "train.jsonl", [{"image": "a.png", "question": "which?", "answers": ["cat"] * 7 + ["dog"] * 3}])
+    write_jsonl(tmp_path / "train.jsonl",
+                [{"image": "a.png", "question": "which?", "answers": ["cat"] * 7 + ["dog"] * 3}])
     ds = ImageTextDataset(load_split(tmp_path, "train"), tok, build_transform(CFG, True), 48, seed=0)
     seen = Counter()
     for epoch in range(1000):

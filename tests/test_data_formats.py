@@ -120,7 +120,8 @@ def test_missing_images_counted_and_reported(tmp_path, capsys):
     write_jsonl(tmp_path / "train.jsonl", [{"image": "gone.png", "caption": "x"}])
     sd = load_split(tmp_path, "train")
     assert len(sd.vqa) == 4 and len(sd.captions) == 2
-    assert sd.skipped == {"question with a missing image": 2, "caption with a missing image": 1, "line with a missing image": 1}
+    assert sd.skipped == {"question with a missing image": 2, "caption with a missing image": 1,
+                          "line with a missing image": 1}
     err = capsys.readouterr().err
     assert err.startswith("warning:") and "2 question with a missing image" in err and len(err.splitlines()) == 1
     assert len(load_split(tmp_path, "train", check_images=False, quiet=True).vqa) == 6
@@ -138,7 +139,8 @@ def test_questions_without_annotations_counted(tmp_path):
 def test_missing_annotations_file(tmp_path):
     write_vqa(tmp_path, "test")
     (tmp_path / "v2_mscoco_test_annotations.json").unlink()
-    with pytest.raises(DataError, match=r"v2_OpenEnded_mscoco_test_questions\.json: no annotations file v2_mscoco_test_annotations\.json"):
+    with pytest.raises(DataError, match=r"v2_OpenEnded_mscoco_test_questions\.json: "
+                                        r"no annotations file v2_mscoco_test_annotations\.json"):
         load_split(tmp_path, "test")
     sd = load_split(tmp_path, "test", require_answers=False)
     assert len(sd.vqa) == 6 and sd.vqa[0].answers == []
@@ -226,7 +228,8 @@ BAD_LINES = [
     ('{"image": "", "caption": "c"}', r"train\.jsonl:2: field 'image' must be a non-empty string"),
     ('{"image": "a.png", "question": "what?"}', r"train\.jsonl:2: field 'question' without 'answers'"),
     ('{"image": "a.png", "question": " ", "answers": ["x"]}', r"train\.jsonl:2: field 'question' must be a non-empty"),
-    ('{"image": "a.png", "question": "q?", "answers": []}', r"train\.jsonl:2: field 'answers' must be a non-empty list"),
+    ('{"image": "a.png", "question": "q?", "answers": []}',
+     r"train\.jsonl:2: field 'answers' must be a non-empty list"),
     ('{"image": "a.png", "question": "q?", "answers": ["", "x"]}', r"train\.jsonl:2: field 'answers'\[0\]"),
     ('{"image": "a.png", "caption": ""}', r"train\.jsonl:2: field 'caption' must be a non-empty string"),
     ('{"image": "a.png", "answers": ["x"]}', r"train\.jsonl:2: needs a 'question'"),

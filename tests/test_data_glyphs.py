@@ -78,7 +78,8 @@ def test_loads_as_vqa_v2_and_coco(glyphs, split, n):
 INK = r"(black|red|blue|green|purple|orange)"
 SYMBOL = {"ampersand": "&", "question mark": "?", "hash": "#"}
 KIND = {"letter": str.isalpha, "digit": str.isdigit, "symbol": lambda c: c in "&?#", "character": lambda c: True}
-DESC = re.compile(rf"^(?:{INK} )?(?:(letter|digit) )?([A-Z0-9]|ampersand|question mark|hash|letter|digit|symbol|character)s?$")
+DESC = re.compile(rf"^(?:{INK} )?(?:(letter|digit) )?"
+                  r"([A-Z0-9]|ampersand|question mark|hash|letter|digit|symbol|character)s?$")
 
 
 def _match(desc: str, objs: list[dict]) -> list[dict]:
@@ -102,7 +103,8 @@ def _said(char: str) -> str:
     return {v: k for k, v in SYMBOL.items()}.get(char, char.lower())
 
 
-SPATIAL = {"come before the (.+), reading left to right": ("x", -1), "come after the (.+), reading left to right": ("x", 1),
+SPATIAL = {"come before the (.+), reading left to right": ("x", -1),
+           "come after the (.+), reading left to right": ("x", 1),
            "written above the (.+)": ("y", -1), "written below the (.+)": ("y", 1),
            "higher on the page than the (.+)": ("y", -1), "lower on the page than the (.+)": ("y", 1)}
 
@@ -110,15 +112,18 @@ SPATIAL = {"come before the (.+), reading left to right": ("x", -1), "come after
 def _answer(q: str, objs: list[dict]) -> tuple[str, str]:
     """(family, answer) of question q about these glyphs."""
     yn = lambda b: "yes" if b else "no"  # noqa: E731
-    if m := re.fullmatch(r"what colour is the (.+)\?|which colour is the (.+)\?|the (.+) is written in which colour\?", q):
+    if m := re.fullmatch(r"what colour is the (.+)\?|which colour is the (.+)\?"
+                         r"|the (.+) is written in which colour\?", q):
         desc = next(g for g in m.groups() if g)
         assert not re.search(INK, desc), q  # the answer is not in the question
         return "attribute_color", _one(desc, objs)["color"]
-    if m := re.fullmatch(r"which (letter|digit|symbol) is in the picture\?|what is the only (letter|digit|symbol)\?", q):
+    if m := re.fullmatch(r"which (letter|digit|symbol) is in the picture\?"
+                         r"|what is the only (letter|digit|symbol)\?", q):
         return "attribute_shape", _said(_one(m[1] or m[2], objs)["char"])
     if m := re.fullmatch(rf"which character is {INK}\?|what is written in {INK}\?", q):
         return "attribute_shape", _said(_one(f"{m[1] or m[2]} character", objs)["char"])
-    if m := re.fullmatch(rf"which (letter|digit|symbol) is {INK}\?|what (letter|digit|symbol) is written in {INK}\?", q):
+    if m := re.fullmatch(rf"which (letter|digit|symbol) is {INK}\?"
+                         rf"|what (letter|digit|symbol) is written in {INK}\?", q):
         return "attribute_shape", _said(_one(f"{m[2] or m[4]} {m[1] or m[3]}", objs)["char"])
     if m := re.fullmatch(r"is there an? (.+)\?|does the picture show an? (.+)\?|can you find an? (.+)\?", q):
         return "existence", yn(_match(next(g for g in m.groups() if g), objs))
@@ -190,7 +195,8 @@ def test_no_picture_is_a_shapes_scenes_or_corpus_picture(glyphs, tmp_path):
     generate_scenes(tmp_path / "scenes", 24, 6, seed=3, progress=False, workers=1)
     generator.generate(CORPUS_SET, tmp_path / "corpus", 24, 6, size=SIDE, seed=3, progress=False, workers=1)
     ours = {h for f, h in _digests(glyphs).items() if f.endswith(".png")}
-    theirs = {h for d in ("shapes", "scenes", "corpus") for f, h in _digests(tmp_path / d).items() if f.endswith(".png")}
+    theirs = {h for d in ("shapes", "scenes", "corpus") for f, h in _digests(tmp_path / d).items()
+              if f.endswith(".png")}
     assert len(ours) == 30 and len(theirs) == 90 and not ours & theirs
 
 
@@ -219,7 +225,8 @@ def test_the_glyph_drawn_is_the_character():
         ink = _ink(scene).ravel()
         box = GLYPHS_SET.object_box(o)
         score = {c: np.corrcoef(ink, _pillow_mask(c, 100, box[0], box[1]).ravel())[0, 1] for c in CHARS}
-        assert max(score, key=score.get) == char and score[char] > 0.99, (char, sorted(score.items(), key=lambda kv: -kv[1])[:3])
+        assert max(score, key=score.get) == char and score[char] > 0.99, (
+            char, sorted(score.items(), key=lambda kv: -kv[1])[:3])
 
 
 def test_object_boxes_hold_the_glyph_ink(glyphs):
@@ -232,7 +239,8 @@ def test_object_boxes_hold_the_glyph_ink(glyphs):
             left, top, right, bottom = o["box"]
             assert len(xs) and xs.min() >= np.floor(left) and xs.max() < np.ceil(right), (o, xs.min(), xs.max())
             assert ys.min() >= np.floor(top) and ys.max() < np.ceil(bottom), (o, ys.min(), ys.max())
-            assert xs.min() <= left + 1.5 and ys.min() <= top + 1.5 and xs.max() >= right - 2.5 and ys.max() >= bottom - 2.5
+            assert xs.min() <= left + 1.5 and ys.min() <= top + 1.5
+            assert xs.max() >= right - 2.5 and ys.max() >= bottom - 2.5
 
 
 def test_glyph_pictures_are_never_mirrored(glyphs, tmp_path):

@@ -39,9 +39,10 @@ def by_image(batches):
     out = {}
     for b in batches:
         for k in range(b.num_images):
-            rows = [(g.task, m.get("question_id")) for g in b.groups for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True)
-                    if i == k]
-            image = next(m["image"] for g in b.groups for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True) if i == k)
+            rows = [(g.task, m.get("question_id")) for g in b.groups
+                    for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True) if i == k]
+            image = next(m["image"] for g in b.groups
+                         for m, i in zip(g.meta, g.image_index.tolist()[: g.rows], strict=True) if i == k)
             out[image] = (rows, tuple(round(v, 6) for v in b.jitter[k].tolist()))
     return out
 

@@ -88,7 +88,8 @@ FORMS = [
     ("attribute_color", r"which colour is the (.+)\?|what colour does the (.+) have\?|the (.+) is which colour\?"),
     ("attribute_shape", r"which kind of shape is the (.+)\?|what is the (.+)\?|the (.+) has which shape\?"),
     ("existence", r"can you see an? (.+)\?|does the picture contain an? (.+)\?|is any (.+) visible\?"),
-    ("count", r"how many (.+) are in the picture\?|what number of (.+) can you see\?|how many (.+) does the picture show\?"),
+    ("count", r"how many (.+) are in the picture\?|what number of (.+) can you see\?"
+              r"|how many (.+) does the picture show\?"),
 ]
 REL = r"(further left|further right|higher up|lower down)"
 

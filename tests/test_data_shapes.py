@@ -42,7 +42,8 @@ def test_layout_follows_vqa_v2_and_coco(shapes):
     assert len(ann["answers"]) == 10 and set(ann["answers"][0]) == {"answer", "answer_confidence", "answer_id"}
     assert {x["answer_type"] for x in a["annotations"]} <= {"yes/no", "number", "other"}
     assert {x["question_type"] for x in a["annotations"]} <= set(FAMILIES)
-    assert set(c) >= {"info", "images", "licenses", "annotations"} and set(c["images"][0]) >= {"id", "file_name", "height", "width"}
+    assert set(c) >= {"info", "images", "licenses", "annotations"}
+    assert set(c["images"][0]) >= {"id", "file_name", "height", "width"}
     ids = [x["question_id"] for x in q["questions"]]
     assert len(ids) == len(set(ids)) and 5 * 24 <= len(ids) <= 8 * 24
     im = c["images"][0]
@@ -69,7 +70,8 @@ def test_deterministic_for_a_seed(tmp_path):
     assert len(files) > 9
     for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
-    assert (a / "v2_mscoco_train_annotations.json").read_bytes() != (c / "v2_mscoco_train_annotations.json").read_bytes()
+    annotations = "v2_mscoco_train_annotations.json"
+    assert (a / annotations).read_bytes() != (c / annotations).read_bytes()
 
 
 def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
@@ -104,7 +106,8 @@ def test_parallel_rendering_gives_the_same_images(tmp_path, monkeypatch):
 
 # ---- an independent checker: parse each question and recompute its answer from the scene objects ----
 
-DESC = re.compile(r"^(?:(small|large) )?(?:(red|orange|yellow|green|blue|purple) )?(circle|square|triangle|diamond|object)s?$")
+DESC = re.compile(r"^(?:(small|large) )?(?:(red|orange|yellow|green|blue|purple) )?"
+                  r"(circle|square|triangle|diamond|object)s?$")
 
 
 def _match(desc: str, objs: list[dict]) -> list[dict]:
@@ -133,7 +136,8 @@ def _answer(q: str, objs: list[dict]) -> str:
         return str(len(_match(m[1], objs)))
     if m := re.fullmatch(r"is the (.+) (left of|right of|above|below) the (.+)\?", q):
         a, b = _one(m[1], objs), _one(m[3], objs)
-        d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"], "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[m[2]]
+        d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
+             "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[m[2]]
         assert abs(d) >= 0.1 * SIDE, f"'{q}': centres too close to say"
         return yn(d > 0)
     if m := re.fullmatch(r"are there (more|fewer) (.+) than (.+)\?", q):
@@ -214,8 +218,8 @@ def test_question_only_priors_are_low():
     assert count_answers == {str(k) for k in range(7)}
 
 
-@pytest.mark.parametrize("name", ["shapes", "scenes", "glyphs", "corpus"])  # the other built-in sets (test_data_scenes.py,
-# test_data_glyphs.py, test_data_corpus.py)
+# the other built-in sets (test_data_scenes.py, test_data_glyphs.py, test_data_corpus.py)
+@pytest.mark.parametrize("name", ["shapes", "scenes", "glyphs", "corpus"])
 def test_cli_shapes_and_info(tmp_path, capsys, name):
     out = tmp_path / "s"
     assert main(["data", name, "--out", str(out), "--train", "10", "--val", "5", "--seed", "1", "--no-progress"]) == 0
@@ -250,4 +254,5 @@ def test_more_questions_per_family(tmp_path):
         texts = [q["question"] for q in qs if q["image_id"] == img]
         assert len(texts) == len(set(texts))
     for q in qs:
-        assert anns[q["question_id"]]["multiple_choice_answer"] == _answer(q["question"], scenes[q["image_id"]]["objects"])
+        expected = _answer(q["question"], scenes[q["image_id"]]["objects"])
+        assert anns[q["question_id"]]["multiple_choice_answer"] == expected

@@ -21,7 +21,8 @@ def test_pick_split_rules():
     assert pick_split(["train", "validation"], "val", "d", "--val-split") == "validation"
     assert pick_split(["train2014", "test2015"], "val", "d", "--val-split") is None
     with pytest.raises(DataError, match=r"several splits could be the train split \(train2014, train2017\); "
-                                        r"choose one with --train-split \(the splits found are: test, train2014, train2017\)"):
+                                        r"choose one with --train-split "
+                                        r"\(the splits found are: test, train2014, train2017\)"):
         pick_split(["test", "train2014", "train2017"], "train", "d", "--train-split")
 
 

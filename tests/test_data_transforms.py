@@ -108,7 +108,8 @@ def test_fused_arithmetic_equals_torchvision_functionals():
     batch = ImageNormalizer(mean, std)(torch.stack(shifted), torch.stack(jitters), "cpu")  # the device path
     assert torch.allclose(batch, torch.stack(wants), atol=1e-5)
     ev = ImageTransform(64, mean, std)
-    assert torch.allclose(ev.finish(u8), F.normalize(F.to_dtype(u8, torch.float32, scale=True), list(mean), list(std)), atol=1e-6)
+    assert torch.allclose(ev.finish(u8), F.normalize(F.to_dtype(u8, torch.float32, scale=True), list(mean), list(std)),
+                          atol=1e-6)
     f = u8.float() / 255
     ev.finish(f)
     assert torch.equal(f, u8.float() / 255)  # a float input is not modified in place

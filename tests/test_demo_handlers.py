@@ -71,7 +71,8 @@ def test_caption_returns_the_text_its_details_and_a_heatmap_per_word(handlers, p
 
 def test_bad_input_raises_the_message_the_page_shows(handlers, pred, pictures, tmp_path):
     good = str(pictures["red_circle"])
-    for err in (_error(handlers.ask, None, COLOR_Q, 3, None), _error(handlers.caption, None, "greedy", *_defaults(), None)):
+    for err in (_error(handlers.ask, None, COLOR_Q, 3, None),
+                _error(handlers.caption, None, "greedy", *_defaults(), None)):
         assert "upload a picture" in err.message and err.title == "No picture"
     for q in ("", "   ", None):
         err = _error(handlers.ask, good, q, 3, None)
@@ -94,7 +95,8 @@ def test_bad_input_raises_the_message_the_page_shows(handlers, pred, pictures, t
     values = _defaults()
     values[[f.name for f in h.ui_fields()].index("top_p")] = 0.0
     assert "top_p" in _error(handlers.caption, good, "sample", *values, None).message
-    assert "choose one of: greedy, beam, sample" in _error(handlers.caption, good, "nonsense", *_defaults(), None).message
+    err = _error(handlers.caption, good, "nonsense", *_defaults(), None)
+    assert "choose one of: greedy, beam, sample" in err.message
     values = _defaults()
     values[[f.name for f in h.ui_fields()].index("temperature")] = "warm"
     assert "Bad decoding setting" in _error(handlers.caption, good, "sample", *values, None).message
@@ -125,7 +127,8 @@ def test_api_callers_are_held_to_the_bounds_the_controls_show(handlers, pred, pi
             settings = _defaults()
             settings[names.index(name)] = v
             err = _error(guarded.caption, good, "sample", *settings, None)
-            assert err.message.startswith(f"Bad decoding setting: {name} must be") and f"from {lo} to {hi}" in err.message
+            assert err.message.startswith(f"Bad decoding setting: {name} must be")
+            assert f"from {lo} to {hi}" in err.message
             assert err.title == "Bad setting"
     # the sliders' own ends are served (the smallest temperature samples real words, no NaN)
     for name in ("temperature", "top_p", "top_k", "num_beams", "length_penalty"):

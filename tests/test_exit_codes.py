@@ -60,7 +60,8 @@ CASES = [
     ("eval --checkpoint {ckpt} --data {shapes} --device cpu --tasks caption --consistency", 2,
      r"--consistency asks questions"),
     ("eval --checkpoint {ckpt} --data {plain} --device cpu --grounding", 2, r"--grounding needs a Shapes or Scenes"),
-    ("eval --checkpoint {ckpt} --data {shapes} --device cpu --tasks caption --pointing", 2, r"--pointing asks questions"),
+    ("eval --checkpoint {ckpt} --data {shapes} --device cpu --tasks caption --pointing", 2,
+     r"--pointing asks questions"),
     # vqa export / import
     ("export --checkpoint {none}", 2, r"one of the arguments --onnx --transformers is required"),
     ("export --checkpoint {none} --onnx {tmp}/a --transformers {tmp}/b", 2, r"not allowed with argument"),

@@ -67,7 +67,8 @@ def test_per_head_cross_attention_maps_average_to_the_demo_map_and_equal_the_ans
             np.testing.assert_allclose(maps[g, layer].mean(0), select_map(res.attention[g], layer=layer), atol=1e-5)
 
 
-def test_the_raw_scores_are_q_dot_k_over_sqrt_d_and_the_weights_give_the_fast_paths_output(pred, answer_and_explanation):
+def test_the_raw_scores_are_q_dot_k_over_sqrt_d_and_the_weights_give_the_fast_paths_output(
+        pred, answer_and_explanation):
     img, res, e = answer_and_explanation
     model = pred.model
     seen, outputs = {}, {}  # each cross-attention's text stream, image keys and values, output: on the fast path
@@ -132,7 +133,8 @@ def test_the_explain_pass_computes_what_the_fast_path_computes_and_leaves_it_fas
             slow, _ = model.decoder(ids, model.memory_kv(slow_memory))
     torch.testing.assert_close(slow_memory, fast_memory, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(slow, fast, rtol=1e-4, atol=1e-5)
-    assert len(records) == pred.cfg.vit_depth and all(len(s) == 1 and len(c) == 1 for s, c in zip(selfs, crosses, strict=True))
+    assert len(records) == pred.cfg.vit_depth
+    assert all(len(s) == 1 and len(c) == 1 for s, c in zip(selfs, crosses, strict=True))
     for r in records:  # the ViT's softmax rows
         torch.testing.assert_close(r.sum(-1), torch.ones_like(r.sum(-1)))
     # everything is switched back: fused attention in the ViT, no capture lists in the decoder

@@ -106,7 +106,8 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     kv = [(torch.from_numpy(k), torch.from_numpy(v)) for k, v in zip(mk, mv, strict=True)]
     masks = []
     forward = TextDecoder.forward
-    monkeypatch.setattr(TextDecoder, "forward", lambda self, *a, **kw: masks.append(kw["mask"]) or forward(self, *a, **kw))
+    monkeypatch.setattr(TextDecoder, "forward",
+                        lambda self, *a, **kw: masks.append(kw["mask"]) or forward(self, *a, **kw))
     b, p = ids.shape
     state = CacheBuffers.allocate(cfg, b, p, torch.float32, "cpu")
     empty = torch.zeros(cfg.dec_depth, b, cfg.dec_heads, 0, cfg.dec_width // cfg.dec_heads)
@@ -118,7 +119,8 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     assert eager.any(-1).all()  # every query sees a key
     padding = ~valid
     assert torch.equal(eager[:, 0].sum(-1)[padding], torch.ones(int(padding.sum()), dtype=torch.long))
-    _, present_k, present_v = onnx_pred.step(ids.numpy(), pos.numpy(), valid.numpy(), empty.numpy(), empty.numpy(), mk, mv)
+    _, present_k, present_v = onnx_pred.step(ids.numpy(), pos.numpy(), valid.numpy(), empty.numpy(), empty.numpy(),
+                                             mk, mv)
     assert not np.isnan(present_k).any() and not np.isnan(present_v).any()
     np.testing.assert_allclose(present_k, torch.stack(state.k).numpy(), atol=1e-5, rtol=0)
     np.testing.assert_allclose(present_v, torch.stack(state.v).numpy(), atol=1e-5, rtol=0)

@@ -38,7 +38,8 @@ SETUPS = {  # the TrainConfig fields of each comparison
 def _model_and_optimizer(setup: str, sharded: bool):
     cfg = TrainConfig(**SETUPS[setup])
     model = tiny_model(seed=0).train()
-    build.memory_options(cfg, model)  # LoRA (its base weights frozen: groups mixing frozen and trained) and checkpointing
+    # LoRA (its base weights frozen: groups mixing frozen and trained) and checkpointing
+    build.memory_options(cfg, model)
     if sharded:
         sharding.shard(model)  # the model itself: its forward is the loss
     opt = make_optimizer(model, 3e-3, 1e-3, 0.05, kind=cfg.optimizer)

@@ -18,7 +18,8 @@ from vqa.decoding.generate import generate
 @pytest.mark.parametrize("length_penalty", [1.0, 0.0, 2.0])
 def test_cached_beam_search_equals_uncached_reference(model, images, length_penalty):
     k, max_new = 3, 7
-    out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=length_penalty)
+    out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k,
+                   length_penalty=length_penalty)
     n_eos = 0
     for i, prompt in enumerate(PROMPTS):
         image = images[i : i + 1]
@@ -39,7 +40,8 @@ def test_beam_search_returns_k_hypotheses_sorted_by_length_penalized_score(model
     max_new = 7
     for k in (2, 4):
         for penalty in (0.0, 1.0, 2.0):
-            out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k, length_penalty=penalty)
+            out = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=k,
+                           length_penalty=penalty)
             assert len(out.beams) == len(PROMPTS)
             for beams in out.beams:
                 assert len(beams) == k
@@ -49,8 +51,10 @@ def test_beam_search_returns_k_hypotheses_sorted_by_length_penalized_score(model
                 assert normed == sorted(normed, reverse=True), (k, penalty, beams)
                 assert all(len(seq) <= max_new and EOS not in seq for seq, _ in beams)
     # length_penalty changes the ranking here (short hypotheses win without it)
-    raw = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4, length_penalty=0.0).beams
-    long = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4, length_penalty=2.0).beams
+    raw = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4,
+                   length_penalty=0.0).beams
+    long = generate(model, PROMPTS, images, max_new_tokens=max_new, method="beam", num_beams=4,
+                    length_penalty=2.0).beams
     assert raw != long
 
 

@@ -26,7 +26,8 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
     config = GenerationConfig(max_new_tokens=8)
     eager, compiled = BatchDecoder(model, kv, PROMPTS, config), BatchDecoder(model, kv, PROMPTS, config, compiled=True)
     torch.testing.assert_close(compiled.logits, eager.logits)
-    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache at its smallest length (MIN_SLOTS, 64)
+    # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache at its smallest length
+    # (MIN_SLOTS, 64)
     assert compiled.state.batch == 4 and compiled.state.slots == 64 and compiled.logits.shape[0] == 3
     for t in range(8):
         tok = eager.logits.argmax(-1)

@@ -66,7 +66,8 @@ def test_chance_and_the_picture_to_grid_scale():
 
 def test_words_join_pieces_and_keep_their_tokens():
     assert words_of([" a", " sm", "all", " red", " circle", ","]) == [
-        ("a", [0]), ("small", [1, 2]), ("red", [3]), ("circle,", [4, 5])]  # punctuation stays: caption_mentions strips it
+        ("a", [0]), ("small", [1, 2]), ("red", [3]),
+        ("circle,", [4, 5])]  # punctuation stays: caption_mentions strips it
 
 
 def _scene(*objs) -> dict:

@@ -168,7 +168,8 @@ def test_a_context_longer_than_the_language_models_is_refused(tmp_path):
     from vqa.errors import ConfigError
 
     folder = save_tiny_llama(tmp_path / "lm", "smollm2")
-    with pytest.raises(ConfigError, match="dec_max_len=200 is longer than the language model's max_position_embeddings=128"):
+    with pytest.raises(ConfigError,
+                       match="dec_max_len=200 is longer than the language model's max_position_embeddings=128"):
         llama_model(folder, dec_max_len=200)
 
 

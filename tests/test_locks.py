@@ -15,7 +15,8 @@ from vqa.errors import ConfigError
 from vqa.locks import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD = "import sys, time; from vqa.locks import RunLock; lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)"
+HOLD = ("import sys, time; from vqa.locks import RunLock; lock = RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)")
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

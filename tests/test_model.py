@@ -151,7 +151,8 @@ def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
     # off by one in either direction would give another number
     for shift in (0, 2):
         wrong = torch.stack(
-            [-logp[b, len(p) + k - shift, tok] for b, (p, t) in enumerate(zip(prompts, targets, strict=True)) for k, tok in enumerate(t)]
+            [-logp[b, len(p) + k - shift, tok] for b, (p, t) in enumerate(zip(prompts, targets, strict=True))
+             for k, tok in enumerate(t)]
         ).mean()
         assert abs(float(wrong) - float(expected)) > 1e-3
     # padding: other pad ids after the end change nothing; the prompt tokens are never predicted
@@ -168,7 +169,8 @@ def test_loss_ignores_prompt_and_padding_and_targets_are_shifted_by_one():
     torch.testing.assert_close(alone.loss, out.loss)
     # and it is the plain cross-entropy of the shifted, selected positions
     sel = mask[:, 1:]
-    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[:, :-1][sel], ids[:, 1:][sel]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[:, :-1][sel], ids[:, 1:][sel]),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_tiny_model_overfits_8_triples_until_greedy_reproduces_every_target():

@@ -61,7 +61,8 @@ def test_muon_takes_the_linear_weights_and_adamw_the_rest():
     others = [names[id(p)] for g in groups if not g["muon"] for p in g["params"]]
     assert "decoder.embed.weight" in others and "vision.vit.pos_embed" in others
     assert any("patch_embed" in n for n in others)  # the conv stem (4-D) stays with AdamW
-    assert sorted(g["base_lr"] for g in groups if g["muon"]) == pytest.approx([MUON_LR_SCALE * 3e-4, MUON_LR_SCALE * 1e-3])
+    assert sorted(g["base_lr"] for g in groups if g["muon"]) == pytest.approx([MUON_LR_SCALE * 3e-4,
+                                                                               MUON_LR_SCALE * 1e-3])
     assert {g["base_lr"] for g in groups if not g["muon"]} == {3e-4, 1e-3}
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 

@@ -28,7 +28,8 @@ def test_attention_out_that_is_a_file_is_refused_before_answering(img, a_file, c
     fails(capsys, ["ask", "--checkpoint", shared_checkpoint(), "--device", "cpu", img, COLOR_Q,
                    "--attention-out", a_file], rf"--attention-out {a_file} is a file, not a folder")
     fails(capsys, ["ask", "--checkpoint", shared_checkpoint(), "--device", "cpu", img, COLOR_Q,
-                   "--attention-out", a_file / "attention"], rf"--attention-out {a_file / 'attention'}: {a_file} is a file")
+                   "--attention-out", a_file / "attention"],
+          rf"--attention-out {a_file / 'attention'}: {a_file} is a file")
     assert a_file.read_text() == "keep me\n"
 
 

@@ -183,7 +183,8 @@ def test_compiled_int8_stays_within_int8s_own_error_and_answers_like_the_eager_o
             finite = torch.isfinite(l32)
             own = max(own, float((l8 - l32)[finite].abs().max()))
             drift = max(drift, float((lc - l8)[finite].abs().max()))
-    assert checked.calls > 0 and drift <= own, (drift, own)  # compiled int8 moves logits no further than int8 itself does
+    # compiled int8 moves logits no further than int8 itself does
+    assert checked.calls > 0 and drift <= own, (drift, own)
     assert margin > 4 * own, (margin, own)  # so neither int8 path can flip a greedy choice of float32's
     assert [(a.answer, s.answer, c.caption) for a, s, c in _answers(p)] == \
         [(a.answer, s.answer, c.caption) for a, s, c in _answers(int8)]

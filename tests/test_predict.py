@@ -289,7 +289,8 @@ def test_cli_ask_and_caption(ckpt, pictures, capsys):
 
     assert main(["ask", "--checkpoint", str(ckpt), str(pictures["red_circle"]), COLOR_Q]) == 0
     assert capsys.readouterr().out.strip() == "red"
-    assert main(["ask", "--checkpoint", str(ckpt), str(pictures["blue_square"]), SHAPE_Q, "--top-k", "3", "--json"]) == 0
+    assert main(["ask", "--checkpoint", str(ckpt), str(pictures["blue_square"]), SHAPE_Q,
+                 "--top-k", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] == "square" and out["top_k"][0]["answer"] == "square" and len(out["top_k"]) <= 3
     assert main(["ask", "--checkpoint", str(ckpt), str(pictures["blue_square"]), SHAPE_Q, "--top-k", "2"]) == 0

@@ -59,7 +59,8 @@ def test_pretraining_trains_the_words_to_look_at_the_corpus_objects(pretrained, 
 
 def test_the_same_seed_gives_the_same_weights(pretrained, tmp_path):
     assert _pretrain(tmp_path / "again") == 0
-    assert _digest(tmp_path / "again" / "last" / "model.safetensors") == _digest(pretrained / "last" / "model.safetensors")
+    assert (_digest(tmp_path / "again" / "last" / "model.safetensors")
+            == _digest(pretrained / "last" / "model.safetensors"))
 
 
 def test_words_the_corpus_never_used_are_sub_words_not_unk(pretrained):

@@ -186,7 +186,8 @@ def test_a_run_from_a_saved_gpt2_trains_saves_and_reloads_everywhere(shapes_dir,
     assert main(args) == 0
     saved = json.loads((run / "last" / "config.json").read_text())
     assert saved["dec_pretrained"] == str(lm) and (saved["dec_width"], saved["dec_depth"]) == (32, 2)
-    assert (saved["dec_activation"], saved["dec_embed_scale"], saved["dec_positions"]) == ("gelu_tanh", False, "learned")
+    assert (saved["dec_activation"], saved["dec_embed_scale"], saved["dec_positions"]) == (
+        "gelu_tanh", False, "learned")
     assert main(["train", *base, "--out", str(tmp_path / "r2"), "--max-steps", "1", "--set", f"dec_pretrained={lm}",
                  "--tokenizer", str(lm / "tokenizer.json")]) == 2
     assert "brings its own tokenizer" in capsys.readouterr().err

@@ -128,7 +128,8 @@ def test_a_pretrained_decoder_refuses_options_that_change_its_attention_or_layou
     for key, value, why in (("dec_qk_norm", True, "no LayerNorm on queries and keys"),
                             ("dec_positions", "sinusoidal", "learned table"),
                             ("dec_embed_scale", True, "unscaled")):
-        with pytest.raises(ConfigError, match=f"{key}={value!r} cannot be combined with dec_pretrained='gpt2': .*{why}"):
+        with pytest.raises(ConfigError,
+                           match=f"{key}={value!r} cannot be combined with dec_pretrained='gpt2': .*{why}"):
             ModelConfig(**{**base, key: value})
     ModelConfig(**{**base, "dec_pretrained": None, "dec_qk_norm": True})  # a decoder from scratch may
 
@@ -162,7 +163,8 @@ def test_init_from_a_gpt2_run_refuses_a_set_that_changes_the_language_model(gpt2
     checkpoint.save(src, model, Tokenizer.for_language_model(gpt2_dir))
 
     def start(**model_set):
-        return init_from(TrainConfig(data="d", out=str(tmp_path / "run"), init_from=str(src), model=model_set), str(src))
+        return init_from(TrainConfig(data="d", out=str(tmp_path / "run"), init_from=str(src), model=model_set),
+                         str(src))
 
     for key, value in (("dec_activation", "gelu"), ("dec_embed_scale", True), ("dec_norm_eps", 1e-3),
                        ("dec_pretrained", str(tmp_path / "other"))):

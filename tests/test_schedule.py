@@ -48,7 +48,8 @@ def test_train_with_schedule_noam_logs_noams_rates(shapes_dir, tmp_path):
             "--log-every", "1", "--eval-images", "0", "--lr", "3e-3", "--optimizer", "adamw", "--max-steps", "6",
             "--schedule", "noam", *tiny_set_flags()]
     assert main(args) == 0
-    logged = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r}
+    logged = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+              if "lr" in r}
     assert sorted(logged) == [1, 2, 3, 4, 5, 6]
     for step, lr in logged.items():  # the rate of step `step` (counted from 1): 3e-3 x sqrt(2 / step) after the peak
         assert lr == pytest.approx(3e-3 * noam(step, 2, 96) / noam(2, 2, 96)), step

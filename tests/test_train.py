@@ -134,7 +134,8 @@ def test_eval_command_writes_official_result_files(shapes_dir, tmp_path, capsys)
     run = tmp_path / "run"
     assert main(train_args(shapes_dir, run, "--max-steps", "2")) == 0
     out = tmp_path / "eval"
-    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--split", "train", "--out", str(out)]) == 0
+    assert main(["eval", "--checkpoint", str(run), "--data", str(shapes_dir), "--split", "train",
+                 "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "WARNING" in err and "trained on" in err  # evaluating on the training split is flagged
     vqa_res = json.loads((out / "vqa_results.json").read_text())
@@ -152,7 +153,8 @@ def test_eval_command_writes_official_result_files(shapes_dir, tmp_path, capsys)
     expected = 100 * sum(vqa_accuracy(r["answer"], answers[r["question_id"]]) for r in vqa_res) / len(vqa_res)
     assert summary["vqa_accuracy"] == pytest.approx(expected, abs=0.01)
     assert summary["questions"] == len(vqa_res) and "CIDEr-D" in summary and "per_question_type" in summary
-    assert summary["generation"]["vqa"]["method"] == "beam" and summary["generation"]["vqa"]["max_new_tokens"] == 10  # as served
+    # as served
+    assert summary["generation"]["vqa"]["method"] == "beam" and summary["generation"]["vqa"]["max_new_tokens"] == 10
 
 
 def test_eval_tasks_are_validated(shapes_dir, tmp_path, capsys):

@@ -34,7 +34,8 @@ def test_evaluations_follow_the_quarters_not_a_step_count_that_moves():
     assert [s for s in range(1, 11) if evaluation_due(s, 3, 10)] == [3, 6, 9]
     # a time-limited run: the quarter of its time decides, whatever its planned steps say (the plan
     # that changed at every refit made evaluations come at arbitrary steps: 72, 84, 85 of a 10-minute run)
-    assert evaluation_due(72, 0, 144, quarter=0, evaluated_quarter=0) is False  # 72 % (144 // 4) == 0, no quarter passed
+    # 72 % (144 // 4) == 0, no quarter passed
+    assert evaluation_due(72, 0, 144, quarter=0, evaluated_quarter=0) is False
     assert evaluation_due(73, 0, 144, quarter=1, evaluated_quarter=0) is True
     assert evaluation_due(74, 0, 144, quarter=1, evaluated_quarter=1) is False
 

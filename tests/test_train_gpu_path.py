@@ -24,7 +24,8 @@ SMALL = dict(vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patc
 
 
 def _trainer(shapes_dir, out, **flags) -> Trainer:
-    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL, from_scratch=True)
+    base = dict(data=str(shapes_dir), out=str(out), batch_size=4, max_steps=6, log_every=1, eval_images=4, model=SMALL,
+                from_scratch=True)
     return Trainer(resolve({**base, **flags}), distributed.Dist())
 
 
@@ -142,7 +143,8 @@ def test_images_per_gpu_follow_the_gpus_memory_and_the_cpu_keeps_32(monkeypatch)
     assert default_batch(model, torch.device("cpu")) == 32
     sizes = {}
     for gb in (8, 24, 80):
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d, gb=gb: SimpleNamespace(total_memory=gb * 1e9))
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda d, gb=gb: SimpleNamespace(total_memory=gb * 1e9))
         sizes[gb] = default_batch(model, torch.device("cuda"))
     assert sizes == {8: 64, 24: 256, 80: 256}
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=1e9))

@@ -20,8 +20,8 @@ COMMANDS = {
     "ask": ("vqa.inference.cli", "answer a question about an image, or questions about many (JSON Lines out)"),
     "caption": ("vqa.inference.cli", "caption an image, or folders, lists and shards of them (JSON Lines out)"),
     "import": ("vqa.export.cli", "import a Hugging Face VisionEncoderDecoderModel (ViT + GPT-2) as a checkpoint"),
-    "export": ("vqa.export.cli", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a transformers "
-                                   "VisionEncoderDecoderModel folder"),
+    "export": ("vqa.export.cli", "export a checkpoint to ONNX (encoder + decoder step) for onnxruntime, or to a "
+                                   "transformers VisionEncoderDecoderModel folder"),
     "push": ("vqa.export.cli", "publish a checkpoint with its model card on the Hugging Face Hub (or write them into a "
                                "folder)"),
     "demo": ("vqa.demo.options", "serve the demo page (Gradio): ask, caption and see where the model looked"),
@@ -40,7 +40,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vqa", description="Visual question answering and captioning.",
                                      epilog="Exit status: 0 done, 1 a failure while running (a missing or bad file, "
                                             "a checkpoint that does not load, a missing extra), 2 a usage error (a bad "
-                                            "or missing option, or options that cannot work together), 130 interrupted.")
+                                            "or missing option, or options that cannot work together), "
+                                            "130 interrupted.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if not a.startswith("-")), None)

@@ -181,7 +181,8 @@ def setup(device: str = "auto", timeout_minutes: float = 30.0) -> Dist:
         dev = torch.device("cuda", local)
     if not tdist.is_initialized():
         # torch._dynamo (timm imports it) imported after the group starts keeps the group's threads alive past
-        # destroy_process_group, into the interpreter's exit, where gloo can abort (SIGABRT): imported first, it does not
+        # destroy_process_group, into the interpreter's exit, where gloo can abort (SIGABRT): imported first,
+        # it does not
         importlib.import_module("torch._dynamo")
         tdist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(minutes=timeout_minutes))

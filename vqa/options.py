@@ -80,7 +80,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, *, exclude: tu
             shown = ",".join(default) if isinstance(default, tuple) else default
             help_ += f" (default: {shown})"
         dest = f.name if f.name not in rename else rename[f.name].lstrip("-").replace("-", "_")
-        kw: dict[str, Any] = dict(dest=dest, default=argparse.SUPPRESS, help=help_.replace("%", "%%"))  # argparse formats help
+        # argparse formats help: a literal % is written %%
+        kw: dict[str, Any] = dict(dest=dest, default=argparse.SUPPRESS, help=help_.replace("%", "%%"))
         if meta.get("metavar"):
             kw["metavar"] = meta["metavar"]
         if hints[f.name] is dict:  # FIELD=VALUE pairs, repeatable: --set

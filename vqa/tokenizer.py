@@ -9,10 +9,10 @@ It owns the special tokens and the two prompt formats (one model, two tasks):
 Text is NFKC-normalized and lower-cased; words are split on whitespace (kept as the `▁` marker, so decoding
 restores the spaces) and punctuation, then BPE-merged. No character is lost: one the vocabulary lacks is spelled
 in its UTF-8 bytes, the 256 tokens `<0x00>`..`<0xFF>` after the vocabulary (byte fallback, as Llama's tokenizer
-does), so `decode(encode(t)) == normalize(t)` for any text (`normalize`: what NFKC and lower-casing leave). Text is always encoded as text: "<eos>" or "<answer>"
-typed in a question or written in a caption are characters, never control tokens (`encode_special_tokens`),
-so a user cannot rewrite the prompt and a caption cannot train an early stop. Special tokens enter a
-sequence only by id, from the prompt builders below. A language model's tokenizer keeps its own rules
+does), so `decode(encode(t)) == normalize(t)` for any text (`normalize`: what NFKC and lower-casing leave). Text is
+always encoded as text: "<eos>" or "<answer>" typed in a question or written in a caption are characters, never control
+tokens (`encode_special_tokens`), so a user cannot rewrite the prompt and a caption cannot train an early stop. Special
+tokens enter a sequence only by id, from the prompt builders below. A language model's tokenizer keeps its own rules
 (GPT-2's: byte-level BPE, case kept, a word's leading space inside its first token as `Ġ`).
 
 A captioner imported from Hugging Face (`vqa import`) keeps GPT-2's tokenizer as it is: `<|endoftext|>` is

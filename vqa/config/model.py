@@ -68,7 +68,8 @@ def check_field(name: str, value: Any) -> str | None:
         ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
         if not ok or (name == "vit_std" and min(value) <= 0):
-            return f"{name} must be three finite numbers{' > 0' if name == 'vit_std' else ''} (red, green, blue) or null"
+            positive = " > 0" if name == "vit_std" else ""
+            return f"{name} must be three finite numbers{positive} (red, green, blue) or null"
     if name == "dec_rope_scaling" and value is not None:
         ok = isinstance(value, (list, tuple)) and len(value) == 4 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value)
@@ -104,7 +105,7 @@ class ModelConfig(_Config):
     vit_resize: str = "letterbox"  # "letterbox" (aspect kept, padded) or "squash" (stretched, as ViTImageProcessor)
     vit_resample: str = "bicubic"  # the resize filter: "bicubic" or "bilinear" (ViTImageProcessor's default)
     # text decoder
-    dec_pretrained: str | None = None  # a causal LM folder (Hugging Face layout) or Hub name: its weights start the decoder
+    dec_pretrained: str | None = None  # a causal LM (Hugging Face folder or Hub name): its weights start the decoder
     dec_width: int = 192  # the decoder's model width (the image tokens are projected to it)
     dec_depth: int = 3  # decoder blocks (self-attention, cross-attention, MLP)
     dec_heads: int = 4  # attention heads per layer (dec_width must divide by it)

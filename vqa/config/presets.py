@@ -39,7 +39,8 @@ def _smollm2(vit: str, size: str, *, width: int, depth: int, heads: int, kv_head
         about=f"ViT-{vit}/16 (timm's weights) + SmolLM2-{size} ({depth} layers, {width} wide, HuggingFaceTB/"
               f"SmolLM2-{size}, or its folder with --set dec_pretrained=DIR) with a gated cross-attention block "
               f"every {every} layers (GPU)",
-        model=dict(vit_name=name, vit_patch_size=16, vit_pretrained=True, dec_pretrained=f"HuggingFaceTB/SmolLM2-{size}",
+        model=dict(vit_name=name, vit_patch_size=16, vit_pretrained=True,
+                   dec_pretrained=f"HuggingFaceTB/SmolLM2-{size}",
                    dec_max_len=64, **LLAMA_DECODER, dec_width=width, dec_depth=depth, dec_heads=heads,
                    dec_kv_heads=kv_heads, dec_mlp_ratio=hidden / width, dec_rope_theta=100000.0,
                    dec_cross_every=every),

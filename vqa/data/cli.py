@@ -156,7 +156,8 @@ def run_synthetic(args: argparse.Namespace) -> int:
     print(f"  {'family':16s} | {'questions':>9s} | {'prior acc':>9s} | {'majority acc':>12s}")
     print(f"  {'-' * 16}-+-{'-' * 9}-+-{'-' * 9}-+-{'-' * 12}")
     for fam, v in priors[split].items():
-        print(f"  {fam:16s} | {v['questions']:9d} | {100 * v['prior_accuracy']:8.1f}% | {100 * v['majority_accuracy']:11.1f}%")
+        print(f"  {fam:16s} | {v['questions']:9d} | {100 * v['prior_accuracy']:8.1f}% "
+              f"| {100 * v['majority_accuracy']:11.1f}%")
     print("  (prior acc: the most common train answer of the exact question string, else of its family)")
     return 0
 

@@ -30,7 +30,8 @@ _WHITE = (255, 255, 255)
 Draft = Callable[[tuple[int, int]], tuple[int, int]]  # a JPEG's (width, height) -> the least size to decode it at
 
 
-def load_image(src: Any, max_pixels: int | None = None, draft: Draft | None = None, name: str | None = None) -> Image.Image:
+def load_image(src: Any, max_pixels: int | None = None, draft: Draft | None = None,
+               name: str | None = None) -> Image.Image:
     """An RGB image from a path, encoded bytes (a shard's KEY.jpg), a PIL image or a uint8 HWC numpy/torch
     array.
 
@@ -138,7 +139,8 @@ def _is_array(src: Any) -> bool:
 
 def _from_array(src: Any) -> Image.Image:
     arr = src if isinstance(src, np.ndarray) else src.detach().cpu().numpy()
-    if not isinstance(src, np.ndarray) and arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+    if (not isinstance(src, np.ndarray) and arr.ndim == 3 and arr.shape[0] in (1, 3, 4)
+            and arr.shape[-1] not in (1, 3, 4)):
         arr = np.transpose(arr, (1, 2, 0))  # a CHW torch tensor (torchvision's layout): accept it
     if arr.ndim == 3 and arr.shape[-1] == 1:
         arr = arr[..., 0]

@@ -125,7 +125,8 @@ class VQATable(Sequence):
 
     @classmethod
     def empty(cls, images: Images | None = None, strings: Strings | None = None) -> VQATable:
-        return VQABuilder(images if images is not None else Images(), strings if strings is not None else Strings()).freeze()
+        return VQABuilder(images if images is not None else Images(),
+                          strings if strings is not None else Strings()).freeze()
 
     @classmethod
     def from_records(cls, records: Sequence[VQARecord], images: Images | None = None) -> VQATable:

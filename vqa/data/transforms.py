@@ -14,11 +14,11 @@ caption) mentions left or right.
 
 The work is split in three so that images cross process boundaries as uint8 and the float work happens on
 the device: `prepare` (`vqa.data.preprocess.model_input`, the one path from a picture to the model's uint8
-[3,S,S] input that serving uses too; deterministic, what the image cache holds), `augment` (in the loader worker: the shift and flip on uint8, and the brightness /
-contrast factors drawn for the device) and `ImageNormalizer` (on the device, for a whole batch: brightness,
-contrast, normalization). `finish` runs the last two on the CPU for one image (the predictor, tests).
-Randomness comes from the `generator` passed in (or torch's global RNG), so a seeded dataset draws the same
-augmentation on resume.
+[3,S,S] input that serving uses too; deterministic, what the image cache holds), `augment` (in the loader worker: the
+shift and flip on uint8, and the brightness / contrast factors drawn for the device) and `ImageNormalizer` (on the
+device, for a whole batch: brightness, contrast, normalization). `finish` runs the last two on the CPU for one image
+(the predictor, tests). Randomness comes from the `generator` passed in (or torch's global RNG), so a seeded dataset
+draws the same augmentation on resume.
 """
 
 from __future__ import annotations

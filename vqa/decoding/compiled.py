@@ -1,5 +1,5 @@
-"""torch.compile for inference: the decode step (`vqa.decoding.static_cache`) and, where it pays, the image encoder, with
-the model's weights frozen into the compiled code.
+"""torch.compile for inference: the decode step (`vqa.decoding.static_cache`) and, where it pays, the image encoder,
+with the model's weights frozen into the compiled code.
 
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
 prepacked for oneDNN / MKL, and int8 weights (`vqa.decoding.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
@@ -134,7 +134,8 @@ class CompiledStep:
                             torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
                         logits = self.fn(*args)
                     self._compiled_shapes.add(shapes)
-                return logits.clone() if self.cuda else logits  # a CUDA graph's output is overwritten by its next replay
+                # a CUDA graph's output is overwritten by its next replay
+                return logits.clone() if self.cuda else logits
             except _compile_errors() as e:
                 # compiling happens before the step runs: nothing was written yet, the eager step can take over
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -200,4 +201,5 @@ def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> tor
     return enc(model, images)
 
 
-__all__ = ["INDUCTOR", "INDUCTOR_CPU", "INT8_MIN_ROWS", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder", "encode"]
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "INT8_MIN_ROWS", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder",
+           "encode"]

@@ -93,8 +93,10 @@ def generate(
         if not torch.is_tensor(image_index):
             image_index = torch.as_tensor(image_index, dtype=torch.long, device=memory.device)
         image_index = image_index.to(memory.device)
-        if image_index.shape != (len(prompts),) or not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]:
-            raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the {memory.shape[0]} images")
+        if (image_index.shape != (len(prompts),)
+                or not 0 <= int(image_index.min()) <= int(image_index.max()) < memory.shape[0]):
+            raise InputError(f"image_index must give each of the {len(prompts)} prompts one of the "
+                             f"{memory.shape[0]} images")
     _check_ids(model, prompts)
     banned = _banned(model, banned)
     allowed = None if vocab is None else answer_vocab(model, vocab, banned)
@@ -163,7 +165,8 @@ def score_candidates(
 
 
 @torch.no_grad()
-def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int], generated: list[int]) -> torch.Tensor:
+def cross_attention_maps(model: VQAModel, memory: torch.Tensor, prompt: list[int],
+                         generated: list[int]) -> torch.Tensor:
     """Cross-attention weights behind each generated token: [len(generated), layers, heads, N] for one image.
     The weights for token i are those of the query at the position that predicted it (teacher-forced, which
     equals the cached decoding)."""

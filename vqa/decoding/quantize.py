@@ -101,4 +101,5 @@ def apply_precision(model: nn.Module, precision: str, device: torch.device) -> t
     return precision, None
 
 
-__all__ = ["PRECISIONS", "ACTIVATION_DTYPE", "precision_of", "int8_unavailable", "quantize_int8", "is_int8", "apply_precision"]
+__all__ = ["PRECISIONS", "ACTIVATION_DTYPE", "precision_of", "int8_unavailable", "quantize_int8", "is_int8",
+           "apply_precision"]

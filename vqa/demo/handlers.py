@@ -9,8 +9,9 @@
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
 
 Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting or top-k
-outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the page shows. `state` is the user's last answer or caption (its
-words and attention maps, the upload, the result), which the heatmap and the attention explorer read.
+outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the
+page shows. `state` is the user's last answer or caption (its words and attention maps, the upload, the result), which
+the heatmap and the attention explorer read.
 """
 
 from __future__ import annotations

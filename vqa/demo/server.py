@@ -1,7 +1,7 @@
 """Serving the demo: `run(args)` (`vqa demo`; `main(argv)` for `python app.py` and `python -m vqa.demo`:
-loading the Predictor, the start-up messages; the flags are vqa.demo.options'), `load_predictor`, `queue_sizes` (how many requests are worked
-on at once and how many may wait) and `serve(demo, host, port, ...)`, which queues and launches a
-`build_app` page: uploads capped at MAX_FILE_SIZE (their decoded pictures within vqa.demo.uploads' budget,
+loading the Predictor, the start-up messages; the flags are vqa.demo.options'), `load_predictor`, `queue_sizes` (how
+many requests are worked on at once and how many may wait) and `serve(demo, host, port, ...)`, which queues and launches
+a `build_app` page: uploads capped at MAX_FILE_SIZE (their decoded pictures within vqa.demo.uploads' budget,
 their memory handed back when freed), only the example folders readable, 127.0.0.1 unless told otherwise, and
 gradio's start-up check of its own address tried again on a busy machine.
 """

@@ -131,8 +131,8 @@ def run(args) -> int:
     out = Path(args.out) if args.out else beside.with_name(f"{beside.name}-eval-{label}")
     out.mkdir(parents=True, exist_ok=True)
     s = res["summary"]
-    s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name, precision=precision,
-             generation={t: generation[t].to_dict() for t in tasks})
+    s.update(checkpoint=str(folder), model=checkpoint_identity(folder), step=card.get("step"), data=data, split=name,
+             precision=precision, generation={t: generation[t].to_dict() for t in tasks})
     for name in ("vqa_results", "caption_results"):
         if res[name]:
             (out / f"{name}.json").write_text(json.dumps(res[name]))

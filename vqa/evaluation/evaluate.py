@@ -55,7 +55,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
              observers: Sequence[Callable] = (), scoring: str | None = None) -> dict:
     """Answers and captions for the split's images (the first `max_images`); returns the summary and the
     result lists. Without the eval extra (pycocoevalcap), captions are not scored: an ExtraMissing error, or
-    with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D. `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
+    with `need_caption_scores=False` (training's evaluations) a summary without BLEU and CIDEr-D.
+    `split_data`: a folder split or a shard split (`vqa.data.sources.open_split`).
     `generation`: one GenerationConfig for every task, or {task: config}.
 
     Under torchrun (`world` > 1, the process group initialized) every rank decodes its share of a folder
@@ -81,7 +82,8 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     loader = DataLoader(ds, batch_size=batch_images, collate_fn=make_collate(tokenizer.pad_id),
                         generator=torch.Generator().manual_seed(0), num_workers=workers,
                         pin_memory=torch.device(device).type == "cuda")
-    autocast = torch.autocast(torch.device(device).type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
+    autocast = torch.autocast(torch.device(device).type, dtype=amp_dtype or torch.float32,
+                              enabled=amp_dtype is not None)
     vqa_pred, vqa_recs, cap_pred, cap_refs, vqa_conf = {}, [], {}, {}, {}
     it = loader
     if progress:

@@ -33,8 +33,8 @@ Tokenization (:func:`ptb_tokenize`)
     ("1,000", "3.5", "10:30"), "cat/dog", "AT&T", "#tag", acronyms ("u.s.", "p.m."), initials
     ("B. ") and the usual abbreviations ("st.", "mr.", "etc.") kept whole; "$5" -> "$ 5",
     "5%" -> "5 %", "£" -> "#", "€" -> "$", "¢" -> "cents"; quotes, dashes, ellipses, "." "," ";" ":"
-    and single "?"/"!" removed ("!!!" and "?!" are kept, as in Java). As in the official output, brackets survive as "-lrb-",
-    "-rrb-", "-lsb-", "-rsb-", "-lcb-", "-rcb-": Java lower-cases "-LRB-" before the
+    and single "?"/"!" removed ("!!!" and "?!" are kept, as in Java). As in the official output, brackets survive as
+    "-lrb-", "-rrb-", "-lsb-", "-rsb-", "-lcb-", "-rcb-": Java lower-cases "-LRB-" before the
     case-sensitive PUNCTUATIONS filter. No British->American respelling (the 3.4.1 command line does
     none: "colour" stays). During development the output was compared with the real jar (run under
     a JRE) on ~6,300 caption-like sentences with quotes, clitics, numbers, abbreviations, brackets

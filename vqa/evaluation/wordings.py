@@ -36,7 +36,8 @@ def format_templates(t: dict) -> list[str]:
     lines = [f"  per template ({t['set']} wordings; accuracy, questions):"]
     for family, rows in t["per_family"].items():
         lines.append(f"    {family}")
-        lines += [f"      {template:<{width}}  {r['accuracy']:6.2f}  {r['questions']:6d}" for template, r in rows.items()]
+        lines += [f"      {template:<{width}}  {r['accuracy']:6.2f}  {r['questions']:6d}"
+                  for template, r in rows.items()]
     return lines
 
 

@@ -1,5 +1,5 @@
-"""`vqa export`, `vqa import` and `vqa push`: their flags (light: no torch, so `--help` and a usage error answer at once)
-and `run`, which loads the module that does the work."""
+"""`vqa export`, `vqa import` and `vqa push`: their flags (light: no torch, so `--help` and a usage error answer at
+once) and `run`, which loads the module that does the work."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
         return
     if name == "import":
         p.add_argument("--transformers", required=True, metavar="DIR",
-                       help="a VisionEncoderDecoderModel folder (ViT encoder, GPT-2 decoder), as save_pretrained writes")
+                       help="a VisionEncoderDecoderModel folder (ViT encoder, GPT-2 decoder), "
+                            "as save_pretrained writes")
         p.add_argument("--out", required=True, metavar="RUN", help="the checkpoint folder to write (new or empty)")
         return
     p.add_argument("--checkpoint", required=True, metavar="RUN", help="a run or checkpoint folder")

@@ -82,7 +82,8 @@ def model_card(repo_id: str, card: dict, summaries: list[dict], command: str | N
     lines = ["---", front_matter(repo_id, card, summaries, license).rstrip(), "---", "", f"# {repo_id.split('/')[-1]}",
              "", f"A `vqa` model that {does}: a timm ViT encoder and a Transformer decoder joined by "
              "cross-attention."]
-    facts = [("preset", card.get("preset")), ("parameters", f"{card['parameters']:,}" if card.get("parameters") else None),
+    facts = [("preset", card.get("preset")),
+             ("parameters", f"{card['parameters']:,}" if card.get("parameters") else None),
              ("trained on", dataset_name(card.get("data"))), ("split", card.get("train_split")),
              ("steps", card.get("step"))]
     lines += ["", *(f"- {k}: {v}" for k, v in facts if v is not None)]

@@ -10,8 +10,8 @@
 
 One decoder graph serves the prompt (P = 0, T = prompt length) and every new token (T = 1): the graph is the
 model's own decoder forward with a concatenating cache, exported with torch.export (dynamic batch, new tokens
-and past length), under the mask the eager decoding builds (`vqa.model.masks.causal_mask`). `vqa.export.runtime` runs them with onnxruntime and greedy decoding; onnx, onnxscript and
-onnxruntime are the optional extra `vqa[onnx]`.
+and past length), under the mask the eager decoding builds (`vqa.model.masks.causal_mask`). `vqa.export.runtime` runs
+them with onnxruntime and greedy decoding; onnx, onnxscript and onnxruntime are the optional extra `vqa[onnx]`.
 """
 
 from __future__ import annotations
@@ -164,4 +164,5 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["export_onnx", "export_replacing", "check_output", "MARKER", "EncoderGraph", "DecoderStepGraph", "example_inputs", "STEP_INPUTS", "STEP_OUTPUTS"]
+__all__ = ["export_onnx", "export_replacing", "check_output", "MARKER", "EncoderGraph", "DecoderStepGraph",
+           "example_inputs", "STEP_INPUTS", "STEP_OUTPUTS"]

@@ -93,7 +93,8 @@ def _load(args, compile: bool | None = False, device=None):
 
         hint = ""
         if not Path(args.checkpoint).exists() and not is_hub_name(args.checkpoint):
-            hint = "; train one with `vqa data shapes --out data/shapes` and then `vqa train --data data/shapes --out runs/tiny`"
+            hint = ("; train one with `vqa data shapes --out data/shapes` and then "
+                    "`vqa train --data data/shapes --out runs/tiny`")
         raise CheckpointError(f"{e}{hint}") from None
 
 

@@ -106,7 +106,8 @@ class Explanation:
                     cross_maps=self.cross_maps(), vit_weights=self.vit_weights, grid=np.asarray(self.grid),
                     memory_prefix=np.asarray(self.memory_prefix), vit_prefix=np.asarray(self.vit_prefix),
                     image_size=np.asarray(self.image_size), text=np.asarray(self.text),
-                    cross_layer_ids=np.asarray([self.cross_layer_number(j) - 1 for j in range(len(self.cross_weights))]))
+                    cross_layer_ids=np.asarray([self.cross_layer_number(j) - 1
+                                                for j in range(len(self.cross_weights))]))
 
     def save(self, folder: str | Path, pictures: bool = True, **which) -> list[Path]:
         """Write `attention.npz` (every array) and, with `pictures`, the explorer's figures as PNG files into
@@ -131,7 +132,8 @@ def decoder_capture(decoder: nn.Module) -> Iterator[tuple[list[list[AttentionRec
     """While active, every decoder layer's self- and cross-attention record their weights and raw scores:
     yields (self records, cross records), one list per layer."""
     # the llama layout's cross-attention sits in blocks of its own (`decoder.cross`), fewer than the layers
-    attns = [blk.self_attn for blk in decoder.blocks], [blk.cross_attn for blk in getattr(decoder, "cross", decoder.blocks)]
+    attns = ([blk.self_attn for blk in decoder.blocks],
+             [blk.cross_attn for blk in getattr(decoder, "cross", decoder.blocks)])
     selfs, crosses = ([[] for _ in layers] for layers in attns)
     for layers, records in zip(attns, (selfs, crosses), strict=True):
         for attn, r in zip(layers, records, strict=True):
@@ -147,7 +149,8 @@ def decoder_capture(decoder: nn.Module) -> Iterator[tuple[list[list[AttentionRec
 def vit_capture(vit: nn.Module) -> Iterator[list[torch.Tensor]]:
     """While active, timm's attention layers run unfused and each appends its softmaxed weights
     [B, H, N, N] (read at `attn_drop`, the identity in eval mode) to the yielded list, in layer order."""
-    layers = [m for m in vit.modules() if hasattr(m, "fused_attn") and isinstance(getattr(m, "attn_drop", None), nn.Module)
+    layers = [m for m in vit.modules()
+              if hasattr(m, "fused_attn") and isinstance(getattr(m, "attn_drop", None), nn.Module)
               and not isinstance(m, Attention)]
     records: list[torch.Tensor] = []
     saved = [m.fused_attn for m in layers]

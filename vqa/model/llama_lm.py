@@ -100,7 +100,8 @@ def check_config(raw: dict, path: str) -> dict:
         raise ConfigError(f"{path}: use_sliding_window=true is not supported (the decoder attends to every "
                           "earlier token)")
     if round(c["hidden_size"] * (c["intermediate_size"] / c["hidden_size"])) != c["intermediate_size"]:
-        raise ConfigError(f"{path}: intermediate_size={c['intermediate_size']} is not a width dec_mlp_ratio can express")
+        raise ConfigError(f"{path}: intermediate_size={c['intermediate_size']} is not a width dec_mlp_ratio "
+                          "can express")
     c["rope_theta"], c["rope_llama3"] = _rope(c, path)
     c["qkv_bias"] = kind == "qwen2" or bool(c.get("attention_bias", False))
     c["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False))

@@ -25,8 +25,8 @@ the model's rows plus a small random offset (so their logits start ordinary and 
 
 A folder whose model_type is a Llama layout's (`llama_lm.MODEL_TYPES`: Llama, SmolLM2, Qwen2, Qwen3) gets the
 llama-layout decoder instead: `decoder_fields` then returns `llama_lm.architecture`, and `vqa.model.llama_lm`
-maps its weights. Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
-naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
+maps its weights. Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a
+ConfigError naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
 """
 
 from __future__ import annotations
@@ -191,9 +191,12 @@ BLOCK_KEYS = (
 # the cross-attention of a GPT-2 built with add_cross_attention (its c_attn is [key | value], as our kv)
 CROSS_KEYS = (
     ("ln_cross_attn.weight", "ln2.weight", False), ("ln_cross_attn.bias", "ln2.bias", False),
-    ("crossattention.q_attn.weight", "cross_attn.q.weight", True), ("crossattention.q_attn.bias", "cross_attn.q.bias", False),
-    ("crossattention.c_attn.weight", "cross_attn.kv.weight", True), ("crossattention.c_attn.bias", "cross_attn.kv.bias", False),
-    ("crossattention.c_proj.weight", "cross_attn.proj.weight", True), ("crossattention.c_proj.bias", "cross_attn.proj.bias", False),
+    ("crossattention.q_attn.weight", "cross_attn.q.weight", True),
+    ("crossattention.q_attn.bias", "cross_attn.q.bias", False),
+    ("crossattention.c_attn.weight", "cross_attn.kv.weight", True),
+    ("crossattention.c_attn.bias", "cross_attn.kv.bias", False),
+    ("crossattention.c_proj.weight", "cross_attn.proj.weight", True),
+    ("crossattention.c_proj.bias", "cross_attn.proj.bias", False),
 )
 
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
@@ -271,5 +274,5 @@ def load_decoder(decoder, source: str) -> None:
         put(decoder.ln_f.bias, "ln_f.bias")
 
 
-__all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture", "decoder_fields", "tokenizer", "load_decoder",
-           "free_memory", "SUPPORTED"]
+__all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture",
+           "decoder_fields", "tokenizer", "load_decoder", "free_memory", "SUPPORTED"]

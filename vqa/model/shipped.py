@@ -20,7 +20,8 @@ def folder(name: str) -> Path:
     """The checkpoint folder of the shipped towers `name`; a clear error if this install lacks them."""
     path = WEIGHTS / name
     if not (path / "model.safetensors").is_file():
-        have = sorted(p.name for p in WEIGHTS.iterdir() if (p / "model.safetensors").is_file()) if WEIGHTS.is_dir() else []
+        have = (sorted(p.name for p in WEIGHTS.iterdir() if (p / "model.safetensors").is_file())
+                if WEIGHTS.is_dir() else [])
         raise CheckpointError(f"no shipped weights named {name!r} in {WEIGHTS} (this install has: "
                               f"{', '.join(have) or 'none'}); reinstall vqa, or train with --from-scratch")
     return path

@@ -29,8 +29,9 @@ _CROSS = re.compile(r"decoder\.(blocks\.\d+\.(cross_attn|ln2)|cross)\.")
 def part_of(name: str) -> str:
     """The part (`vqa.config.PARTS`) of the VQAModel parameter `name`: "encoder" (the timm ViT),
     "cross_attention" (what joins the towers: every decoder block's cross-attention and its LayerNorm, or
-    the llama layout's gated cross-attention blocks, and the projection of the image tokens to the decoder's width) or "decoder" (the rest of the decoder: token
-    and position embeddings, self-attention, MLP, LayerNorms, the tied LM head)."""
+    the llama layout's gated cross-attention blocks, and the projection of the image tokens to the decoder's
+    width) or "decoder" (the rest of the decoder: token and position embeddings, self-attention, MLP,
+    LayerNorms, the tied LM head)."""
     if name.startswith("vision.vit."):
         return "encoder"
     if name.startswith("vision.") or _CROSS.match(name):
@@ -80,7 +81,8 @@ def param_groups(model: nn.Module, lr: float, vit_lr: float, weight_decay: float
     return out
 
 
-def orthogonalize(g: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32, eps: float = 1e-7) -> torch.Tensor:
+def orthogonalize(g: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32,
+                  eps: float = 1e-7) -> torch.Tensor:
     """~U V^T of g = U S V^T by the quintic Newton-Schulz iteration (torch.optim.Muon's, in `dtype`)."""
     a, b, c = NS_COEFFICIENTS
     x = g.to(dtype)
@@ -169,7 +171,8 @@ class MuonAdamW:
 
     def load_state_dict(self, state: dict) -> None:
         if set(state) != {"muon", "adamw"}:
-            raise ValueError("the saved optimizer state is not Muon + AdamW (was the run started with another --optimizer?)")
+            raise ValueError("the saved optimizer state is not Muon + AdamW "
+                             "(was the run started with another --optimizer?)")
         for o, s in ((self.muon, state["muon"]), (self.adamw, state["adamw"])):
             if (o is None) != (s is None):
                 raise ValueError("the saved Muon + AdamW state has other parameter groups than this model")

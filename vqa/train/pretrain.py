@@ -37,9 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "overlaps, drawing styles; dense captions, relation statements and questions; docs/pretraining.md) "
         f"and train the tiny preset's encoder and decoder on it from random weights, by default on {DEFAULT_IMAGES:,} "
         f"pictures for {DEFAULT_STEPS:,} steps (how long that takes: docs/pretraining.md). It makes DIR: a run "
-        "folder (best/, last/, metrics.jsonl) that `vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus and DIR/pretrain.json. Giving the "
-        "command again continues an interrupted run. The tiny preset's shipped towers (vqa/weights/tiny) were "
-        "made by it with the defaults; `python scripts/ship_weights.py DIR` replaces them in a checkout.")
+        "folder (best/, last/, metrics.jsonl) that `vqa train --init-from DIR` fine-tunes, the corpus in DIR/corpus "
+        "and DIR/pretrain.json. Giving the command again continues an interrupted run. The tiny preset's shipped "
+        "towers (vqa/weights/tiny) were made by it with the defaults; `python scripts/ship_weights.py DIR` replaces "
+        "them in a checkout.")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the folder it makes")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--max-steps", type=int, default=None,
@@ -77,7 +78,8 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
     info.unlink(missing_ok=True)  # written last by the build: its absence marks an unfinished one
     generate(CORPUS_SET, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
     texts = [c["caption"] for c in json.loads((folder / "captions_train.json").read_text())["annotations"]]
-    texts += [q["question"] for q in json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]]
+    questions = json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]
+    texts += [q["question"] for q in questions]
     texts += sorted({a["multiple_choice_answer"] for a in
                      json.loads((folder / "v2_mscoco_train_annotations.json").read_text())["annotations"]})
     Tokenizer.train(texts, alphabet=ALPHABET).save(tok_path)

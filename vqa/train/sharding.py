@@ -120,7 +120,8 @@ def full_optimizer_state(root: nn.Module, optimizer) -> dict | None:
             continue
         order = {fqn: i for i, fqn in enumerate(chain.from_iterable(g["params"] for g in fqn_keyed["param_groups"]))}
         out[key] = {"state": {order[fqn]: s for fqn, s in fqn_keyed["state"].items()},
-                    "param_groups": [dict(g, params=[order[f] for f in g["params"]]) for g in fqn_keyed["param_groups"]]}
+                    "param_groups": [dict(g, params=[order[f] for f in g["params"]])
+                                     for g in fqn_keyed["param_groups"]]}
     if torch.distributed.get_rank() != 0:  # sharded: under torchrun
         return None
     return out[None] if None in out else out
@@ -133,7 +134,8 @@ def load_optimizer_state(root: nn.Module, optimizer, saved: dict) -> None:
 
     parts = _parts(optimizer)
     if None not in parts and (not isinstance(saved, dict) or set(saved) != {"muon", "adamw"}):
-        raise ValueError("the saved optimizer state is not Muon + AdamW (was the run started with another --optimizer?)")
+        raise ValueError("the saved optimizer state is not Muon + AdamW "
+                         "(was the run started with another --optimizer?)")
     names = {p: n for n, p in root.named_parameters()}
     for key, opt in parts.items():
         part = saved if key is None else saved[key]

@@ -130,8 +130,8 @@ def load_split(
     data_dir = Path(data_dir)
     splits = find_splits(data_dir)
     if split not in splits:
-        found = ", ".join(splits) if splits else ("none (expected VQA v2, COCO captions, Karpathy, TextVQA, VizWiz, GQA "
-                                                  "or <split>.jsonl files)")
+        found = ", ".join(splits) if splits else ("none (expected VQA v2, COCO captions, Karpathy, TextVQA, "
+                                                  "VizWiz, GQA or <split>.jsonl files)")
         raise DataError(f"{data_dir}: no split {split!r}; the splits found are: {found}")
     split_data = SplitData(split=split, data_dir=data_dir)
     finder = ImageFinder(data_dir, split, check_images)

@@ -91,7 +91,8 @@ def load_jsonl(path: Path, split_data: SplitData, vqa: VQABuilder, caps: Caption
         if has_q:
             qid = obj.get("question_id", f"{path.stem}:{lineno}")
             if not isinstance(qid, (int, str)) or isinstance(qid, bool):
-                raise DataError(f"{where}: field 'question_id' must be an integer or a string, got {json.dumps(qid)[:60]}")
+                raise DataError(f"{where}: field 'question_id' must be an integer or a string, "
+                                f"got {json.dumps(qid)[:60]}")
             if qid in seen:  # evaluation keys its answers by question id: a repeat would lose one silently
                 raise DataError(f"{where}: question_id {json.dumps(qid)} is also on line {seen[qid]}; "
                                 "question ids must be unique")

@@ -7,9 +7,9 @@ library (`tarfile_samples`, which also opens `https://` and `pipe:` URLs). A par
 sample with an image column (the `datasets` Image feature: {"bytes", "path"}) and the same fields as
 columns; it is read with pyarrow, row group by row group, and its schema with `datasets.Features`.
 
-How a streamed epoch is dealt (`vqa.data.stream.ShardStream`): every shard's sample count is known up front (img2dataset's
-`NNNNN_stats.json`, parquet metadata, or a scan of a local tar), so an epoch is a fixed sequence: the shards
-in a seeded order of the epoch, their samples in file order. It is cut into equal contiguous ranges, one
+How a streamed epoch is dealt (`vqa.data.stream.ShardStream`): every shard's sample count is known up front
+(img2dataset's `NNNNN_stats.json`, parquet metadata, or a scan of a local tar), so an epoch is a fixed sequence: the
+shards in a seeded order of the epoch, their samples in file order. It is cut into equal contiguous ranges, one
 per (rank, DataLoader worker) stream, each a whole number of batches, so every rank runs the same number of
 steps (DDP needs it) and every sample is read once per epoch by one stream (the remainder, fewer than
 streams x batch x accum samples, is left out; which ones changes with the epoch's shard order). A stream
@@ -319,7 +319,8 @@ def _read_parquet(shard: Shard, start: int, images: bool = True) -> Iterator[Sam
             if k < start:
                 k += 1
                 continue
-            key = str(r.get("key") or r.get("__key__") or f"{Path(shard.url).stem}/{k:09d}")  # with the shard: rows of two shards differ
+            # with the shard's name: rows of two shards differ
+            key = str(r.get("key") or r.get("__key__") or f"{Path(shard.url).stem}/{k:09d}")
             s = Sample(shard.url, key, k)
             img = r.get(col) if col else None
             if isinstance(img, dict):

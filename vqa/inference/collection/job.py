@@ -6,8 +6,8 @@ each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose 
 thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
 position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
 are written in position order, one line each, flushed (`vqa.inference.collection.output`): a killed run loses the
-chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
-refuses, gets a record with `error`; the run goes on.
+chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that
+cannot be decoded, or a question the model refuses, gets a record with `error`; the run goes on.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class Job:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.output.done_keys,
                                  self.output.failed_keys)
-            chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))  # workers start before the Batcher's thread
+            # the workers start before the Batcher's thread
+            chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))
             self._next, self._ready = lo, {}
             skipped, prior_errors = self._pipeline(chunks, hi - lo)
             self._flush(final=True)

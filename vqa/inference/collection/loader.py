@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from ...data.images import load_image
 from ...errors import VQAError
 from .inputs import Collection, FileItem, ShardItems
 
@@ -43,6 +44,7 @@ class Loaded:
     question_id: object = None
     pixels: torch.Tensor | None = None  # uint8 [3, S, S]
     error: str | None = None
+    size: tuple[int, int] | None = None  # the picture's (width, height), read for pointing (`ChunkSource.sizes`)
 
     def ident(self) -> dict:
         """The record's identifying fields: image, shard, question_id, question."""
@@ -60,9 +62,9 @@ class Loaded:
 
 
 def record_key(rec: dict) -> tuple:
-    """What tells one record from another: (shard, image, question_id or question)."""
+    """What tells one record from another: (shard, image, question_id or question; a point's phrase)."""
     q = rec.get("question_id")
-    return rec.get("shard"), rec.get("image"), rec.get("question") if q is None else q
+    return rec.get("shard"), rec.get("image"), rec.get("question", rec.get("phrase")) if q is None else q
 
 
 @dataclass
@@ -96,12 +98,13 @@ class ChunkSource(IterableDataset):
     """The chunks of positions [lo, hi) of `collection`, each worker its pieces (the module docstring)."""
 
     def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform,
-                 done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
+                 done: frozenset | set = frozenset(), failed: frozenset | set = frozenset(), sizes: bool = False):
         """`transform`: the Predictor's (`prepare(src, name=)`); `done`: the keys already written (skipped);
-        `failed`: those of them whose record is an error."""
+        `failed`: those of them whose record is an error; `sizes`: read each picture whole, as `Predictor.point`
+        does, and keep its size (a point is in its pixels)."""
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
-        self.transform, self.done, self.failed = transform, done, failed
+        self.transform, self.done, self.failed, self.sizes = transform, done, failed, sizes
         self.pieces = self._pieces()
 
     def _pieces(self) -> list[tuple[int, int]]:
@@ -151,6 +154,9 @@ class ChunkSource(IterableDataset):
 
     def _decode(self, item: Loaded, src, name: str) -> Loaded:
         try:
+            if self.sizes:  # whole, not drafted at a JPEG's smaller scale: the point is in the full picture's pixels
+                src = load_image(src, max_pixels=self.transform.pre.max_pixels, name=name)
+                item.size = src.size
             item.pixels = self.transform.prepare(src, name=name)
         except VQAError as e:
             item.error = str(e)

@@ -69,8 +69,8 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
         state = gr.State(None, time_to_live=STATE_TTL)
         explained = gr.State(None, time_to_live=STATE_TTL)
         gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question, "
-                    "caption it or find an object in it. The heatmap shows where the model looked while it wrote each word; the "
-                    "attention explorer shows every step.")
+                    "caption it or find an object in it. The heatmap shows where the model looked while it wrote "
+                    "each word; the attention explorer shows every step.")
         with gr.Tabs(elem_id="main-tabs"):
             ask = ask_tab.build_tab(pred.cfg, pred.tasks, card_markdown(pred, reference_note))
             explore = explorer_tab.build_tab(pred.cfg, pred.grid)

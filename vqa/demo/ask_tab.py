@@ -1,6 +1,6 @@
 """The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption, Find
-and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the decoding
-controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
+and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the
+decoding controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
 them to the handlers, `vqa.demo.app` assembles the page.
 """
 
@@ -133,7 +133,8 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
                                                  interactive=asks)
                         found_line = gr.Markdown(elem_id="found-line")
                         found_picture = gr.Image(label="Where the model says it is (box and ring)", type="pil",
-                                                 format="png", interactive=False, height=300, elem_id="found-picture")
+                                                 format="png", interactive=False, height=300,
+                                                 elem_id="found-picture")
                     with gr.Tab("Model card", id="card"):
                         gr.Markdown(card, elem_id="model-card")
                 heat = gr.Image(label="Where the model looked (cross-attention, red = most)", type="pil",

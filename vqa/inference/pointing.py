@@ -2,11 +2,11 @@
 picture.
 
 Two questions in one batch: "is there a red star?" (an answer of "no" means not found) and "what color is the
-red star?", which the model can only answer by looking at the object. The point is the centre of the patch
-that the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens;
-patches that cover only the letterbox's padding left out), read back through the letterbox into the picture's
-pixels; the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`. Over
-a collection (`vqa ask photos/ "the red star" --point --out points.jsonl`): `locate`, from `vqa.inference.collection.job`.
+red star?", which the model can only answer by looking at the object. The point is the centre of the patch that
+the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens; patches
+that cover only the letterbox's padding left out), read back through the letterbox into the picture's pixels;
+the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`. Over a collection
+(`vqa ask photos/ "the red star" --point --out points.jsonl`): `locate`, from `vqa.inference.collection.job`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.collection.loader`);
 each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
-`Predictor.caption_batch` / `answer_batch` / `vqa.inference.pointing.locate` (kind "point": `vqa ask --point`;
-the compiled decode step when the Predictor compiles) while this
-thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
-position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
-are written in position order, one line each, flushed (`vqa.inference.collection.output`): a killed run loses the
-chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
+`Predictor.caption_batch` / `answer_batch`, or `vqa.inference.pointing.locate` for `vqa ask --point` (the
+compiled decode step when the Predictor compiles) while this thread takes the next chunk from the loader and
+writes the finished one. The workers' chunks arrive out of position order (each worker reads whole shards);
+their records wait in `_ready` (records, never pixels) and are written in position order, one line each, flushed
+(`vqa.inference.collection.output`): a killed run loses the chunks in flight and the records still waiting for
+an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
 refuses, gets a record with `error`; the run goes on.
 """
 

@@ -12,7 +12,8 @@ writes their records in position order (`vqa.inference.collection.job`).
 
 A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
 `prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
-uint8 [3, S, S], so a batch reaches the model ready to normalise; an image that cannot be
+uint8 [3, S, S], so a batch reaches the model ready to normalise (for `vqa ask --point`, from the picture read
+whole, as `Predictor.point` reads it, whose size it keeps: the point is in its pixels); an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
 resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
 """

@@ -83,7 +83,7 @@ def _caption(client, image, method="greedy", submit=False, **settings):
 
 def test_the_api_names_are_stable(client):
     names = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
-    assert {"/ask", "/caption", "/heatmap"} <= names
+    assert {"/ask", "/caption", "/point", "/heatmap"} <= names
 
 
 def test_ask_answers_with_top_k_scores_and_a_heatmap_image(client, pictures):

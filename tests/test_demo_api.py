@@ -1,5 +1,5 @@
-"""The demo as an API: `vqa demo` started as a user starts it, on a free port, answers /ask and /caption through
-`gradio_client` exactly as the Predictor does (docs/demo.md's examples, with this test's checkpoint), the
+"""The demo as an API: `vqa demo` started as a user starts it, on a free port, answers /ask, /caption and /point
+through `gradio_client` exactly as the Predictor does (docs/demo.md's examples, with this test's checkpoint), the
 answers streamed as generators and returned whole to a client."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from predict_fixtures import COLOR_Q, SHAPE_Q, free_port, shared_checkpoint, write_pictures
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,9 @@ def test_ask_and_caption_through_gradio_client_equal_the_predictor(tmp_path):
             assert caption == expected.caption and expected.beams[0][0] in details
             assert client.predict(image, "greedy", 3, 1.0, 1.0, 0, 1.0, 0, api_name="/caption")[0] == \
                 pred.caption(picture).caption
+            marked, line = client.predict(image, "the red circle", api_name="/point")  # the picture, marked
+            x, y = pred.point(picture, "the red circle").point
+            assert f"found at ({x:.0f}, {y:.0f})" in line and Image.open(marked).size == Image.open(picture).size
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -34,7 +34,8 @@ CASES = [
     ("ask --checkpoint {none} --top-k 2 --method greedy {img} q", 2, r"greedy decoding gives one answer"),
     ("ask --checkpoint {none} --batch-size 0 {img} q", 2, r"--batch-size must be at least 1"),
     ("ask --checkpoint {none} --method beam --num-beams x {img} q", 2, r"argument --num-beams"),
-    ("ask --checkpoint {none} --point --out {tmp}/a.jsonl {pics} star", 2, r"--point takes one IMAGE"),
+    ("ask --checkpoint {none} --point --top-k 3 --out {tmp}/a.jsonl {pics} star", 2,
+     r"--point finds one point .*no --top-k"),
     # vqa caption
     ("caption --checkpoint {none}", 2, r"vqa caption needs an INPUT"),
     ("caption --checkpoint {none} --merge {tmp}/c.jsonl {img}", 2, r"--merge merges the part files"),

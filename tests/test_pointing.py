@@ -101,7 +101,7 @@ def test_vqa_ask_point_prints_or_refuses(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"image", "phrase", "found", "point", "box", "exists", "colour"}
     assert main(["ask", "--checkpoint", str(run), "--point", "--top-k", "3", "--method", "beam", str(img), "star"]) == 2
-    assert "--point takes one IMAGE" in capsys.readouterr().err
+    assert "--point finds one point per picture and object: no --top-k" in capsys.readouterr().err
 
 
 def test_named_objects_and_an_absent_one():

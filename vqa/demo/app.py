@@ -3,7 +3,8 @@
 (`vqa.demo.ask_tab`, `vqa.demo.explorer_tab`) and wires each tab to its handlers (`vqa.demo.events`). Without a
 model, the page that says how to train one (`how_to_train_page`).
 
-The endpoints `/ask`, `/caption`, `/heatmap`, `/explain` and `/export` keep their names for `gradio_client`.
+The endpoints `/ask`, `/caption`, `/point`, `/heatmap`, `/explain` and `/export` keep their names for
+`gradio_client`.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     with gr.Blocks(title="vqa demo", delete_cache=(3600, 3600)) as demo:
         state = gr.State(None, time_to_live=STATE_TTL)
         explained = gr.State(None, time_to_live=STATE_TTL)
-        gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question or "
-                    "caption it. The heatmap shows where the model looked while it wrote each word; the "
-                    "attention explorer shows every step.")
+        gr.Markdown("# vqa: ask about a picture\nUpload a picture (or pick an example), then ask a question, "
+                    "caption it or find an object in it. The heatmap shows where the model looked while it wrote "
+                    "each word; the attention explorer shows every step.")
         with gr.Tabs(elem_id="main-tabs"):
             ask = ask_tab.build_tab(pred.cfg, pred.tasks, card_markdown(pred, reference_note))
             explore = explorer_tab.build_tab(pred.cfg, pred.grid)

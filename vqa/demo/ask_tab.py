@@ -1,6 +1,6 @@
-"""The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption and
-Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the decoding
-controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
+"""The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption, Find
+and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the
+decoding controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
 them to the handlers, `vqa.demo.app` assembles the page.
 """
 
@@ -71,6 +71,10 @@ class AskTab:
     word: gr.Radio
     layer: gr.Dropdown
     head: gr.Dropdown
+    find_object: gr.Textbox
+    find_btn: gr.Button
+    found_picture: gr.Image
+    found_line: gr.Markdown
 
 
 def build_tab(cfg, tasks, card: str) -> AskTab:
@@ -118,6 +122,19 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
                             cap_stop = gr.Button("Stop", variant="stop", elem_id="caption-stop", scale=1)
                         cap_text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text")
                         cap_details = gr.Markdown(elem_id="caption-details")
+                    with gr.Tab("Find", id="find"):  # where the model says a named object is
+                        if not asks:
+                            gr.Markdown(untrained_note("vqa", tasks), elem_id="find-untrained")
+                        with gr.Row(equal_height=True):
+                            find_object = gr.Textbox(label="Object to find", placeholder="the red circle",
+                                                     max_length=MAX_QUESTION_CHARS, elem_id="find-object",
+                                                     interactive=asks, scale=4)
+                            find_btn = gr.Button("Find", variant="primary", elem_id="find-button", scale=1,
+                                                 interactive=asks)
+                        found_line = gr.Markdown(elem_id="found-line")
+                        found_picture = gr.Image(label="Where the model says it is (box and ring)", type="pil",
+                                                 format="png", interactive=False, height=300,
+                                                 elem_id="found-picture")
                     with gr.Tab("Model card", id="card"):
                         gr.Markdown(card, elem_id="model-card")
                 heat = gr.Image(label="Where the model looked (cross-attention, red = most)", type="pil",
@@ -132,5 +149,6 @@ def build_tab(cfg, tasks, card: str) -> AskTab:
             gr.Examples(pairs, inputs=[image, question], label="Examples: sample pictures and Shapes scenes",
                         examples_per_page=8)
     return AskTab(image, question, top_k, ask_btn, ask_stop, answer, scores, note, method, settings, cap_btn,
-                  cap_stop, cap_text, cap_details, heat, word, layer, head)
+                  cap_stop, cap_text, cap_details, heat, word, layer, head, find_object, find_btn, found_picture,
+                  found_line)
 

@@ -2,7 +2,8 @@
 handlers (`vqa.demo.handlers.Handlers`, `vqa.demo.explorer.Explorer`). `vqa.demo.app` builds the tabs, then
 calls `wire_ask_tab` and `wire_explorer_tab`.
 
-The endpoints `/ask`, `/caption`, `/heatmap`, `/explain` and `/export` keep their names for `gradio_client`.
+The endpoints `/ask`, `/caption`, `/point`, `/heatmap`, `/explain` and `/export` keep their names for
+`gradio_client`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import gradio as gr
 from .ask_tab import AskTab, shown_for
 from .explorer import Explorer
 from .explorer_tab import ExplorerTab
+from .find import Finder
 from .handlers import Handlers
 from .streaming import streaming_ask, streaming_caption
 
 
 def wire_ask_tab(t: AskTab, handlers: Handlers, state: gr.State) -> None:
-    """The "Ask and caption" tab's events: /ask, /caption and /heatmap, the heatmap drawn after each answer,
-    and the decoding controls shown for the method chosen."""
+    """The "Ask and caption" tab's events: /ask, /caption, /point (the Find tab) and /heatmap, the heatmap drawn
+    after each answer, and the decoding controls shown for the method chosen."""
     # the answer is shown as soon as it is there; its heatmap is drawn by a second, lighter event (and
     # through the API only when /heatmap is asked for)
     heat_args = dict(fn=handlers.heatmap, inputs=[t.word, t.layer, t.head, state], outputs=t.heat,
@@ -39,6 +41,9 @@ def wire_ask_tab(t: AskTab, handlers: Handlers, state: gr.State) -> None:
     captioned.failure(lambda: None, None, t.heat, api_visibility="private", queue=False)
     gr.on([t.ask_stop.click, t.cap_stop.click], None, None, None, cancels=[asked, captioned],
           api_visibility="private", queue=False)
+    finder = Finder(handlers.pred, handlers.budget)  # the Find tab: Predictor.point, drawn on the picture
+    gr.on([t.find_btn.click, t.find_object.submit], finder.find, [t.image, t.find_object],
+          [t.found_picture, t.found_line], api_name="point", concurrency_id="model")
 
 
 def wire_explorer_tab(t: ExplorerTab, explorer: Explorer, state: gr.State, explained: gr.State) -> None:

@@ -11,6 +11,7 @@ batched, resumable, and dealt to ranks under torchrun:
     vqa caption --checkpoint runs/tiny photos/ more/*.jpg shards/{00000..00009}.tar --out captions.jsonl
     vqa ask --checkpoint runs/tiny --questions questions.jsonl --out answers.jsonl
     vqa ask --checkpoint runs/tiny photos/ "what is in the picture?" --out answers.jsonl
+    vqa ask --checkpoint runs/tiny photos/ "the red star" --point --out points.jsonl   # Predictor.point_batch
     vqa caption --merge captions.jsonl   # the part files of a multi-machine run, into one file
 
 The decoding options are GenerationConfig's fields (`vqa caption --help` lists them). On `vqa ask`,
@@ -60,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "ask") -> None:
                             "to the file (instead of INPUT... QUESTION)")
         p.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely answers")
         p.add_argument("--point", action="store_true",
-                       help='IMAGE OBJECT: where the model looks for the named object ("the red star"), a point '
-                            "and a box in the picture's pixels, or that it says there is none (Predictor.point)")
+                       help='INPUT... OBJECT: where the model looks for the named object ("the red star"), a point '
+                            "and a box in the picture's pixels, or that it says there is none (Predictor.point); "
+                            "with many INPUTs, --out or --questions (each question the object): one JSON line each")
         rename = ASK_RENAME
     else:
         p.add_argument("inputs", nargs="*", metavar="INPUT",
@@ -110,8 +112,8 @@ def _attention_out(pred, args, res) -> dict:
 
 def run(args) -> int:
     check_options(args)
-    if getattr(args, "point", False) and (not single_image(args) or args.top_k != 1):
-        raise ConfigError("--point takes one IMAGE and the OBJECT to find (no --out, --questions or --top-k)")
+    if getattr(args, "point", False) and args.top_k != 1:
+        raise ConfigError("--point finds one point per picture and object: no --top-k")
     if not single_image(args):
         return run_collection(args, _load)
     args.image = args.inputs[0]

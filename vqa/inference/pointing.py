@@ -2,10 +2,11 @@
 picture.
 
 Two questions in one batch: "is there a red star?" (an answer of "no" means not found) and "what color is the
-red star?", which the model can only answer by looking at the object. The point is the centre of the patch
-that the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens;
-patches that cover only the letterbox's padding left out), read back through the letterbox into the picture's
-pixels; the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`.
+red star?", which the model can only answer by looking at the object. The point is the centre of the patch that
+the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens; patches
+that cover only the letterbox's padding left out), read back through the letterbox into the picture's pixels;
+the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`. Over a collection
+(`vqa ask photos/ "the red star" --point --out points.jsonl`): `locate`, from `vqa.inference.collection.job`.
 """
 
 from __future__ import annotations
@@ -56,17 +57,24 @@ def on_picture(width: int, height: int, grid: int, size: int, resize: str) -> np
 def point_batch(predictor, images: Sequence[Any], phrases: Sequence[str], **changes) -> list[Point]:
     """`Predictor.point` for each (image, phrase) pair, in one batched decoding."""
     pictures = [load_image(img) for img in images]
+    return locate(predictor, pictures, [p.size for p in pictures], phrases, **changes)
+
+
+def locate(predictor, inputs: Sequence[Any], sizes: Sequence[tuple[int, int]], phrases: Sequence[str],
+           generation=None, **changes) -> list[Point]:
+    """`point_batch` of pictures already read: `inputs` as `answer_batch` takes them (a picture or its model
+    input, as a collection's loader makes it), `sizes` each picture's (width, height), where the points go."""
     names = [object_words(p) for p in phrases]
     questions = [EXISTS_Q.format(n) for n in names] + [PROBE_Q.format(n) for n in names]
-    answers = predictor.answer_batch(pictures * 2, questions, return_attention=True, **changes)
+    answers = predictor.answer_batch(list(inputs) * 2, questions, generation=generation, return_attention=True,
+                                     **changes)
     exists, probes = answers[: len(names)], answers[len(names):]
     size, resize, grid = predictor.cfg.vit_image_size, predictor.cfg.vit_resize, predictor.grid
     out = []
-    for pic, phrase, there, probe in zip(pictures, phrases, exists, probes, strict=True):
+    for (w, h), phrase, there, probe in zip(sizes, phrases, exists, probes, strict=True):
         if there.answer.strip().lower() == "no":
             out.append(Point(phrase, False, None, None, there.answer, probe.answer))
             continue
-        w, h = pic.size
         row, col = peak_patch(probe.attention.float().numpy(), on_picture(w, h, grid, size, resize))
         box = patch_box(w, h, row, col, grid, size, resize)
         out.append(Point(phrase, True, ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2), box, there.answer,
@@ -74,4 +82,4 @@ def point_batch(predictor, images: Sequence[Any], phrases: Sequence[str], **chan
     return out
 
 
-__all__ = ["Point", "object_words", "on_picture", "point_batch"]
+__all__ = ["Point", "locate", "object_words", "on_picture", "point_batch"]

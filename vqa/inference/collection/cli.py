@@ -113,6 +113,7 @@ def _run(args, load, collection, output, dist, top_k: int):
     from .job import Job
     from .settings import JobSettings
 
+    kind = "point" if getattr(args, "point", False) else args.command
     failure = None
     try:  # every rank learns whether any failed here, so none waits for a rank that has left
         pred = load(args, compile=args.compile, device=dist.device)
@@ -121,7 +122,7 @@ def _run(args, load, collection, output, dist, top_k: int):
             settings = pred.answer_settings(top_k, changes=given(args, GenerationConfig, ASK_RENAME))
         else:
             settings = pred.caption_settings(changes=given(args, GenerationConfig))
-        stamp = JobSettings.of(pred, args.command, settings, top_k)
+        stamp = JobSettings.of(pred, kind, settings, top_k)  # points and answers: never resumed one as the other
         stamp.check(output.out, output.settings_found)  # another model or other options: refused before decoding
     except Exception as e:  # noqa: BLE001 -- told to the other ranks, then raised again
         failure = e
@@ -130,7 +131,7 @@ def _run(args, load, collection, output, dist, top_k: int):
         log.info(f"vqa {args.command}: {collection.describe()} ({len(collection)} inputs) on {pred.device}"
                  f"{' x ' + str(dist.world) + ' processes' if dist.world > 1 else ''}, "
                  f"batches of {args.batch_size}")
-    job = Job(pred, collection, output, args.command, settings, top_k=top_k,
+    job = Job(pred, collection, output, kind, settings, top_k=top_k,
               batch=args.batch_size, workers=args.workers, dist=dist, stamp=stamp.digest)
     return job.run()
 

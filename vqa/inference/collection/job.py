@@ -2,12 +2,13 @@
 
 The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.collection.loader`);
 each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
-`Predictor.caption_batch` / `answer_batch` (the compiled decode step when the Predictor compiles) while this
-thread takes the next chunk from the loader and writes the finished one. The workers' chunks arrive out of
-position order (each worker reads whole shards); their records wait in `_ready` (records, never pixels) and
-are written in position order, one line each, flushed (`vqa.inference.collection.output`): a killed run loses the
-chunks in flight and the records still waiting for an earlier chunk, and a rerun skips the keys written. An image that
-cannot be decoded, or a question the model refuses, gets a record with `error`; the run goes on.
+`Predictor.caption_batch` / `answer_batch`, or `vqa.inference.pointing.locate` for `vqa ask --point` (the
+compiled decode step when the Predictor compiles) while this thread takes the next chunk from the loader and
+writes the finished one. The workers' chunks arrive out of position order (each worker reads whole shards);
+their records wait in `_ready` (records, never pixels) and are written in position order, one line each, flushed
+(`vqa.inference.collection.output`): a killed run loses the chunks in flight and the records still waiting for
+an earlier chunk, and a rerun skips the keys written. An image that cannot be decoded, or a question the model
+refuses, gets a record with `error`; the run goes on.
 """
 
 from __future__ import annotations
@@ -39,8 +40,20 @@ class Summary:
     seconds: float
 
 
-def _record(kind: str, item: Loaded, res, top_k: int) -> dict:
+def _ident(kind: str, item: Loaded) -> dict:
+    """The record's identifying fields; a point's question is the phrase it looked for, named as
+    `Point.to_dict` names it."""
     rec = item.ident()
+    if kind == "point" and "question" in rec:
+        rec["phrase"] = rec.pop("question")
+    return rec
+
+
+def _record(kind: str, item: Loaded, res, top_k: int) -> dict:
+    rec = _ident(kind, item)
+    if kind == "point":  # what `vqa ask IMAGE OBJECT --point --json` prints
+        rec.update(res.to_dict())
+        return rec
     if kind == "caption":
         d = res.to_dict()
         rec.update(caption=d["caption"], log_prob=d["log_prob"])
@@ -55,7 +68,8 @@ def _record(kind: str, item: Loaded, res, top_k: int) -> dict:
 
 
 class Job:
-    """One process's part of a collection job: `run()` writes its records and returns a Summary."""
+    """One process's part of a collection job: `run()` writes its records and returns a Summary. `kind`:
+    "caption", "ask" or "point"."""
 
     def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
                  top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True,
@@ -70,10 +84,14 @@ class Job:
 
     # ---- the model side: a Batcher call ----
     def _run_batch(self, key, items: list) -> list:
-        images = [pixels for pixels, _ in items]
+        images, questions = [it[0] for it in items], [it[1] for it in items]
         if self.kind == "caption":
             return self.pred.caption_batch(images, self.settings)
-        return self.pred.answer_batch(images, [q for _, q in items], top_k=self.top_k, generation=self.settings)
+        if self.kind == "point":
+            from ..pointing import locate
+
+            return locate(self.pred, images, [it[2] for it in items], questions, generation=self.settings)
+        return self.pred.answer_batch(images, questions, top_k=self.top_k, generation=self.settings)
 
     def run(self) -> Summary:
         """Write this process's records and, with several processes, merge them; the output must be
@@ -94,7 +112,7 @@ class Job:
         try:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.output.done_keys,
-                                 self.output.failed_keys)
+                                 self.output.failed_keys, sizes=self.kind == "point")
             # the workers start before the Batcher's thread
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))
             self._next, self._ready = lo, {}
@@ -115,7 +133,7 @@ class Job:
             total, errors = _sum(self.dist, (total, errors))  # every rank's inputs
         outputs, cut = _sum(self.dist, (self.outputs, self.cut))
         if self.dist.main:
-            noun = "captions written" if self.kind == "caption" else "answers written"
+            noun = {"caption": "captions written", "point": "points written"}.get(self.kind, "answers written")
             say(line(cut, outputs, noun, "reached their budget without <eos> and were cut (--max-new-tokens)"))
         self.output.release()
         return Summary(written, skipped, errors, total, seconds)
@@ -131,7 +149,8 @@ class Job:
         skipped = skipped_errors = 0
         with bar:
             for chunk in chunks:
-                futures = [None if it.error else batcher.submit(key, (it.pixels, it.question)) for it in chunk.items]
+                futures = [None if it.error else batcher.submit(key, (it.pixels, it.question, it.size))
+                           for it in chunk.items]
                 pending.append((chunk, futures))
                 skipped += chunk.skipped
                 skipped_errors += chunk.skipped_errors
@@ -145,14 +164,14 @@ class Job:
         recs = []
         for it, fut in zip(chunk.items, futures, strict=True):
             if fut is None:
-                rec = {**it.ident(), "error": it.error}
+                rec = {**_ident(self.kind, it), "error": it.error}
             else:
                 try:
                     res = fut.result()
                     rec = _record(self.kind, it, res, self.top_k)
-                    self.outputs, self.cut = self.outputs + 1, self.cut + res.cut
+                    self.outputs, self.cut = self.outputs + 1, self.cut + getattr(res, "cut", False)  # a Point: none
                 except VQAError as e:
-                    rec = {**it.ident(), "error": str(e)}
+                    rec = {**_ident(self.kind, it), "error": str(e)}
             if self.stamp is not None:
                 rec["settings"] = self.stamp
             recs.append((rec, it.pos))

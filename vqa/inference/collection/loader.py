@@ -12,7 +12,8 @@ writes their records in position order (`vqa.inference.collection.job`).
 
 A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
 `prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
-uint8 [3, S, S], so a batch reaches the model ready to normalise; an image that cannot be
+uint8 [3, S, S], so a batch reaches the model ready to normalise (for `vqa ask --point`, from the picture read
+whole, as `Predictor.point` reads it, whose size it keeps: the point is in its pixels); an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
 resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
 """
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from ...data.images import load_image
 from ...errors import VQAError
 from .inputs import Collection, FileItem, ShardItems
 
@@ -43,6 +45,7 @@ class Loaded:
     question_id: object = None
     pixels: torch.Tensor | None = None  # uint8 [3, S, S]
     error: str | None = None
+    size: tuple[int, int] | None = None  # the picture's (width, height), read for pointing (`ChunkSource.sizes`)
 
     def ident(self) -> dict:
         """The record's identifying fields: image, shard, question_id, question."""
@@ -60,9 +63,9 @@ class Loaded:
 
 
 def record_key(rec: dict) -> tuple:
-    """What tells one record from another: (shard, image, question_id or question)."""
+    """What tells one record from another: (shard, image, question_id or question; a point's phrase)."""
     q = rec.get("question_id")
-    return rec.get("shard"), rec.get("image"), rec.get("question") if q is None else q
+    return rec.get("shard"), rec.get("image"), rec.get("question", rec.get("phrase")) if q is None else q
 
 
 @dataclass
@@ -96,12 +99,13 @@ class ChunkSource(IterableDataset):
     """The chunks of positions [lo, hi) of `collection`, each worker its pieces (the module docstring)."""
 
     def __init__(self, collection: Collection, lo: int, hi: int, batch: int, transform,
-                 done: frozenset | set = frozenset(), failed: frozenset | set = frozenset()):
+                 done: frozenset | set = frozenset(), failed: frozenset | set = frozenset(), sizes: bool = False):
         """`transform`: the Predictor's (`prepare(src, name=)`); `done`: the keys already written (skipped);
-        `failed`: those of them whose record is an error."""
+        `failed`: those of them whose record is an error; `sizes`: read each picture whole, as `Predictor.point`
+        does, and keep its size (a point is in its pixels)."""
         self.units, self.starts = collection.units, collection.starts()
         self.lo, self.hi, self.batch = lo, hi, max(1, int(batch))
-        self.transform, self.done, self.failed = transform, done, failed
+        self.transform, self.done, self.failed, self.sizes = transform, done, failed, sizes
         self.pieces = self._pieces()
 
     def _pieces(self) -> list[tuple[int, int]]:
@@ -151,6 +155,9 @@ class ChunkSource(IterableDataset):
 
     def _decode(self, item: Loaded, src, name: str) -> Loaded:
         try:
+            if self.sizes:  # whole, not drafted at a JPEG's smaller scale: the point is in the full picture's pixels
+                src = load_image(src, max_pixels=self.transform.pre.max_pixels, name=name)
+                item.size = src.size
             item.pixels = self.transform.prepare(src, name=name)
         except VQAError as e:
             item.error = str(e)

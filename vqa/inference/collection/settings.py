@@ -19,7 +19,7 @@ from ...errors import ConfigError
 class JobSettings:
     """The settings of one job; `digest` is what its records carry."""
 
-    fields: dict  # {"task", "weights", "precision", "answers" (top-k), and the GenerationConfig's fields}
+    fields: dict  # {"task" (caption, ask, point), "weights", "precision", "answers" (top-k), GenerationConfig's}
 
     @classmethod
     def of(cls, pred, task: str, generation, top_k: int = 1) -> JobSettings:
@@ -34,7 +34,7 @@ class JobSettings:
     def describe(self) -> str:
         g = {k: v for k, v in self.fields.items() if k not in ("task", "weights", "precision", "answers")}
         shown = ", ".join(f"{k}={v}" for k, v in g.items() if v is not None)
-        return f"weights {self.fields['weights']}, {self.fields['precision']}, {shown}"
+        return f"{self.fields['task']}, weights {self.fields['weights']}, {self.fields['precision']}, {shown}"
 
     def check(self, out: Path | None, found: set) -> None:
         """ConfigError when the records already in `out` carry another digest than this job's."""

@@ -24,7 +24,7 @@ from vqa.evaluation.grounding import (
     words_of,
 )
 
-SHAPES, SCENES = SETS
+SHAPES, SCENES, _CORPUS = SETS
 
 
 def _map(**weights) -> np.ndarray:

@@ -64,7 +64,8 @@ LENGTH_FIELDS = ("epochs", "max_steps", "time_limit")
 # --eval-images 0 no evaluation, --workers -1 the default count
 RANGES: dict[str, tuple[float, bool]] = {
     "lr": (0, False), "vit_lr": (0, False), "dec_lr": (0, False), "vit_lr_scale": (0, False),
-    "dec_lr_scale": (0, False), "muon_lr_scale": (0, False), "weight_decay": (0, False), "caption_weight": (0, False), "grounding_weight": (0, False),
+    "dec_lr_scale": (0, False), "muon_lr_scale": (0, False), "weight_decay": (0, False), "caption_weight": (0, False),
+    "grounding_weight": (0, False),
     "grad_clip": (0, False), "dist_timeout": (0, True), "epochs": (0, True),
     "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
     "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
@@ -81,8 +82,10 @@ class TrainConfig(_Config):
 
     data: str = field(default="", metadata=_opt(
         "data folder (VQA v2 / COCO / JSONL files, or split folders of webdataset / parquet shards), or a "
-        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); `vqa data info DIR` lists what it finds", metavar='DIR'))
-    out: str = field(default="", metadata=_opt("run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
+        "shard pattern (shards/{00000..00099}.tar, https://..., pipe:...); `vqa data info DIR` lists what it finds",
+        metavar='DIR'))
+    out: str = field(default="", metadata=_opt(
+        "run folder: checkpoints best/ and last/, metrics.jsonl, curves.png", metavar='RUN'))
     preset: str = field(default="tiny", metadata=_opt("model and training defaults", choices=tuple(PRESETS)))
     model: dict = field(default_factory=dict, metadata=_opt(
         "override a model config field (repeatable); the fields, each with what it does: "
@@ -244,7 +247,8 @@ class TrainConfig(_Config):
                 raise ConfigError(f"{problem}, got {getattr(self, name)!r}")
         for name, (lo, above) in RANGES.items():
             value = getattr(self, name)
-            problem = number_problem(flags[name], value, lo, above=above, integer=scalar_type(TrainConfig, name)[0] is int)
+            problem = number_problem(flags[name], value, lo, above=above,
+                                     integer=scalar_type(TrainConfig, name)[0] is int)
             if problem:
                 raise ConfigError(f"{problem}, got {value}")
         for task, name in TASK_COUNTS.items():

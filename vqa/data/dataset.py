@@ -78,7 +78,8 @@ class ItemMaker:
         return self._cached_ids("prompt", question, lambda q: self.tok.vqa_prompt(q, self.max_len))
 
     def rows(self, rng: np.random.Generator, n_questions: int, question: Callable[[int], VQARecord],
-             n_captions: int, caption: Callable[[int], CaptionRecord], all_captions: list[str] | None = None) -> list[dict]:
+             n_captions: int, caption: Callable[[int], CaptionRecord],
+             all_captions: list[str] | None = None) -> list[dict]:
         """Text rows of one image with `n_questions` questions and `n_captions` captions (`question(k)` /
         `caption(k)` give the k-th): in training up to questions_per_image random questions, each with one of
         its answers drawn by frequency, and captions_per_image random captions; in evaluation every question
@@ -227,7 +228,8 @@ class ImageTextDataset(Dataset):
         if not self.transform.allow_hflip:
             return []
         vqa, s = self.data.vqa, self.data.vqa.strings
-        out = [s[vqa.question[k]] for k in qs] + [s[vqa.mc[k]] for k in qs] + [self.data.captions.caption[k] for k in cs]
+        out = ([s[vqa.question[k]] for k in qs] + [s[vqa.mc[k]] for k in qs]
+               + [self.data.captions.caption[k] for k in cs])
         return out + [s[a] for k in qs for a in vqa.answers[vqa.ans_start[k] : vqa.ans_start[k + 1]].tolist()]
 
 

@@ -117,7 +117,8 @@ class LlamaDecoder(nn.Module):
         self.cross = nn.ModuleList(CrossBlock(cfg) for _ in range(0, cfg.dec_depth, cfg.dec_cross_every))
         self.ln_f = nn.RMSNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
         # an untied head is a plain matrix [V, D], not an nn.Linear: int8 leaves it in float, as the tied one
-        self.head = None if cfg.dec_tie_head else nn.Parameter(torch.randn(cfg.vocab_size, cfg.dec_width) * cfg.dec_width**-0.5)
+        self.head = None if cfg.dec_tie_head else nn.Parameter(
+            torch.randn(cfg.vocab_size, cfg.dec_width) * cfg.dec_width**-0.5)
         inv = inverse_frequencies(cfg.head_dim, cfg.dec_rope_theta, cfg.dec_rope_scaling)
         angles = torch.arange(cfg.dec_max_len, dtype=torch.float32)[:, None] * inv  # [L, Dh/2]
         angles = torch.cat((angles, angles), dim=-1)  # [L, Dh]: dimension i and i + Dh/2 turn together

@@ -240,7 +240,8 @@ def memory_advice(model, batch: int, total: int, checkpointing: bool, lora_rank:
         with _adapted(model) as adapted:
             for ckpt in (checkpointing, True):
                 if est(adapted, batch, ckpt) <= room:
-                    flags = f"--lora-rank {LORA_RANK_ADVICE}" + (" --grad-checkpointing" if ckpt and not checkpointing else "")
+                    flags = f"--lora-rank {LORA_RANK_ADVICE}" + (
+                        " --grad-checkpointing" if ckpt and not checkpointing else "")
                     return line + f": it may not fit; {flags} would need ~{est(adapted, batch, ckpt) / gib:.2f} GiB"
     smaller = batch // 2
     while smaller >= 1 and est(model, smaller, checkpointing) > room:

@@ -140,7 +140,8 @@ class Trainer:
         self.workers = c.workers if c.workers >= 0 else default_workers(dist.device)
         self.batch_size = c.batch_size or build.default_batch(
             self.model, dist.device, checkpointing=c.grad_checkpointing, shards=build.shards_of(c, dist.world))
-        if dist.main and (line := build.memory_line(self.model, self.batch_size, dist.device, c, dist.world)):  # a GPU's fit
+        if dist.main and (line := build.memory_line(
+                self.model, self.batch_size, dist.device, c, dist.world)):  # a GPU's fit
             log.info("vqa train: " + line)
         # rows packed across images (vqa.data.packing), each target weighted by its task; compiled: lengths and
         # target counts padded to multiples of 8, so an epoch sees few shapes
@@ -305,7 +306,8 @@ class Trainer:
         if dist.main:
             log.info(f"vqa train: {self.step} steps in {time.time() - start:.0f} s; checkpoints in {self.out}")
             if c.time_limit and self.step != halt_at_step:  # the steps it allowed, and the command repeating them
-                log.info("vqa train: " + write_repeat_command(c, self.out, self.step, self.images_per_step).rstrip("\n"))
+                log.info("vqa train: "
+                         + write_repeat_command(c, self.out, self.step, self.images_per_step).rstrip("\n"))
         return 0
 
     def _start_reports(self, metrics: Path) -> tqdm | None:

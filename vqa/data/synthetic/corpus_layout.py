@@ -52,7 +52,8 @@ def relation_holds(a: dict, b: dict, rel: str, side: int) -> bool | None:
         big, small = (a, b) if rel == "bigger than" else (b, a)
         return True if big["d"] >= BIGGER * small["d"] else False if small["d"] >= BIGGER * big["d"] else None
     m = MARGIN * side
-    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"], "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
+    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
+         "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
     return True if d >= m else False if d <= -m else None
 
 

@@ -16,7 +16,8 @@ K = 4  # supersampling factor
 
 
 def _regular(n: int, start: float = -90.0) -> list[tuple[float, float]]:
-    return [(math.cos(math.radians(start + 360 * i / n)), math.sin(math.radians(start + 360 * i / n))) for i in range(n)]
+    return [(math.cos(math.radians(start + 360 * i / n)), math.sin(math.radians(start + 360 * i / n)))
+            for i in range(n)]
 
 
 SHAPES = {

@@ -87,7 +87,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     kinds = sorted(Counter(o["kind"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
     tally = ", ".join(article(k) if c == 1 else f"{NUMBERS[c]} {PLURAL[k]}" for k, c in kinds)
     caps = [f"left to right: {listing}",
-            f"{NUMBERS[n]} object{'s' if n > 1 else ''} on a {scene['background']} {scene['pattern']} background: {tally}"]
+            f"{NUMBERS[n]} object{'s' if n > 1 else ''} on a {scene['background']} {scene['pattern']} background: "
+            f"{tally}"]
     rels = true_relations(objs, side)
     picks = rng.permutation(len(rels))[:2].tolist() if rels else []
     caps += [f"the {a} is {rel} the {b}" for a, rel, b in (rels[k] for k in picks)]

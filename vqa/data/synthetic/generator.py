@@ -86,7 +86,9 @@ class Balancer:
         return q, a
 
 
-def pick_questions(cands: dict[str, list[tuple[str, str]]], bal: Balancer, per_family: int = 1) -> list[tuple[str, str, str]]:
+def pick_questions(
+    cands: dict[str, list[tuple[str, str]]], bal: Balancer, per_family: int = 1,
+) -> list[tuple[str, str, str]]:
     """(family, question, answer): `per_family` per family; a family with nothing (more) to ask (e.g. spatial
     with one object) is replaced by the least-asked family that has something, so the families stay balanced."""
     out: list[tuple[str, str, str]] = []
@@ -164,7 +166,8 @@ def write_split(spec: SyntheticSet, out: Path, split: str, data: dict, side: int
     """One split's questions, annotations (10 identical answers each), captions and scene metadata."""
     info = dict(description=f"vqa built-in {spec.name} set", version="1.0", seed=seed, image_size=side, year=2024)
     lic = dict(name="CC0 1.0", url="https://creativecommons.org/publicdomain/zero/1.0/")
-    questions = [dict(image_id=q["image_id"], question=q["question"], question_id=q["question_id"]) for q in data["questions"]]
+    questions = [dict(image_id=q["image_id"], question=q["question"], question_id=q["question_id"])
+                 for q in data["questions"]]
     anns = [
         dict(question_type=q["family"], multiple_choice_answer=q["answer"],
              answers=[dict(answer=q["answer"], answer_confidence="yes", answer_id=k + 1) for k in range(10)],
@@ -172,9 +175,12 @@ def write_split(spec: SyntheticSet, out: Path, split: str, data: dict, side: int
         for q in data["questions"]
     ]
     write_json(out / f"v2_OpenEnded_mscoco_{split}_questions.json",
-               dict(info=info, task_type="Open-Ended", data_type="mscoco", license=lic, data_subtype=split, questions=questions))
-    write_json(out / f"v2_mscoco_{split}_annotations.json", dict(info=info, license=lic, data_subtype=split, annotations=anns))
-    images = [dict(id=s["image_id"], file_name=s["file_name"], height=side, width=side, license=0) for s in data["scenes"]]
+               dict(info=info, task_type="Open-Ended", data_type="mscoco", license=lic, data_subtype=split,
+                    questions=questions))
+    write_json(out / f"v2_mscoco_{split}_annotations.json",
+               dict(info=info, license=lic, data_subtype=split, annotations=anns))
+    images = [dict(id=s["image_id"], file_name=s["file_name"], height=side, width=side, license=0)
+              for s in data["scenes"]]
     write_json(out / f"captions_{split}.json",
                dict(info=info, images=images, licenses=[dict(id=0, **lic)], annotations=data["captions"]))
     scenes = [{k: s[k] for k in ("image_id", "file_name", *spec.scene_keys)} for s in data["scenes"]]
@@ -227,12 +233,14 @@ def generate(
     pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(workers) if use_pool else None
     try:
         rendered = pool.imap_unordered(spec.render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
-        with tqdm(total=len(jobs), desc="questions and captions", unit="img", disable=True if not progress else bars_off()) as bar:
+        with tqdm(total=len(jobs), desc="questions and captions", unit="img",
+                  disable=True if not progress else bars_off()) as bar:
             data = {s: build_split(spec, s, len(sc), size, seed, bar, scenes=sc, per_family=questions_per_family)
                     for s, sc in scenes.items()}
         for split, d in data.items():
             write_split(spec, out, split, d, size, seed)
-        with tqdm(total=len(jobs), desc="rendering images", unit="img", disable=True if not progress else bars_off()) as bar:
+        with tqdm(total=len(jobs), desc="rendering images", unit="img",
+                  disable=True if not progress else bars_off()) as bar:
             for job in rendered if pool else jobs:
                 if not pool:
                     spec.render_job(job)
@@ -244,7 +252,8 @@ def generate(
     priors = {"train": prior_baselines(data["train"]["questions"], data["train"]["questions"])}
     if "val" in data:
         priors["val"] = prior_baselines(data["train"]["questions"], data["val"]["questions"])
-    answers = {s: {f: Counter(q["answer"] for q in d["questions"] if q["family"] == f) for f in FAMILIES} for s, d in data.items()}
+    answers = {s: {f: Counter(q["answer"] for q in d["questions"] if q["family"] == f) for f in FAMILIES}
+               for s, d in data.items()}
     summary = dict(seed=seed, size=size, n_train=n_train, n_val=n_val, priors=priors,
                    answers={s: {f: dict(sorted(c.items())) for f, c in a.items()} for s, a in answers.items()},
                    counts={s: dict(images=len(d["scenes"]), questions=len(d["questions"]), captions=len(d["captions"]))

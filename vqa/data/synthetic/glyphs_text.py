@@ -68,12 +68,15 @@ CHAR_Q = {  # by which attributes the glyph is named -> templates
 EXIST_Q = ("is there {a}?", "does the picture show {a}?", "can you find {a}?")
 COUNT_Q = ("how many {p} are there?", "how many {p} can you count?")
 SPATIAL_Q = {
-    "before": ("does the {a} come before the {b}, reading left to right?", "reading left to right, is the {a} before the {b}?"),
-    "after": ("does the {a} come after the {b}, reading left to right?", "reading left to right, is the {a} after the {b}?"),
+    "before": ("does the {a} come before the {b}, reading left to right?",
+               "reading left to right, is the {a} before the {b}?"),
+    "after": ("does the {a} come after the {b}, reading left to right?",
+              "reading left to right, is the {a} after the {b}?"),
     "above": ("is the {a} written above the {b}?", "is the {a} higher on the page than the {b}?"),
     "below": ("is the {a} written below the {b}?", "is the {a} lower on the page than the {b}?"),
 }
-COMPARE_Q = (("are there more {} than {}?", ">"), ("are there fewer {} than {}?", "<"), ("are there as many {} as {}?", "="))
+COMPARE_Q = (("are there more {} than {}?", ">"), ("are there fewer {} than {}?", "<"),
+             ("are there as many {} as {}?", "="))
 # every wording per family (spatial: one per form and relation), as `templates` matches a question back to it
 TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": tuple(t for ts in CHAR_Q.values() for t in ts),
              "existence": EXIST_Q, "count": COUNT_Q,
@@ -149,7 +152,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
         q, op = COMPARES[x, y][next(pick) % len(COMPARE_Q)]
         if op == "=" and not nx + ny:
             continue  # "as many red characters as blue ones" with neither: true, but says nothing
-        cands["comparison"].append((q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+        cands["comparison"].append(
+            (q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
     return cands
 
 
@@ -178,7 +182,8 @@ def _look(o: dict) -> str:
     return article(f"{o['style']}, {lean}")
 
 
-CAPTION_REL = {"before": "comes before", "after": "comes after", "above": "is written above", "below": "is written below"}
+CAPTION_REL = {"before": "comes before", "after": "comes after",
+               "above": "is written above", "below": "is written below"}
 
 
 def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
@@ -203,7 +208,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
         caps.append(f"the {shorts[i]} {CAPTION_REL[rel]} the {shorts[j]}")
     else:
         inks = sorted(Counter(o["color"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
-        caps.append("characters close together: " + _join([f"{NUMBERS[k]} {c} one{'s' if k > 1 else ''}" for c, k in inks]))
+        caps.append("characters close together: "
+                    + _join([f"{NUMBERS[k]} {c} one{'s' if k > 1 else ''}" for c, k in inks]))
     return caps
 
 

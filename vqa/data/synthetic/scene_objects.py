@@ -1,6 +1,6 @@
-"""The objects of a built-in synthetic split (Shapes, Scenes, the pretraining corpus) and which of them a question or a caption names:
-what `vqa eval --grounding` scores attention against, what `--consistency` edits and what training's
-grounding loss targets (`vqa.data.regions`).
+"""The objects of a built-in synthetic split (Shapes, Scenes, the pretraining corpus) and which of them a
+question or a caption names: what `vqa eval --grounding` scores attention against, what `--consistency` edits
+and what training's grounding loss targets (`vqa.data.regions`).
 
 The split's `<prefix>_<split>_scenes.json` (written by `vqa data shapes` / `vqa data scenes`) holds every
 object with its box (left, top, right, bottom in pixels) and every scene's texture seed, so a scene can be
@@ -102,7 +102,8 @@ class SceneFile:
         has = what in first if what == "texture_seed" else all(what in o for o in first.get("objects", []))
         if not has:
             raise DataError(f"{self.path}: its scenes have no {what!r}, which {flag} needs; build the set again "
-                            f"(vqa data {self.set.prefix} --out {self.path.parent} with its seed and sizes) to write it")
+                            f"(vqa data {self.set.prefix} --out {self.path.parent} with its seed and sizes) "
+                            "to write it")
 
     def draw(self, scene: dict) -> Image.Image:
         return self.set.render(scene, self.side)

@@ -19,7 +19,8 @@ from .scenes_text import N_ANSWERS, candidates, make_captions
 
 SCENES_SET = generator.SyntheticSet(
     name="Scenes", prefix="scenes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
-    render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "clutter", "texture_seed", "objects"),
+    render_job=render_job, n_answers=N_ANSWERS,
+    scene_keys=("background", "style", "clutter", "texture_seed", "objects"),
     object_box=object_box,  # the scenes file keeps the boxes (and the texture seed) for grounding / consistency
 )
 

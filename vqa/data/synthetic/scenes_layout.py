@@ -20,7 +20,8 @@ COLOURS = {
 PALETTES = {"sand": (184, 164, 124), "slate": (96, 110, 138), "sage": (122, 146, 112), "mauve": (150, 118, 140)}
 STYLES = ("checkerboard", "stripes", "blobs", "horizon")
 DIAMETER = (0.15, 0.28)  # fraction of the image side (Shapes: 0.14 and 0.25)
-ROTATES = {"star": 36.0, "heart": 25.0, "cross": 45.0, "ring": 0.0, "hexagon": 30.0, "arrow": 360.0}  # max turn, degrees
+# max turn, degrees
+ROTATES = {"star": 36.0, "heart": 25.0, "cross": 45.0, "ring": 0.0, "hexagon": 30.0, "arrow": 360.0}
 REPEAT = 0.35  # chance that a new object copies the kind (and, separately, the colour) of an earlier one
 SUPERLATIVE = 1.25  # "the biggest X" only when it is this much bigger than the next X (and "smallest" alike)
 

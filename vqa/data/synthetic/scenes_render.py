@@ -39,7 +39,8 @@ def background(scene: dict, n: int) -> np.ndarray:
         for _ in range(int(rng.integers(3, 6))):
             cx, cy, s = rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0.08, 0.2)
             sign = rng.choice((-1.6, 1.6))  # a Gaussian is separable: two 1-D bumps, one outer product
-            light += np.float32(sign) * np.exp(-((yy - cy) ** 2) / (2 * s * s)) * np.exp(-((xx - cx) ** 2) / (2 * s * s))
+            light += (np.float32(sign) * np.exp(-((yy - cy) ** 2) / (2 * s * s))
+                      * np.exp(-((xx - cx) ** 2) / (2 * s * s)))
     else:  # horizon: a paler sky over a darker floor that darkens towards the viewer
         h = rng.uniform(0.3, 0.6)
         light = np.broadcast_to(np.where(yy < h, 1.2, -0.6 - 0.8 * (yy - h) / (1 - h)), (n, n))

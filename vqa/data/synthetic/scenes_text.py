@@ -59,7 +59,8 @@ EXISTS = {d: [t.format(x) for t, x in zip(EXIST_Q, (article(name(*d)), article(n
           for d in DESCS if any(d)}
 PAIRS = [(x, y) for group in ([(None, k) for k in KINDS], [(c, None) for c in COLOURS])
          for x, y in product(group, repeat=2) if x != y]
-COMPARES = {(x, y): [(t.format(name(*x, plural=True), name(*y, plural=True)), op) for t, op in COMPARE_Q] for x, y in PAIRS}
+COMPARES = {(x, y): [(t.format(name(*x, plural=True), name(*y, plural=True)), op) for t, op in COMPARE_Q]
+            for x, y in PAIRS}
 
 
 def _matches(objs: list[dict], colour: str | None, kind: str | None) -> list[dict]:
@@ -70,7 +71,8 @@ def references(objs: list[dict], o: dict, use_colour: bool, use_kind: bool) -> l
     """The names that pick out object o and nothing else: by colour and / or kind (only those allowed),
     or as the clearly biggest / smallest of the things sharing the allowed attribute(s)."""
     out = []
-    for colour, kind in product((None, o["color"]) if use_colour else (None,), (None, o["kind"]) if use_kind else (None,)):
+    for colour, kind in product((None, o["color"]) if use_colour else (None,),
+                                (None, o["kind"]) if use_kind else (None,)):
         group = _matches(objs, colour, kind)
         if (colour or kind) and len(group) == 1:
             out.append(name(colour, kind))
@@ -88,7 +90,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
             cands["attribute_color"] += [(t.format(ref), o["color"]) for t in COLOUR_Q]
         for ref in references(objs, o, use_colour=True, use_kind=False):
             cands["attribute_shape"] += [(t.format(ref), o["kind"]) for t in KIND_Q]
-    count = Counter(d for o in objs for d in ((None, None), (o["color"], None), (None, o["kind"]), (o["color"], o["kind"])))
+    count = Counter(d for o in objs
+                    for d in ((None, None), (o["color"], None), (None, o["kind"]), (o["color"], o["kind"])))
     pick = iter(rng.integers(3, size=2 * len(DESCS) + len(PAIRS)).tolist())  # one of the 3 templates each
     for d in DESCS:
         cands["count"].append((COUNTS[d][next(pick)], str(count[d])))
@@ -109,7 +112,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
         q, op = COMPARES[x, y][next(pick)]
         if op == "=" and not nx + ny:
             continue  # "as many stars as hearts" with neither: true, but says nothing
-        cands["comparison"].append((q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+        cands["comparison"].append(
+            (q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
     return cands
 
 
@@ -165,7 +169,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     if n == 1:
         o = objs[0]
         return [f"just one {_size_word(o, side)}{o['color']} {o['kind']}, {_spot(o, side)}", tally,
-                f"the only thing in the picture is {_listing(objs, side)}", f"a lone {o['color']} {o['kind']} on {backdrop}"]
+                f"the only thing in the picture is {_listing(objs, side)}",
+                f"a lone {o['color']} {o['kind']} on {backdrop}"]
     caps = ["going left to right: " + _listing(objs, side),
             "top to bottom: " + _listing(sorted(objs, key=lambda o: o["y"]), side), tally]
     short = [f"{o['color']} {o['kind']}" for o in objs]

@@ -21,7 +21,8 @@ MARGIN = 0.10  # spatial relations need centres this far apart (fraction of the 
 def relation_holds(a: dict, b: dict, rel: str, side: int) -> bool | None:
     """True/False if `a rel b` is clearly true/false (centres apart by the margin), None if too close to say."""
     m = MARGIN * side
-    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"], "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
+    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
+         "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
     return True if d >= m else False if d <= -m else None
 
 
@@ -41,10 +42,13 @@ def make_scene(rng: np.random.Generator, side: int) -> dict:
             d = round(SIZES[size] * side)
             for _try in range(100):
                 x, y = rng.uniform(border + d / 2, side - border - d / 2, size=2)
-                if all(max(abs(x - o["x"]) - (d + o["d"]) / 2, abs(y - o["y"]) - (d + o["d"]) / 2) >= gap for o in objs):
-                    objs.append(dict(shape=shape, color=color, size=size, x=round(float(x), 2), y=round(float(y), 2), d=d))
+                if all(max(abs(x - o["x"]) - (d + o["d"]) / 2, abs(y - o["y"]) - (d + o["d"]) / 2) >= gap
+                       for o in objs):
+                    objs.append(dict(shape=shape, color=color, size=size,
+                                     x=round(float(x), 2), y=round(float(y), 2), d=d))
                     break
         if len(objs) == n:
             break
     bg = list(BACKGROUNDS)[rng.integers(len(BACKGROUNDS))]
-    return dict(objects=objs, background=bg, style=STYLES[rng.integers(len(STYLES))], texture_seed=int(rng.integers(2**31)))
+    return dict(objects=objs, background=bg, style=STYLES[rng.integers(len(STYLES))],
+                texture_seed=int(rng.integers(2**31)))

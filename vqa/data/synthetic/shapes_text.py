@@ -77,7 +77,8 @@ COUNT_Q = {a: TEMPLATES["count"][0].format(describe(a, True)) for a in ALL_DESCS
 EXIST_Q = {a: TEMPLATES["existence"][0].format(_a(describe(a))) for a in ALL_DESCS if any(a)}
 COMPARE_Q = [
     (x, y, template.format(describe(x, True), describe(y, True)), more)
-    for group in ([(None, None, s) for s in SHAPES], [(None, c, None) for c in COLORS], [(s, None, None) for s in SIZES])
+    for group in ([(None, None, s) for s in SHAPES], [(None, c, None) for c in COLORS],
+                  [(s, None, None) for s in SIZES])
     for x, y in product(group, repeat=2) if x != y
     for template, more in zip(TEMPLATES["comparison"], (True, False), strict=True)
 ]
@@ -117,7 +118,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
 def _where(o: dict, side: int) -> str:
     col, row = min(2, int(3 * o["x"] / side)), min(2, int(3 * o["y"] / side))
     return {(1, 1): "in the center", (0, 1): "on the left", (2, 1): "on the right", (1, 0): "at the top",
-            (1, 2): "at the bottom"}.get((col, row), f"at the {('top', '', 'bottom')[row]} {('left', '', 'right')[col]}")
+            (1, 2): "at the bottom"}.get((col, row),
+                                         f"at the {('top', '', 'bottom')[row]} {('left', '', 'right')[col]}")
 
 
 def _join(parts: list[str]) -> str:
@@ -128,7 +130,8 @@ def _tally(values: list[str], noun: str | None) -> str:
     """['circle','circle','square'] -> 'two circles and a square'."""
     parts = []
     for v, n in sorted(Counter(values).items(), key=lambda kv: (-kv[1], kv[0])):
-        parts.append(_a(f"{v}{' ' + noun if noun else ''}") if n == 1 else f"{WORDS[n]} {v}{' ' + noun + 's' if noun else 's'}")
+        parts.append(_a(f"{v}{' ' + noun if noun else ''}") if n == 1
+                     else f"{WORDS[n]} {v}{' ' + noun + 's' if noun else 's'}")
     return _join(parts)
 
 
@@ -167,7 +170,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     else:
         caps.append(f"{_tally([o['color'] for o in objs], 'object')} close together")
     if n <= 3:
-        caps.append(f"there are {WORDS[n]} objects: " + _join([f"{_a(short[k])} {_where(o, side)}" for k, o in enumerate(objs)]))
+        caps.append(f"there are {WORDS[n]} objects: "
+                    + _join([f"{_a(short[k])} {_where(o, side)}" for k, o in enumerate(objs)]))
     else:
         caps.append(f"there are {WORDS[n]} objects: {_tally([o['color'] for o in objs], 'one')}")
     return caps

@@ -130,8 +130,7 @@ def test_top_k_is_allowed_by_the_registry_not_by_a_method_name(monkeypatch):
 
     with pytest.raises(InputError, match="only beam search"):
         answer_settings(["vqa"], top_k=3, changes={"method": "greedy"})
-    monkeypatch.setitem(DECODING_METHODS, "greedy", DecodingMethod(DECODING_METHODS["greedy"].function,
-                                                                   random=False, ranked=True))
+    monkeypatch.setitem(DECODING_METHODS, "greedy", DecodingMethod(random=False, ranked=True))
     assert answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 3}).method == "greedy"
     with pytest.raises(InputError, match="num_beams=2 cannot return top_k=3"):
         answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 2})

@@ -13,9 +13,8 @@ import torch
 import torch.nn.functional as F
 from helpers import tiny_model
 
-from vqa.decoding.static_cache import StaticKVCache
 from vqa.model import Attention
-from vqa.model.attention import rotate
+from vqa.model.attention import StaticKVCache, rotate
 
 
 def _attention_pair(cross: bool, seed: int = 0):

@@ -93,8 +93,7 @@ def test_the_onnx_steps_mask_is_pytorchs_on_a_padded_batch(onnx_pred, pred, monk
     batch both give the decoder the same mask, in which a padding query sees its own key only (no row is all
     False: no softmax over nothing, no NaN); and onnxruntime then writes the caches PyTorch writes, at every slot
     of every layer -- padding slots too, whose keys above the first layer come from the padding queries' rows."""
-    from vqa.decoding.batch import left_pad
-    from vqa.decoding.static_cache import CacheBuffers, prefill
+    from vqa.decoding.batch import CacheBuffers, left_pad, prefill
     from vqa.export.onnx import DecoderStepGraph
     from vqa.model.decoder import TextDecoder
 

@@ -239,7 +239,7 @@ def test_a_constrained_vocabulary_decodes_over_its_tokens_alone(model, images):
 def test_decode_state_allocates_every_buffer_with_the_dtype_and_device_asked():
     from helpers import tiny_config
 
-    from vqa.decoding.static_cache import CacheBuffers
+    from vqa.decoding.batch import CacheBuffers
 
     cfg = tiny_config()
     s = CacheBuffers.allocate(cfg, batch=3, slots=7, dtype=torch.float64, device="meta")

@@ -28,11 +28,11 @@ def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, 
     torch.testing.assert_close(compiled.logits, eager.logits)
     # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache at its smallest length
     # (MIN_SLOTS, 64)
-    assert compiled.state.batch == 4 and compiled.state.slots == 64 and compiled.logits.shape[0] == 3
+    assert compiled.cache.batch == 4 and compiled.cache.slots == 64 and compiled.logits.shape[0] == 3
     for t in range(8):
         tok = eager.logits.argmax(-1)
         torch.testing.assert_close(compiled.step(tok), eager.step(tok), atol=1e-5, rtol=1e-5, msg=f"step {t}")
-    assert compiled.state.compiled_step.failed is None  # really compiled, no fallback
+    assert compiled.compiled_step.failed is None  # really compiled, no fallback
     # greedy (4 rows), beam (16 rows), greedy again: after warm-up only the guards that tell graphs apart run
     # (SKIP_GUARDS), and they must still pick the 4-row graph after the 16-row one was built
     for kw in (dict(), dict(method="beam", num_beams=3), dict()):
@@ -58,7 +58,7 @@ def test_compiled_step_that_cannot_be_built_decodes_eagerly(model, images, monke
     """Where inductor cannot compile (no C++ compiler, say): a warning, then the eager step's very result."""
     import torch._inductor.exc
 
-    from vqa.decoding.compiled import compiled_step
+    from vqa.decoding.batch import compiled_step
 
     step = compiled_step(model.decoder)
     monkeypatch.setattr(step, "failed", None)
@@ -86,7 +86,7 @@ def test_the_compiled_cache_is_as_long_as_the_request_can_write(images):
     kv = model.memory_kv(model.encode(images[:1]))
 
     def slots(prompt_len: int, config: GenerationConfig) -> int:
-        return BatchDecoder(model, kv, [[1] * prompt_len], config, compiled=True).state.slots
+        return BatchDecoder(model, kv, [[1] * prompt_len], config, compiled=True).cache.slots
 
     assert slots(1, GenerationConfig(max_new_tokens=16)) == 64  # 1 + 15 slots written: the smallest cache
     assert slots(49, GenerationConfig(max_new_tokens=16)) == 64  # 49 + 15 = 64
@@ -119,15 +119,15 @@ def test_a_compiled_decoding_holds_the_compiled_step_for_its_whole_run(model, im
     """The compiled step's pooled buffers serve one decoding at a time: its lock is held while the method runs
     (and taken by nothing when decoding eagerly, whose buffers are its own)."""
     import vqa.decoding.generate as generation
-    from vqa.decoding.compiled import compiled_step
+    from vqa.decoding.batch import compiled_step
 
-    held, greedy = [], generation.method_function("greedy")
+    held, greedy = [], generation.METHODS["greedy"]
 
     def spy(decoder, config):
         held.append(compiled_step(model.decoder).lock.locked())
         return greedy(decoder, config)
 
-    monkeypatch.setattr(generation, "method_function", lambda name: spy)
+    monkeypatch.setitem(generation.METHODS, "greedy", spy)
     want = generate(model, PROMPTS, images, max_new_tokens=4)
     assert generate(model, PROMPTS, images, max_new_tokens=4, compile=True).sequences == want.sequences
     assert held == [False, True] and not compiled_step(model.decoder).lock.locked()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import FIRST_TOKEN, lively_model, random_images, tiny_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqa.decoding.generate import generate
 from vqa.device import count_host_reads, inference_dtype
@@ -53,11 +54,53 @@ def test_greedy_that_may_stop_early_reads_once_a_step_at_most():
     assert c.count <= NEW + 2, c.calls
 
 
+class SyncingOps(TorchDispatchMode):
+    """The aten ops run inside that make the host wait for the device: a scalar read (`item`, `bool`, `int` of a
+    tensor, `torch.equal`) or an output whose size depends on the values (`nonzero`, `masked_select`, indexing
+    with a bool mask). `count_host_reads` sees the Python calls; this sees the ops, those inside torch too."""
+
+    SCALAR = {"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "masked_select"}
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        masks = name.startswith("index") and len(args) > 1 and isinstance(args[1], (list, tuple)) and any(
+            torch.is_tensor(i) and i.dtype == torch.bool for i in args[1])
+        if name in self.SCALAR or masks:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_op_counter_counts_the_ops_that_wait_and_nothing_else():
+    x = torch.arange(4.0)
+    with SyncingOps() as c:
+        (x * 2).sum(), x[x > 1], x.index_select(0, torch.tensor([1]))  # noqa: B018 (one wait: the bool mask)
+        x.nonzero(), bool(x[1]), torch.equal(x, x), x[2].item()  # noqa: B018 (four)
+    assert len(c.ops) == 5, c.ops
+
+
+@pytest.mark.parametrize("method, extra", [("greedy", {}), ("beam", {"num_beams": 3}), ("sample", {"seed": 0})])
+def test_an_eager_decoding_waits_for_the_device_once_a_token_at_most(method, extra):
+    """Counted at the ops: N tokens, each step's stop check the one wait, for padded prompts with an answer
+    vocabulary or banned tokens (what the Predictor decodes with)."""
+    model = lively_model()
+    ps = prompts(6)
+    for restrict in ({"vocab": list(range(FIRST_TOKEN, 40))}, {"banned": [0, 1]}):
+        with SyncingOps() as c:
+            out = generate(model, ps, random_images(len(ps), model.cfg), method=method, max_new_tokens=NEW,
+                           **restrict, **extra)
+        assert max(len(s) for s in out.sequences) > 1
+        assert len(c.ops) <= NEW + 2, c.ops
+
+
 def test_the_cache_takes_keys_in_its_own_dtype():
     """Under CUDA autocast a QK-normed key leaves its LayerNorm in float32 while the values come from a bf16
     matmul: the cache stores both in its own dtype (this crashed on an H100: index_copy_ of BFloat16 into
     Float)."""
-    from vqa.decoding.static_cache import StaticKVCache
+    from vqa.model.attention import StaticKVCache
 
     k = torch.zeros(1, 2, 4, 8)
     cache = StaticKVCache(k, k.clone(), torch.tensor([1]))

@@ -95,7 +95,7 @@ def test_compiled_decode_step_equals_the_eager_one(tmp_path, quick_compile):
     for t in range(6):
         token = eager.logits.argmax(-1)
         torch.testing.assert_close(compiled.step(token), eager.step(token), atol=1e-5, rtol=1e-5, msg=f"step {t}")
-    assert compiled.state.compiled_step.failed is None  # really compiled, no fallback
+    assert compiled.compiled_step.failed is None  # really compiled, no fallback
 
 
 def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp_path):

@@ -165,7 +165,8 @@ def test_compiled_int8_stays_within_int8s_own_error_and_answers_like_the_eager_o
     here too."""
     from torch._inductor.select_algorithm import extern_kernels
 
-    from vqa.decoding.compiled import _encoders, compiled_step
+    from vqa.decoding.batch import compiled_step
+    from vqa.decoding.compiled import _encoders
 
     checked = _onednn_int_mm(torch._int_mm)
     monkeypatch.setattr(extern_kernels, "_int_mm", checked)

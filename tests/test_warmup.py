@@ -41,7 +41,8 @@ def test_a_batch_shape_whose_buffers_were_evicted_decodes_like_eager_when_it_ret
     evicts each one's buffers before it returns, and every decoding still equals the eager one."""
     from helpers import lively_model, random_images
 
-    from vqa.decoding.compiled import CompiledStep, compiled_step
+    from vqa.decoding.batch import compiled_step
+    from vqa.decoding.compiled import CompiledStep
     from vqa.decoding.generate import generate
 
     monkeypatch.setattr(CompiledStep, "POOL", 2)

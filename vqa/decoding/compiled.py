@@ -1,5 +1,5 @@
-"""torch.compile for inference: the decode step (`vqa.decoding.static_cache`) and, where it pays, the image encoder,
-with the model's weights frozen into the compiled code.
+"""torch.compile for inference: the decode step (`vqa.decoding.batch.decode_step`) and, where it pays, the image
+encoder, with the model's weights frozen into the compiled code.
 
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
 prepacked for oneDNN / MKL, and int8 weights (`vqa.decoding.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
@@ -19,12 +19,12 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .quantize import is_int8
-from .static_cache import CacheBuffers, decode_step
 
 
 def _compile_errors() -> tuple[type[Exception], ...]:
@@ -61,32 +61,34 @@ INT8_MIN_ROWS = 2
 
 
 class CompiledStep:
-    """`decode_step` compiled for one model, with its cache buffers pooled per (batch, slots): a decoding takes
-    buffers from the pool and gives them back, so the compiled graph (and a CUDA graph) always sees the tensors it
-    was captured with. One decoding at a time per model (a lock). `batch(rows)`: the rows a graph runs at."""
+    """A decode step, `step` (`vqa.decoding.batch.decode_step`), compiled for one model, with its cache buffers
+    (made by `allocate`, `CacheBuffers.allocate`) pooled per (batch, slots): a decoding takes buffers from the pool
+    and gives them back, so the compiled graph (and a CUDA graph) always sees the tensors it was captured with.
+    One decoding at a time per model (a lock). `batch(rows)`: the rows a graph runs at."""
 
     POOL = 16  # buffer shapes kept per model: a bucket of rows each (and its dtype), so none is evicted in practice
 
-    def __init__(self, decoder: nn.Module):
+    def __init__(self, decoder: nn.Module, step: Callable, allocate: Callable):
         import torch._inductor.config  # noqa: F401 (patched around each call)
 
         self.cfg = decoder.cfg  # no reference to the decoder itself: the cache of these is keyed weakly by it
+        self.step, self.allocate = step, allocate
         self.min_rows = INT8_MIN_ROWS if is_int8(decoder) else 1
         self.cuda = next(decoder.parameters()).device.type == "cuda"
         options = {"triton.cudagraphs": True} if self.cuda else {}  # CUDA: the step replays as one CUDA graph
         # dynamic=False: one graph per batch shape (generate pads batches to a few sizes); a graph for a dynamic
         # batch size runs slower than static graphs of batches padded to a power of two
-        self.fn = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
+        self.fn = torch.compile(step, fullgraph=True, dynamic=False, options=options)
         self.lock = threading.Lock()
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
-        self._buffers: dict[tuple, tuple[CacheBuffers, list | None]] = {}
+        self._buffers: dict[tuple, tuple] = {}  # (CacheBuffers, the pooled image keys/values or None)
         self._compiled_shapes: set[tuple] = set()
 
     def batch(self, rows: int) -> int:
         """The rows a graph runs at for `rows` rows: `bucket(rows)`, at least `min_rows`."""
         return max(self.min_rows, bucket(rows))
 
-    def buffers(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple[CacheBuffers, list]:
+    def buffers(self, batch: int, slots: int, dtype, device, memory_kv) -> tuple:
         """Reset buffers for `batch` rows and `slots` slots, and the image keys/values the steps read: on CUDA a
         pooled copy of `memory_kv` (a CUDA graph reads its inputs from fixed addresses), else `memory_kv`."""
         n = memory_kv[0][0].shape[2]
@@ -94,7 +96,7 @@ class CompiledStep:
         if key not in self._buffers:
             if len(self._buffers) >= self.POOL:
                 self._buffers.pop(next(iter(self._buffers)))
-            cache = CacheBuffers.allocate(self.cfg, batch, slots, dtype, device)
+            cache = self.allocate(self.cfg, batch, slots, dtype, device)
             kv = None
             if self.cuda:  # CUDA graphs read and write these in place: their addresses must not change
                 kv = [(torch.empty_like(k), torch.empty_like(v)) for k, v in memory_kv]
@@ -110,7 +112,7 @@ class CompiledStep:
             v.copy_(v_new)
         return cache, kv
 
-    def __call__(self, decoder, head, tokens, cache: CacheBuffers, memory_kv) -> torch.Tensor:
+    def __call__(self, decoder, head, tokens, cache, memory_kv) -> torch.Tensor:
         args = (decoder, head, tokens, cache.pos, cache.slot, cache.key_valid, cache.k, cache.v, memory_kv)
         if self.failed is None:
             if self.cuda:
@@ -141,21 +143,21 @@ class CompiledStep:
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 warnings.warn(f"the compiled decode step could not be built ({self.failed}); decoding eagerly",
                               RuntimeWarning, stacklevel=2)
-        return decode_step(*args)
+        return self.step(*args)
 
 
 _compiled: weakref.WeakKeyDictionary[nn.Module, CompiledStep] = weakref.WeakKeyDictionary()
 _compiled_lock = threading.Lock()
 
 
-def compiled_step(decoder: nn.Module) -> CompiledStep:
-    """The CompiledStep of `decoder`, made on first use (compilation itself happens on the first step of each
-    new batch shape)."""
+def step_of(decoder: nn.Module, step: Callable, allocate: Callable) -> CompiledStep:
+    """The CompiledStep of `decoder`, made on first use from `step` and `allocate` (compilation itself happens on
+    the first step of each new batch shape)."""
     with _compiled_lock:
-        step = _compiled.get(decoder)
-        if step is None:
-            step = _compiled[decoder] = CompiledStep(decoder)
-        return step
+        compiled = _compiled.get(decoder)
+        if compiled is None:
+            compiled = _compiled[decoder] = CompiledStep(decoder, step, allocate)
+        return compiled
 
 
 class CompiledEncoder:
@@ -201,5 +203,5 @@ def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> tor
     return enc(model, images)
 
 
-__all__ = ["INDUCTOR", "INDUCTOR_CPU", "INT8_MIN_ROWS", "bucket", "CompiledStep", "compiled_step", "CompiledEncoder",
+__all__ = ["INDUCTOR", "INDUCTOR_CPU", "INT8_MIN_ROWS", "bucket", "CompiledStep", "step_of", "CompiledEncoder",
            "encode"]

@@ -1,9 +1,10 @@
 """`generate`: decode a batch of prompts by the method its GenerationConfig names, candidate ranking
 (`score_candidates`) and the cross-attention maps behind generated words.
 
-A decoding method is a function `(decoder: BatchDecoder, config: GenerationConfig) -> Generation`, named in
-`vqa.config.DECODING_METHODS` (greedy, beam search in `vqa.decoding.beam`, sampling in `vqa.decoding.sample`).
-`generate` checks the inputs, builds the one `vqa.decoding.batch.BatchDecoder` the method runs on (the
+A decoding method is a function `(decoder: BatchDecoder, config: GenerationConfig) -> Generation` in `METHODS`
+(greedy, beam search in `vqa.decoding.beam`, sampling in `vqa.decoding.sample`), under the names that
+`vqa.config.DECODING_METHODS` lists for the CLI. `generate` checks the inputs, builds the one
+`vqa.decoding.batch.BatchDecoder` the method runs on (the
 image's keys/values computed once, a preallocated KV cache, left-padded prompts each with its own length
 budget, each new token through the fixed-shape step, eagerly or, with `compile=True`, through torch.compile)
 and calls the method.
@@ -11,19 +12,25 @@ and calls the method.
 
 from __future__ import annotations
 
-import functools
-import importlib
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from ..config import DECODING_METHODS, GenerationConfig
+from ..config import GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
-from .batch import BatchDecoder, Generation, ban_bias, decode_state
+from .batch import BatchDecoder, Generation, ban_bias, compiled_step
+from .beam import beam_search
 from .compiled import encode as encode_images
+from .greedy import greedy
+from .sample import sample
+
+# the decoding methods, by the names `vqa.config.DECODING_METHODS` lists (tests/test_layers.py holds them equal)
+METHODS: dict[str, Callable[[BatchDecoder, GenerationConfig], Generation]] = {
+    "greedy": greedy, "beam": beam_search, "sample": sample}
 
 
 def _check_ids(model: VQAModel, rows: list[list[int]]) -> None:
@@ -31,13 +38,6 @@ def _check_ids(model: VQAModel, rows: list[list[int]]) -> None:
     bad = next((t for r in rows for t in r if not 0 <= int(t) < vocab), None)
     if bad is not None:
         raise InputError(f"token id {bad} is outside the vocabulary (0..{vocab - 1}): wrong tokenizer?")
-
-
-@functools.cache
-def method_function(name: str) -> Callable[[BatchDecoder, GenerationConfig], Generation]:
-    """The function of the decoding method `name` (`DECODING_METHODS[name].function`, "module:function")."""
-    module, _, function = DECODING_METHODS[name].function.partition(":")
-    return getattr(importlib.import_module(module), function)
 
 
 def generation_config(config: GenerationConfig | None, changes: dict,
@@ -61,7 +61,7 @@ def generate(
     config: GenerationConfig | None = None,
     vocab: Sequence[int] | torch.Tensor | None = None,  # only these token ids may be generated (and <eos>)
     banned: Sequence[int] | frozenset[int] | None = None,  # token ids never generated: Tokenizer.never_generated
-    compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.compiled_state)
+    compile: bool = False,  # run the decode step through torch.compile (vqa.decoding.batch.compiled_step)
     watch: Callable[[list[list[int]]], None] | None = None,  # streaming: each prompt's tokens so far, every step
     **changes,  # GenerationConfig fields, over `config` (e.g. method="beam", num_beams=3)
 ) -> Generation:
@@ -105,8 +105,9 @@ def generate(
                          f"{config.min_new_tokens}: nothing can be generated")
     kv = model.memory_kv(memory, image_index)
     ban = None if allowed is not None else ban_bias(model, banned)
-    method = method_function(config.method)
-    with decode_state(compile).exclusive(model.decoder):
+    method = METHODS[config.method]
+    # a compiled decoding's pooled buffers, at a CUDA graph's addresses, serve one decoding at a time
+    with compiled_step(model.decoder).lock if compile else contextlib.nullcontext():
         decoder = BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban)
         decoder.watch = watch
         return method(decoder, config)
@@ -215,5 +216,5 @@ def patch_maps(model, memory: torch.Tensor, index, prompts, generated) -> list[t
     return out
 
 
-__all__ = ["Generation", "method_function", "generate", "generation_config", "answer_vocab", "score_candidates",
+__all__ = ["Generation", "METHODS", "generate", "generation_config", "answer_vocab", "score_candidates",
            "cross_attention_maps", "patch_maps"]

@@ -36,7 +36,7 @@ STEP_OUTPUTS = ("logits", "present_k", "present_v")
 
 
 class _ConcatCache:
-    """The self-attention cache interface (`len`, `append`, as vqa.decoding.static_cache.StaticKVCache) over tensors
+    """The self-attention cache interface (`len`, `append`, as vqa.model.attention.StaticKVCache) over tensors
     joined by concatenation: what an exported graph can hold, where the preallocated in-place cache cannot."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor):

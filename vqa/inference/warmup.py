@@ -10,7 +10,7 @@ batch shapes of tiny, more under load), too long to keep the first user waiting.
 What a graph depends on: the rows of a decoding padded to a power of two (`vqa.decoding.compiled.bucket`;
 answers run max(top_k, 3) beams a question), the image batch padded the same way, the dtype, whether answers
 are restricted to an answer vocabulary (`Predictor.set_answer_vocab`), and the cache length: the prompt plus
-the longest output the request allows, in a few lengths (`vqa.decoding.compiled_state.slot_bucket`). The warm-up
+the longest output the request allows, in a few lengths (`vqa.decoding.batch.slot_bucket`). The warm-up
 builds the length of a caption at the default budget and that of an answer to a question of up to
 WARM_PROMPT tokens; a longer question's first answer compiles its length then."""
 
@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from ..config import GenerationConfig
+from ..decoding.batch import slot_bucket, slots_needed
 from ..decoding.compiled import bucket
 from ..decoding.compiled import encode as encode_images
-from ..decoding.compiled_state import slot_bucket
 from ..decoding.generate import generate
-from ..decoding.static_cache import slots_needed
 
 WARM_PROMPT = 32  # prompt tokens (a question of 20-odd words) whose answers the warm-up builds a cache for
 

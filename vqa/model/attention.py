@@ -15,6 +15,7 @@ the packed layout.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -55,6 +56,33 @@ class ImageRoute(NamedTuple):
 
     tokens: torch.Tensor  # [M, L] long: image m's tokens as flat positions in [B * T]
     slots: torch.Tensor  # [B * T] long: each token's place in the flat [M * L]
+
+
+@dataclass
+class StaticKVCache:
+    """One layer's self-attention cache over fixed buffers [B, H, S, Dh] (`vqa.decoding.batch` decodes with it):
+    `append` writes the new keys/values at `slot` (a tensor of T slot indices) and returns the buffers' first
+    `visible` slots (None: all of them; the caller's key mask hides the slots not written yet). `len` is what
+    `Attention` reads to choose plain causal attention: 0 (`empty`) says nothing was cached before, so with no
+    mask the queries attend causally among themselves -- the prefill of prompts of one length."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    slot: torch.Tensor
+    visible: int | None = None
+    empty: bool = False
+
+    @property
+    def len(self) -> int:
+        return 0 if self.empty else self.visible or self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # [B, H, T, Dh] into slots `slot`; in the cache's dtype (under autocast a QK-normed key comes out float32)
+        self.k.index_copy_(2, self.slot, k.to(self.k.dtype))
+        self.v.index_copy_(2, self.slot, v.to(self.v.dtype))
+        if self.visible is not None:
+            return self.k[:, :, : self.visible], self.v[:, :, : self.visible]
+        return self.k, self.v
 
 
 class Attention(nn.Module):

@@ -106,7 +106,7 @@ class TextDecoder(nn.Module):
         memory_kv: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, 2 x [B, H, N, Dh] ([M, ...] with a route)
         pos: torch.Tensor | int | None = None,  # [B, T] position ids, or an int p: p..p+T-1 in every row; default 0
         mask: torch.Tensor | None = None,  # bool [B, 1, T, S]; default causal
-        caches: list | None = None,  # per layer, a self-attention cache (vqa.decoding.static_cache.StaticKVCache)
+        caches: list | None = None,  # per layer, a self-attention cache (vqa.model.attention.StaticKVCache)
         need_weights: bool = False,
         route: ImageRoute | None = None,  # packed rows of several images: each token to its own image's kv
         probe: torch.Tensor | None = None,  # [M, Lg]: image m's chosen tokens, flat positions in [B * T]

@@ -1,4 +1,4 @@
-"""The decoder's self-attention mask, defined once: the decode path's prefill (`vqa.decoding.static_cache.prefill`), the
+"""The decoder's self-attention mask, defined once: the decode path's prefill (`vqa.decoding.batch.prefill`), the
 exported decoder step (`vqa.export.onnx.DecoderStepGraph`) and the written-out attention of the explain path
 (`vqa.model.attention`) all build it here, so PyTorch and ONNX cannot drift apart.
 

@@ -1,6 +1,6 @@
 """The command line answers before the heavy modules load: `--help`, `--version` and usage errors (bad or missing
 options, a data folder that is not there) never import torch or gradio, and the exit status says which kind
-of error it was (2 usage, 1 a failure while running). Speed itself is in docs/performance.md, measured."""
+of error it was (2 usage, 1 a failure while running). Speed itself is in docs/results/performance.md, measured."""
 
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ def test_a_config_json_from_before_the_timm_statistics_still_loads(tmp_path):
 
 
 def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_path, shapes_dir, capsys):
-    """Checkpoints and runs saved while vqa had an option that is gone (REMOVED_FIELDS, docs/tried.md) still
+    """Checkpoints and runs saved while vqa had an option that is gone (REMOVED_FIELDS, docs/results/tried.md) still
     load when the option held its default; one that had it on is refused in one line naming the option."""
     from vqa.config import REMOVED_FIELDS
 
@@ -193,7 +193,7 @@ def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_pa
         (tmp_path / "m" / "config.json").write_text(json.dumps({**saved, name: not off}))
         with pytest.raises(CheckpointError) as e:
             VQAModel.from_pretrained(tmp_path / "m")
-        assert f"{name}={not off!r}: vqa no longer has this option (docs/tried.md says" in str(e.value)
+        assert f"{name}={not off!r}: vqa no longer has this option (docs/results/tried.md says" in str(e.value)
         assert "\n" not in str(e.value)
         with pytest.raises(ConfigError, match=f"{name}={not off!r}: vqa no longer has this option"):
             preset("tiny", **{name: not off})
@@ -213,7 +213,7 @@ def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_pa
     with pytest.raises(ConfigError, match=r"question_weights=\{'spatial': 3\}: vqa no longer has this option"):
         _resolve(["--out", str(run), "--resume"])
     (run / "train_config.json").write_text(json.dumps({**cfg.to_dict(), "packing": "image"}))
-    with pytest.raises(ConfigError, match=r"packing='image': vqa no longer has this option \(docs/tried.md"):
+    with pytest.raises(ConfigError, match=r"packing='image': vqa no longer has this option \(docs/results/tried.md"):
         _resolve(["--out", str(run), "--resume"])
     # and on the command line: the flag is gone; --set of a removed model field says so
     from vqa.cli import main

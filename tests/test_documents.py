@@ -52,7 +52,7 @@ def test_the_readme_stays_short():
 
 
 def test_every_link_between_documents_reaches_a_file():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # docs/results/ too
     broken = []
     for page in pages:
         for target in LINK.findall(page.read_text()):
@@ -62,6 +62,15 @@ def test_every_link_between_documents_reaches_a_file():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert pages[1:], "no docs/*.md found"
     assert not broken, broken
+
+
+def test_every_results_page_is_listed_in_the_results_index():
+    """docs/results/ holds the measured figures; its README.md lists each page, so none is found only by chance."""
+    results = ROOT / "docs" / "results"
+    listed = set(LINK.findall((results / "README.md").read_text()))
+    pages = {f.name for f in results.glob("*.md")} - {"README.md"}
+    assert pages, "no docs/results/*.md found"
+    assert not pages - listed, sorted(pages - listed)
 
 
 def test_every_test_docs_claims_names_exists():

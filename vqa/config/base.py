@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..json_object import read_object
 
-# Options that were removed (docs/tried.md), each with its old default. A saved config.json, train_config.json
+# Options that were removed (docs/results/tried.md), each with its old default. A saved config.json, train_config.json
 # or --config file that still holds one at that value loads as if the field were absent; at any other value it
 # is refused in one line naming the option: the code that served it is gone from the package.
 REMOVED_FIELDS: dict[str, dict[str, Any]] = {
@@ -32,7 +32,7 @@ def check_fields(cls, d: dict, what: str) -> dict:
     removed = REMOVED_FIELDS.get(cls.__name__, {})
     for key in sorted(set(d) & set(removed)):
         if d[key] != removed[key]:
-            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/tried.md says "
+            raise ConfigError(f"{what} {key}={d[key]!r}: vqa no longer has this option (docs/results/tried.md says "
                               "what it measured)")
     d = {k: v for k, v in d.items() if k not in removed}
     known = [f.name for f in dataclasses.fields(cls)]

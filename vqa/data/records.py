@@ -1,6 +1,6 @@
 """Compact, columnar records: one split of VQA v2 (443,757 questions x 10 answers) in tens of megabytes.
 
-Why columns: one Python object per question and per answer costs ~2.6 GB at VQA v2 size and ~16 s to build.
+Why columns: one Python object per question and per answer is slow to build and holds gigabytes at VQA v2 size.
 Here every string (question, answer, answer / question type) is stored once in a pool and referenced by an
 int32 id; the ten answers of a question are a slice of one int32 array (CSR layout: `ans_start[i]` to
 `ans_start[i + 1]`), empty answers included, since the official evaluation scores against all ten. Ids

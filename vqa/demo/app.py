@@ -23,7 +23,7 @@ from .options import BATCH_WAIT_MS, MAX_BATCH
 # a user's last answer and its explorer handle go this long after they were last set (gradio keeps them
 # otherwise for as long as the server runs, and a closed tab's for an hour)
 STATE_TTL = 1800
-# users gradio keeps at all (its default: 10,000), the oldest dropped first; each holds ~50 KB of ours
+# users gradio keeps at all (its default: 10,000), the oldest dropped first; each holds a little of ours
 # (the answer, its maps, the display copy as JPEG), the explanations are shared (vqa.demo.explorer)
 USERS_KEPT = 1000
 

@@ -31,7 +31,7 @@ EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains
 # export folders kept on disk, from all users: gradio serves its own copy of each file (in its cache, which
 # delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
 EXPORTS_KEPT = 8
-# explanations held in memory, for all users together (one of the small model is ~20 MiB, its ViT's attention
+# explanations held in memory, for all users together (an explanation is large, its ViT's attention
 # mostly): a user keeps a handle (`Explained`), and an explanation dropped from here is rebuilt on its next use
 EXPLANATIONS_KEPT = 8
 

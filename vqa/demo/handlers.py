@@ -32,7 +32,7 @@ from .uploads import DECODING, DecodeBudget, decoded_bytes, fail
 
 MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
 DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (longer side)
-DISPLAY_QUALITY = 90  # a user keeps its display copy as a JPEG of this quality: ~50 KB instead of 0.5 MiB
+DISPLAY_QUALITY = 90  # a user keeps its display copy as a JPEG of this quality, a fraction of its raw pixels
 MEAN = -1  # the layer / head selector value meaning "average them all"
 NO_PICTURE = "Please upload a picture or pick an example first."
 

@@ -26,7 +26,7 @@ from .uploads import give_back_decoded_memory
 log = get_logger("demo")
 
 MAX_FILE_SIZE = "10mb"
-LAUNCH_ATTEMPTS = 3  # launches tried when gradio's start-up check of its own address (~17 s) fails
+LAUNCH_ATTEMPTS = 3  # launches tried when gradio's start-up check of its own address (5 tries of 3 s) fails
 ENCODING_CACHE = 64  # picture encodings kept (by content)
 
 THEME_FONTS = ["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "Helvetica", "Arial", "sans-serif"]

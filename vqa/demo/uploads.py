@@ -30,7 +30,7 @@ DECODE_BUDGET = 1 << 30  # bytes of decoded pictures held at once by all request
 DECODE_WAIT = 60.0  # seconds a request waits for room in the budget before it is told the demo is busy
 # PIL allocates a picture in blocks of this size; over glibc's largest mmap threshold (32 MiB), each block is
 # mapped and handed back to the system when freed. PIL's default (16 MiB) stays in the allocator's per-thread
-# arenas: 32 uploads of 8000x8000 at once, within a 1 GiB budget, grew the RSS by 3.6 GiB; at 64 MiB, 1.0 GiB
+# arenas, so the RSS keeps what large uploads freed (docs/results/demo.md measures both)
 PIL_BLOCK_SIZE = 64 << 20
 
 

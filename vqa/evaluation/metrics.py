@@ -310,8 +310,9 @@ def java() -> str | None:
 
 
 def start_meteor() -> Any:
-    """pycocoevalcap's METEOR scorer, its Java process started (it loads its paraphrase tables, some 30 s of a
-    CPU, while the caller goes on); None, and one warning line, when Java is missing or does not start."""
+    """pycocoevalcap's METEOR scorer, its Java process started (it loads its paraphrase tables while the caller
+    goes on; the cost: docs/results/evaluation.md); None, and one warning line, when Java is missing or does not
+    start."""
     log = get_logger("eval")
     if java() is None:
         log.warning("vqa eval: METEOR needs Java (no 'java' on PATH); the other caption scores are written")

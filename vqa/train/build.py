@@ -168,8 +168,8 @@ def default_workers(device: torch.device) -> int:
     return max(1, min(16, cores // max(1, per_node) - 1))
 
 
-# training memory per image, in bytes per (token x width x layer) of the ViT and the decoder: 42-43 measured
-# for small and base on a GPU (bf16 autocast, AdamW, packed rows), with a margin; with activation checkpointing
+# training memory per image, in bytes per (token x width x layer) of the ViT and the decoder: fitted with a
+# margin to small's and base's peaks on a GPU (docs/results/performance.md, H100); with activation checkpointing
 # a layer keeps only its input (bf16: 2 bytes, fp32 4) and one layer at a time holds its full activations
 BYTES_PER_TOKEN_WIDTH_LAYER = 48
 CHECKPOINTED_BYTES_PER_TOKEN_WIDTH_LAYER = 4

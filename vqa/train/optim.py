@@ -18,8 +18,8 @@ from .sharding import gathered, like
 OPTIMIZERS = ("adamw", "muon")
 # Muon's learning rate = this x --lr. Its update is RMS-matched to AdamW's (0.2 sqrt(max(rows, cols))), so a
 # Muon step moves a matrix ~this x as far as AdamW would at --lr, and the decoupled weight decay (lr x wd) of
-# those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; at 1x Muon learns tiny no faster
-# than AdamW, at 10x far faster
+# those matrices is this x stronger per step too. TrainConfig.muon_lr_scale; how 10 was chosen:
+# docs/results/training-results.md
 MUON_LR_SCALE = 10.0
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # the quintic Newton-Schulz iteration of Jordan et al. (and torch)
 # the gpt layout's cross-attention sits in every block; the llama layout's in blocks of their own

@@ -72,7 +72,7 @@ SPATIAL_Q = dict(zip(RELATIONS, TEMPLATES["spatial"], strict=True))
 SLOT_WORDS = (*SIZES, *COLORS, *SHAPES, *(_plural(s) for s in SHAPES), "object", "objects", "a", "an")
 
 ALL_DESCS = list(product((None, *SIZES), (None, *COLORS), (None, *SHAPES)))
-NAME = {a: describe(a) for a in ALL_DESCS}  # precomputed wordings: candidates() runs ~100k times per build
+NAME = {a: describe(a) for a in ALL_DESCS}  # precomputed wordings: candidates() runs many times per question
 COUNT_Q = {a: TEMPLATES["count"][0].format(describe(a, True)) for a in ALL_DESCS}
 EXIST_Q = {a: TEMPLATES["existence"][0].format(_a(describe(a))) for a in ALL_DESCS if any(a)}
 COMPARE_Q = [

@@ -89,3 +89,14 @@ def test_every_test_docs_claims_names_exists():
         if name not in defined[path]:
             missing.append(f"{path}::{name}")
     assert not missing, missing
+
+
+DOC_PATH = re.compile(r"\bdocs/[\w/-]+\.md\b")
+
+
+def test_every_docs_page_the_code_names_exists():
+    """A help text, error or docstring that sends a reader to docs/X.md names a page that is there."""
+    sources = [*ROOT.glob("vqa/**/*.py"), *ROOT.glob("scripts/*.py"), ROOT / "app.py", ROOT / "Makefile"]
+    missing = sorted(f"{p.relative_to(ROOT)}: {m}" for p in sources for m in DOC_PATH.findall(p.read_text())
+                     if not (ROOT / m).is_file())
+    assert not missing, missing

@@ -193,7 +193,7 @@ _encoders: weakref.WeakKeyDictionary[nn.Module, CompiledEncoder] = weakref.WeakK
 
 def encode(model: nn.Module, images: torch.Tensor, compile: bool = False) -> torch.Tensor:
     """model.encode(images) [M, N, D], through the compiled encoder when `compile` (faster on CUDA and on a CPU,
-    float32 or int8: docs/performance.md has the figures)."""
+    float32 or int8: docs/results/performance.md has the figures)."""
     if not compile:
         return model.encode(images)
     with _compiled_lock:

@@ -161,8 +161,8 @@ class TrainConfig(_Config):
         "ship in the package, vqa/weights/tiny, which fix its shape and tokenizer; docs/pretraining.md)"))
     new_words: int = field(default=0, metadata=_opt(
         "with pretrained weights and their tokenizer (the tiny preset's towers, --init-from, a pretrained "
-        "decoder): make the training text's N most frequent words that the tokenizer spells in several tokens "
-        "tokens of their own, each embedding row started at the mean of its pieces' (0: off; "
+        "decoder): give each of the training text's N most frequent words that the tokenizer spells in two or "
+        "more pieces a token of its own, its embedding row started at the mean of its pieces' rows (0: off; "
         "docs/pretraining.md)", metavar="N"))
     resume: bool = field(default=False, metadata=_opt(
         "continue the run in --out where it stopped; options given now win over the saved ones"))

@@ -157,6 +157,8 @@ def test_a_run_with_new_words_trains_saves_loads_and_answers(tmp_path, capsys):
     # resumed: the saved tokenizer and rows, not grown again
     assert main([*args, "--max-steps", "2", "--resume"]) == 0
     assert checkpoint.load(run / "last")[1].hf.to_str() == tok.hf.to_str()
+    fails(capsys, [*args, "--max-steps", "3", "--resume", "--new-words", "3"],
+          r"trained with new_words=2; it cannot change on --resume")
     pred = Predictor.from_pretrained(run, device="cpu")
     assert pred.tokenizer.hf.to_str() == tok.hf.to_str()
     assert isinstance(pred.answer(data / "pics" / "val0.png", "is it a guitar?").answer, str)

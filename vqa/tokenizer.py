@@ -23,6 +23,7 @@ as it was trained; it has no VQA prompt until `with_prompt_tokens` adds <questio
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -118,6 +119,45 @@ class Tokenizer:
         hf = HFTokenizer.from_str(self.hf.to_str())
         hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (QUESTION, ANSWER)])
         return Tokenizer(hf)
+
+    def split_words(self, texts: Iterable[str]) -> Counter:
+        """How often each word of `texts` occurs that this tokenizer spells in two or more tokens, a word as its
+        BPE sees it, after the normalizer and pre-tokenizer ("▁guitar"), of letters and digits only."""
+        norm, pre = self.hf.normalizer, self.hf.pre_tokenizer
+        seen: Counter = Counter()
+        for text in texts:
+            text = norm.normalize_str(text) if norm is not None else text
+            seen.update([w for w, _ in pre.pre_tokenize_str(text)] if pre is not None else [text])
+        dec, vocab = self.hf.decoder, self.hf.get_vocab()
+        return Counter({w: n for w, n in seen.items() if w not in vocab and len(self.word_pieces(w)) > 1
+                        and (dec.decode([w]) if dec is not None else w).strip().isalnum()})
+
+    def word_pieces(self, word: str) -> list[int]:
+        """The ids BPE spells one pre-tokenized `word` in ("▁guitar", as `split_words` names it)."""
+        return [t.id for t in self.hf.model.tokenize(word)]
+
+    def with_words(self, words: Iterable[str]) -> Tokenizer:
+        """This tokenizer with each of `words` (as `split_words` names them) a token of its own, ids after its
+        vocabulary. BPE then encodes a word its vocabulary holds whole (`ignore_merges`): such a word becomes
+        its token wherever the pre-tokenizer isolates it ("guitar" in "a guitar?", not in "guitars"), and other
+        words keep their tokens, as BPE's merges already spell each word the vocabulary holds whole (the
+        byte and special tokens aside, which no text's word is: tests/test_new_words.py)."""
+        spec = json.loads(self.hf.to_str())
+        model = spec["model"]
+        if model.get("type") != "BPE":
+            raise ConfigError(f"new words need a BPE tokenizer, not {model.get('type')}")
+        vocab = model["vocab"]
+        for added in spec.get("added_tokens") or []:  # reading the file back numbers added tokens the BPE
+            vocab.setdefault(added["content"], added["id"])  # lacks after its vocabulary: it holds them all
+        n = len(vocab)
+        if set(vocab.values()) != set(range(n)):
+            raise ConfigError("new words need a tokenizer whose token ids run 0, 1, 2, ... without a gap")
+        for word in words:
+            if word in vocab:
+                raise ConfigError(f"{word!r} is already a token")
+            vocab[word], n = n, n + 1
+        model["ignore_merges"] = True
+        return Tokenizer(HFTokenizer.from_str(json.dumps(spec)))
 
     def save(self, path: str | Path) -> None:
         self.hf.save(str(path))

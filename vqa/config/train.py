@@ -70,7 +70,7 @@ RANGES: dict[str, tuple[float, bool]] = {
     "max_steps": (1, False), "batch_size": (1, False), "accum": (1, False), "log_every": (1, False),
     "questions_per_image": (0, False), "captions_per_image": (0, False), "warmup": (0, False),
     "eval_every": (0, False), "eval_images": (0, False), "workers": (-1, False), "max_unreadable": (0, False),
-    "lora_rank": (1, False), "lora_alpha": (0, True),
+    "lora_rank": (1, False), "lora_alpha": (0, True), "new_words": (0, False),
 }
 # the per-image counts a task needs (0 would leave the task untrained)
 TASK_COUNTS = {"vqa": "questions_per_image", "caption": "captions_per_image"}
@@ -159,6 +159,11 @@ class TrainConfig(_Config):
     from_scratch: bool = field(default=False, metadata=_opt(
         "random weights instead of the preset's pretrained towers (the tiny preset starts from the ones that "
         "ship in the package, vqa/weights/tiny, which fix its shape and tokenizer; docs/pretraining.md)"))
+    new_words: int = field(default=0, metadata=_opt(
+        "with pretrained weights and their tokenizer (the tiny preset's towers, --init-from, a pretrained "
+        "decoder): give each of the training text's N most frequent words that the tokenizer spells in two or "
+        "more pieces a token of its own, its embedding row started at the mean of its pieces' rows (0: off; "
+        "docs/pretraining.md)", metavar="N"))
     resume: bool = field(default=False, metadata=_opt(
         "continue the run in --out where it stopped; options given now win over the saved ones"))
     seed: int = field(default=0, metadata=_opt("seed of the weights, data order and augmentation"))

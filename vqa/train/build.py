@@ -21,6 +21,7 @@ from ..model.pretrained_lm import LM_FIELDS, tokenizer
 from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
 from . import sharding
+from .new_words import check_new_words
 from .optim import part_of
 
 log = get_logger("train")
@@ -65,8 +66,9 @@ def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
 def check_model_options(cfg: TrainConfig) -> None:
     """At start-up, before the run folder or the data is touched: a new run's --set options that contradict
     its pretrained language model (`model_preset` reads the model's config.json and names them), and a
-    --vocab-size that cannot apply."""
+    --vocab-size or --new-words that cannot apply."""
     check_vocab_size(cfg)
+    check_new_words(cfg, shipped_towers(cfg))
     if cfg.dec_pretrained and not cfg.resume and not cfg.init_from:
         model_preset(cfg.preset, **cfg.model)
 

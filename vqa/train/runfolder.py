@@ -24,7 +24,8 @@ from ..options import read_config_file
 
 SAVED = "train_config.json"
 REPEAT = "max_steps_command.txt"  # a time-limited run's step count and the command that repeats it by steps
-FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only")
+FIXED_ON_RESUME = ("preset", "model", "tokenizer", "vocab_size", "init_from", "optimizer", "train_only",
+                   "new_words")
 
 log = get_logger("train")
 

@@ -50,6 +50,7 @@ from .build import (
     new_tokenizer,
     shipped_towers,
 )
+from .new_words import add_new_words
 from .optim import lr_factor, make_optimizer, set_lr
 from .plots import plot_curves, read_metrics
 from .report import Reporter, trim_metrics
@@ -127,6 +128,8 @@ class Trainer:
             self.tok = new_tokenizer(c, self.train_data, self.dist)
             model = new_model(c, self.tok)
             self.card = {}
+        if state is None:  # a new run: --new-words grows a pretrained tokenizer and its embedding
+            model, self.tok = add_new_words(c, model, self.tok, self.train_data, self.dist, self.card)
         data = c.data if "://" in c.data or c.data.startswith("pipe:") else str(Path(c.data).resolve())
         self.card.update(preset=c.preset, data=data, train_split=self.train_split,
                          tasks=list(c.tasks))

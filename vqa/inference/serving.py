@@ -123,11 +123,11 @@ class RequestBatcher:
 
 class SharedPredictor:
     """A `vqa.Predictor` shared by many threads: their `answer` and `caption` calls, gathered by a
-    `RequestBatcher`, become batched `answer_batch` / `caption_batch` calls (each distinct picture encoded once, encodings cached by content).
-    The results are those of one-by-one calls: each row of a batched decoding gets its own length budget and
-    its own padding mask (`vqa.decoding.generate`). Answers and captions of a random decoding method (sampling)
-    are never batched: each has its own call and random generator, so a seeded sample does not depend on what
-    else was in its batch.
+    `RequestBatcher`, become batched `answer_batch` / `caption_batch` calls (each distinct picture encoded once,
+    encodings cached by content). The results are those of one-by-one calls: each row of a batched decoding gets
+    its own length budget and its own padding mask (`vqa.decoding.generate`). Answers and captions of a random
+    decoding method (sampling) are never batched: each has its own call and random generator, so a seeded sample
+    does not depend on what else was in its batch.
 
     `familiarity` (a `vqa.demo.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
     training pictures its picture is (the ratio; None without a reference)."""

@@ -334,7 +334,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
     from torch.utils.flop_counter import FlopCounterMode
 
     from vqa.config import GenerationConfig
-    from vqa.decoding.batch import BatchDecoder
+    from vqa.decoding.batch import DecodingBatch
 
     cfg = model.cfg
     dtype = next(model.parameters()).dtype
@@ -346,7 +346,7 @@ def generation_bound(model, device, batch: int, limits: dict, new_tokens: int = 
             kv = model.memory_kv(model.encode(images))
         enc_flops = fc.get_total_flops()
         with FlopCounterMode(display=False) as fc:
-            dec = BatchDecoder(model, kv, prompts(batch, length=prompt_len, vocab=cfg.vocab_size),
+            dec = DecodingBatch(model, kv, prompts(batch, length=prompt_len, vocab=cfg.vocab_size),
                                GenerationConfig(max_new_tokens=new_tokens))
         pre_flops = fc.get_total_flops()
         tok = torch.full((batch,), 5, device=device)

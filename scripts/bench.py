@@ -18,7 +18,7 @@ Measures (medians over --repeats after warm-up):
   generate          greedy, exactly 16 new tokens (min_new_tokens=16), 12-token prompts; batch 1 and 32, one
                     image per prompt; the latency includes encoding the images. Variants (--gen-variants):
                     eager (generate's default), compiled (generate(compile=True): the torch.compile'd decode
-                    step, weights frozen in) and int8 (dynamic int8 linear layers, vqa.decoding.quantize, compiled step
+                    step, weights frozen in) and int8 (dynamic int8 linear layers, vqa.decoding.precision, compiled step
                     and encoder; CPU only). The compiling time (first call) is reported, not timed
   physical bound    beside every generation figure: the least time the machine allows for that generation,
                     from its FLOPs at the measured GEMM rate and its bytes at the measured memory bandwidth
@@ -44,7 +44,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import GenerationConfig  # noqa: E402
-from vqa.decoding.batch import BatchDecoder
+from vqa.decoding.batch import DecodingBatch
 from vqa.decoding.generate import generate
 
 
@@ -132,12 +132,12 @@ def bench_generate(model, device, batch, repeats, variant="eager"):
 
 
 def variant_model(model, variant):
-    """The model a generation variant runs: the same one, or an int8 copy (vqa.decoding.quantize)."""
+    """The model a generation variant runs: the same one, or an int8 copy (vqa.decoding.precision)."""
     if variant != "int8":
         return model
     import copy
 
-    from vqa.decoding.quantize import quantize_int8
+    from vqa.decoding.precision import quantize_int8
 
     q = copy.deepcopy(model).eval()
     quantize_int8(q)
@@ -157,7 +157,7 @@ def bench_positions(name, device, repeats, positions=(1, 64)):
             times = []
             for _ in range(repeats * 4):
                 two = GenerationConfig(max_new_tokens=2)
-                dec, warm = BatchDecoder(model, kv, prompt, two), BatchDecoder(model, kv, prompt, two)
+                dec, warm = DecodingBatch(model, kv, prompt, two), DecodingBatch(model, kv, prompt, two)
                 warm.step(tok)  # the same step just before, as in a decoding loop: weights warm in the caches
                 times.append(C.timed(lambda dec=dec: dec.step(tok), device))
             out[f"step_pos{p}_ms"] = C.median(times) * 1e3

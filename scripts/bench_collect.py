@@ -10,7 +10,7 @@ Every caption is exactly 16 tokens (min_new_tokens = max_new_tokens = 16), so bo
   one-by-one    `Predictor.caption(path)` in a loop over the first --one-by-one images (decoding the file,
                 the letterbox, the ViT and greedy decoding for each; the Predictor's default compile setting)
   job           `vqa.inference.collection.job.Job` over the folder: DataLoader workers decoding, batches of
-                --batch-size through the Batcher, records written to a JSON Lines file; its wall time from the
+                --batch-size through the RequestBatcher, records written to a JSON Lines file; its wall time from the
                 first chunk asked for to the last record written (DataLoader start-up included; the model
                 load is not, nor is it in the one-by-one figure)
 The ratio is job images/s over one-by-one images/s. "x bound" is the job's time over the least time the

@@ -145,7 +145,7 @@ def gen_rows(name: str, device, repeats: int, compiled: bool = False) -> list[di
     fp32 = C.build_ours(name, device).eval()
     s = fp32.cfg.vit_image_size
     rows = []
-    # bf16 as the Predictor runs it: the weights converted (vqa.decoding.quantize.apply_precision), no autocast
+    # bf16 as the Predictor runs it: the weights converted (vqa.decoding.precision.apply_precision), no autocast
     models = {"fp32": fp32} | ({"bf16": copy.deepcopy(fp32).to(torch.bfloat16)} if device.type == "cuda" else {})
     for b in (1, 32):
         pixels = torch.randn(b, 3, s, s, generator=torch.Generator().manual_seed(3)).to(device)

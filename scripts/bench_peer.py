@@ -170,7 +170,7 @@ def bench(name, args, device, limits=None):
         if variant == "int8":
             import copy
 
-            from vqa.decoding.quantize import quantize_int8
+            from vqa.decoding.precision import quantize_int8
 
             model = copy.deepcopy(ours).eval()
             quantize_int8(model)

@@ -33,7 +33,7 @@ import _bench_common as C  # first: it puts the checkout on sys.path
 import torch
 
 from vqa.config import GenerationConfig  # noqa: E402
-from vqa.decoding.batch import BatchDecoder  # noqa: E402
+from vqa.decoding.batch import DecodingBatch  # noqa: E402
 
 LIKE_FOR_LIKE = dict(vit_conv_stem=False, vit_qk_norm=False, dec_qk_norm=False, vit_memory_pos=False)
 KINDS = ("matmul", "attention", "norm", "elementwise", "fused", "memory", "dispatch")
@@ -57,11 +57,11 @@ def kind(name: str) -> str:
     return "elementwise"
 
 
-def decoder(model, batch: int, compiled: bool) -> tuple[BatchDecoder, torch.Tensor]:
+def decoder(model, batch: int, compiled: bool) -> tuple[DecodingBatch, torch.Tensor]:
     s = model.cfg.vit_image_size
     with torch.inference_mode():  # as generate() runs
         kv = model.memory_kv(model.encode(torch.randn(batch, 3, s, s)))
-        dec = BatchDecoder(model, kv, C.prompts(batch), GenerationConfig(max_new_tokens=40), compiled=compiled)
+        dec = DecodingBatch(model, kv, C.prompts(batch), GenerationConfig(max_new_tokens=40), compiled=compiled)
         return dec, torch.full((batch,), 5)
 
 
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         for variant in args.variants.split(","):
             model = base
             if variant == "int8":
-                from vqa.decoding.quantize import quantize_int8
+                from vqa.decoding.precision import quantize_int8
 
                 model = copy.deepcopy(base).eval()
                 quantize_int8(model)

@@ -39,7 +39,7 @@ def main() -> None:
     from vqa.demo import uploads
     from vqa.demo.handlers import Handlers
     from vqa.inference.predict import Predictor
-    from vqa.inference.serving import BatchedPredictor
+    from vqa.inference.serving import SharedPredictor
 
     uploads.give_back_decoded_memory()
     if args.pil_blocks:
@@ -47,7 +47,7 @@ def main() -> None:
     pred = Predictor.from_pretrained(args.checkpoint, device="cpu", max_pixels=MAX_PIXELS)
     budget = uploads.DECODING if args.budget is None else uploads.DecodeBudget(
         int(args.budget * 2**20) if args.budget > 0 else 1 << 62, wait=600.0)
-    handlers = Handlers(pred, BatchedPredictor(pred, attention=True), budget=budget)
+    handlers = Handlers(pred, SharedPredictor(pred, attention=True), budget=budget)
     path = Path(tempfile.mkdtemp()) / "large.png"
     Image.new("RGB", (args.side, args.side), (200, 60, 40)).save(path)
 

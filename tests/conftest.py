@@ -120,9 +120,9 @@ def pred():
 @pytest.fixture(scope="module")
 def handlers(pred):
     from vqa.demo import handlers as h
-    from vqa.inference.serving import BatchedPredictor
+    from vqa.inference.serving import SharedPredictor
 
-    return h.Handlers(pred, BatchedPredictor(pred, max_wait=0.0, attention=True))
+    return h.Handlers(pred, SharedPredictor(pred, max_wait=0.0, attention=True))
 
 
 @pytest.fixture(scope="module")

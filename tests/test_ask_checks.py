@@ -87,10 +87,10 @@ def test_the_app_disables_the_ask_tab_of_a_captioner_and_its_handler_shows_why(c
     gr = pytest.importorskip("gradio", reason="gradio is not installed (pip install -e '.[dev]')")
     from vqa.demo.app import build_app
     from vqa.demo.handlers import Handlers
-    from vqa.inference.serving import BatchedPredictor
+    from vqa.inference.serving import SharedPredictor
 
     captioner = Predictor.from_pretrained(ckpts["caption"], device="cpu", compile=False)
-    handlers = Handlers(captioner, BatchedPredictor(captioner, max_wait=0.0))
+    handlers = Handlers(captioner, SharedPredictor(captioner, max_wait=0.0))
     with pytest.raises(gr.Error) as err:
         handlers.ask(str(pictures["red_circle"]), COLOR_Q, 3, None)
     assert "does not answer questions" in err.value.message and err.value.title == "Cannot do that"
@@ -126,16 +126,17 @@ def test_top_k_above_one_needs_beam_search(pred, pictures, capsys):
 def test_top_k_is_allowed_by_the_registry_not_by_a_method_name(monkeypatch):
     """A method the registry marks `ranked` lists top-k answers; the check names the ranking methods it reads."""
     from vqa.config import DECODING_METHODS, DecodingMethod
-    from vqa.inference.task_settings import answer_settings
 
+    p = object.__new__(Predictor)
+    p.tasks = ("vqa",)
     with pytest.raises(InputError, match="only beam search"):
-        answer_settings(["vqa"], top_k=3, changes={"method": "greedy"})
+        p.answer_settings(3, changes={"method": "greedy"})
     monkeypatch.setitem(DECODING_METHODS, "greedy", DecodingMethod(random=False, ranked=True))
-    assert answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 3}).method == "greedy"
+    assert p.answer_settings(3, changes={"method": "greedy", "num_beams": 3}).method == "greedy"
     with pytest.raises(InputError, match="num_beams=2 cannot return top_k=3"):
-        answer_settings(["vqa"], top_k=3, changes={"method": "greedy", "num_beams": 2})
+        p.answer_settings(3, changes={"method": "greedy", "num_beams": 2})
     with pytest.raises(InputError, match="only greedy or beam search.*use method=.greedy.,"):
-        answer_settings(["vqa"], top_k=3, changes={"method": "sample"})
+        p.answer_settings(3, changes={"method": "sample"})
 
 
 # ------------------------------------------------------------------------------------------------ never empty

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vqa.inference.beam_answers import answers_from_beams, ranked_candidates
+from vqa.inference.results import answers_from_beams, ranked_candidates
 
 SPELLING = {1: "red", 2: "r", 3: "ed", 4: "blue", 5: "green"}
 

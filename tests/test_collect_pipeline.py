@@ -1,6 +1,6 @@
 """The collection job's pipeline: positions dealt to ranks and DataLoader workers (each shard to one worker, read
-once), records written in input order, images decoded in the worker processes, model calls batched through the Batcher,
-the progress bar, and --compile / --int8 reaching the Predictor."""
+once), records written in input order, images decoded in the worker processes, model calls batched through the
+RequestBatcher, the progress bar, and --compile / --int8 reaching the Predictor."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from vqa.config import ModelConfig
 from vqa.data.cache import ImageCache, open_image_cache, parse_budget
 from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
-from vqa.data.loader import TrainBatches
+from vqa.data.loader import TrainingMicroBatches
 from vqa.data.preprocess import Preprocess
 from vqa.data.readers.formats import load_split
 from vqa.data.split import corpus_texts
@@ -29,7 +29,7 @@ from vqa.tokenizer import Tokenizer
 def loader(sd, workers, size=32, cache="off", budget="25%", batch=4, seed=0):
     tok = Tokenizer.train(corpus_texts(sd), vocab_size=200)
     cfg = ModelConfig(vit_image_size=size, vit_patch_size=8)
-    return TrainBatches(sd, tok, build_transform(cfg, train=True), 48, ("vqa", "caption"), 2, 1, seed,
+    return TrainingMicroBatches(sd, tok, build_transform(cfg, train=True), 48, ("vqa", "caption"), 2, 1, seed,
                         Layout(workers=workers, batch=batch), make_collate(tok.pad_id), image_cache=cache,
                         image_cache_budget=budget, quiet=True)
 

@@ -20,7 +20,7 @@ from vqa.cli import main
 from vqa.config import ModelConfig
 from vqa.data.collate import make_collate
 from vqa.data.convert import convert
-from vqa.data.loader import TrainBatches
+from vqa.data.loader import TrainingMicroBatches
 from vqa.data.readers.formats import load_split
 from vqa.data.readers.shards import ShardSplit
 from vqa.data.sources import open_split
@@ -96,7 +96,7 @@ def test_trains_two_steps_on_shards(shards, tmp_path, fmt):
 def batches_for(split, layout, epoch=0, start=0, seed=0, cache="off"):
     src = split
     tok = Tokenizer.train(["what color is it", "a red circle"], vocab_size=60)
-    tb = TrainBatches(src, tok, build_transform(CFG, train=True), 40, ("vqa", "caption"), 6, 1, seed, layout,
+    tb = TrainingMicroBatches(src, tok, build_transform(CFG, train=True), 40, ("vqa", "caption"), 6, 1, seed, layout,
                       make_collate(tok.pad_id), image_cache=cache)
     try:
         return [b for b in tb.epoch(epoch, start)], tb

@@ -12,7 +12,7 @@ from generate_fixtures import PROMPTS
 
 import vqa
 from vqa.config import GenerationConfig
-from vqa.decoding.batch import BatchDecoder
+from vqa.decoding.batch import DecodingBatch
 from vqa.decoding.beam import beam_search
 from vqa.decoding.greedy import greedy
 
@@ -20,11 +20,11 @@ PACKAGE = Path(vqa.__file__).resolve().parent
 
 
 def walk(run, model, images, **config) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """The vqa/ files the decoding method `run` runs code from over a decoding (the BatchDecoder, its prompts
+    """The vqa/ files the decoding method `run` runs code from over a decoding (the DecodingBatch, its prompts
     already in the cache, is built before), in the order first entered, and the calls from a file back up into
     one before it in that order: (caller's file, callee's file, callee's function)."""
     config = GenerationConfig(max_new_tokens=4, min_new_tokens=4, **config)
-    decoder = BatchDecoder(model, model.memory_kv(model.encode(images)), PROMPTS, config)
+    decoder = DecodingBatch(model, model.memory_kv(model.encode(images)), PROMPTS, config)
     calls: list[tuple[str, str, str]] = []
 
     def record(frame, event, arg):

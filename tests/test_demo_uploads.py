@@ -64,7 +64,7 @@ def test_concurrent_large_uploads_stay_within_the_decode_budget(pred, tmp_path):
     import threading
 
     from vqa.demo.uploads import DecodeBudget, decoded_bytes
-    from vqa.inference.serving import BatchedPredictor
+    from vqa.inference.serving import SharedPredictor
 
     if not sys.platform.startswith("linux"):
         pytest.skip("reads the RSS from /proc")
@@ -73,7 +73,7 @@ def test_concurrent_large_uploads_stay_within_the_decode_budget(pred, tmp_path):
     each = decoded_bytes(str(path))  # counted twice over: load_image holds a copy as it decodes
     assert path.stat().st_size < 100_000 and each == 2400 * 2400 * 8
     budget = DecodeBudget(max_bytes=2 * each, wait=60.0)
-    handlers = h.Handlers(pred, BatchedPredictor(pred, max_wait=0.0, attention=True), budget=budget)
+    handlers = h.Handlers(pred, SharedPredictor(pred, max_wait=0.0, attention=True), budget=budget)
     peak, done = [_rss()], threading.Event()
 
     def sample():

@@ -10,7 +10,7 @@ import pytest
 from generate_fixtures import EOS, PROMPTS, loglik, ref_beam
 
 from vqa.config import GenerationConfig
-from vqa.decoding.batch import BatchDecoder
+from vqa.decoding.batch import DecodingBatch
 from vqa.decoding.beam import beam_search
 from vqa.decoding.generate import generate
 
@@ -65,7 +65,7 @@ def test_beam_size_one_equals_greedy(model, images):
     kv = model.memory_kv(model.encode(images))
     for penalty, early in ((0.0, False), (0.0, True), (1.0, True), (2.0, True)):
         config = GenerationConfig(length_penalty=penalty, early_stopping=early, **one)
-        beam = beam_search(BatchDecoder(model, kv, PROMPTS, config), config)
+        beam = beam_search(DecodingBatch(model, kv, PROMPTS, config), config)
         assert beam.sequences == greedy.sequences, (penalty, early)
         assert beam.scores == pytest.approx(greedy.scores, abs=1e-4)
         assert [len(b) for b in beam.beams] == [1, 1, 1]

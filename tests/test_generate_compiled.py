@@ -20,11 +20,12 @@ from vqa.decoding.generate import generate
 def test_compiled_decode_step_equals_the_eager_one_at_every_step(model, images, quick_compile):
     """The same `decode_step` through torch.compile (inductor, weights frozen in) and eagerly: the same logits
     at every step for padded prompts, then the same greedy and beam results (9 beams padded to 16 rows)."""
-    from vqa.decoding.batch import BatchDecoder
+    from vqa.decoding.batch import DecodingBatch
 
     kv = model.memory_kv(model.encode(images))
     config = GenerationConfig(max_new_tokens=8)
-    eager, compiled = BatchDecoder(model, kv, PROMPTS, config), BatchDecoder(model, kv, PROMPTS, config, compiled=True)
+    eager = DecodingBatch(model, kv, PROMPTS, config)
+    compiled = DecodingBatch(model, kv, PROMPTS, config, compiled=True)
     torch.testing.assert_close(compiled.logits, eager.logits)
     # a few static shapes: 3 rows padded to 4 (the extra row repeats row 0), the cache at its smallest length
     # (MIN_SLOTS, 64)
@@ -80,13 +81,13 @@ def test_the_compiled_cache_is_as_long_as_the_request_can_write(images):
     the default caption budget (64 tokens) is what a long context caches for a caption."""
     from helpers import lively_model
 
-    from vqa.decoding.batch import BatchDecoder
+    from vqa.decoding.batch import DecodingBatch
 
     model = lively_model(dec_max_len=1024)
     kv = model.memory_kv(model.encode(images[:1]))
 
     def slots(prompt_len: int, config: GenerationConfig) -> int:
-        return BatchDecoder(model, kv, [[1] * prompt_len], config, compiled=True).cache.slots
+        return DecodingBatch(model, kv, [[1] * prompt_len], config, compiled=True).cache.slots
 
     assert slots(1, GenerationConfig(max_new_tokens=16)) == 64  # 1 + 15 slots written: the smallest cache
     assert slots(49, GenerationConfig(max_new_tokens=16)) == 64  # 49 + 15 = 64

@@ -85,12 +85,13 @@ def test_cached_generation_equals_uncached(tmp_path, family):
 @torch.inference_mode()
 def test_compiled_decode_step_equals_the_eager_one(tmp_path, quick_compile):
     from vqa.config import GenerationConfig
-    from vqa.decoding.batch import BatchDecoder
+    from vqa.decoding.batch import DecodingBatch
 
     model, prompts, images = gates_open(tmp_path)
     kv = model.memory_kv(model.encode(images))
     config = GenerationConfig(max_new_tokens=6)
-    eager, compiled = BatchDecoder(model, kv, prompts, config), BatchDecoder(model, kv, prompts, config, compiled=True)
+    eager = DecodingBatch(model, kv, prompts, config)
+    compiled = DecodingBatch(model, kv, prompts, config, compiled=True)
     torch.testing.assert_close(compiled.logits, eager.logits)
     for t in range(6):
         token = eager.logits.argmax(-1)
@@ -125,7 +126,7 @@ def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp
 
 def test_int8_quantizes_the_layers_and_answers_with_the_untied_head_in_float(tmp_path):
     from vqa.decoding.generate import generate
-    from vqa.decoding.quantize import int8_unavailable, quantize_int8
+    from vqa.decoding.precision import int8_unavailable, quantize_int8
 
     if int8_unavailable("cpu"):
         pytest.skip(int8_unavailable("cpu"))

@@ -332,7 +332,7 @@ def test_make_collate_packs_with_its_settings():
 
 
 def test_packed_batch_pins_every_tensor(monkeypatch):
-    """Batch.pin_memory with packed rows: the images, the jitter and every packed tensor are pinned once each
+    """ImageTextBatch.pin_memory with packed rows: the images, the jitter and every packed tensor are pinned once each
     (pin_memory needs an accelerator: a stand-in records each tensor it was asked to pin, returns a copy)."""
     batch = _training_batch()
     pinned = []

@@ -16,7 +16,7 @@ import torch
 from predict_fixtures import COLOR_Q, ITEMS, SHAPE_Q, draw, shared_checkpoint, write_pictures
 
 from vqa.config import GenerationConfig
-from vqa.decoding import quantize
+from vqa.decoding import precision
 from vqa.errors import InputError
 from vqa.inference.predict import Predictor
 
@@ -72,7 +72,7 @@ def test_int8_explains_and_draws_maps(int8):
 
 
 def test_int8_where_it_cannot_run_is_a_clear_warning_and_float32(ckpt, pred, monkeypatch):
-    monkeypatch.setattr(quantize, "int8_unavailable", lambda device: "no quantized engine on this test platform")
+    monkeypatch.setattr(precision, "int8_unavailable", lambda device: "no quantized engine on this test platform")
     with pytest.warns(RuntimeWarning, match="int8 is not available here: no quantized engine on this test "
                                             "platform; running in float32"):
         p = Predictor.from_pretrained(ckpt, device="cpu", quantize="int8")
@@ -83,17 +83,18 @@ def test_int8_where_it_cannot_run_is_a_clear_warning_and_float32(ckpt, pred, mon
 
 
 def test_int8_unavailable_names_the_reason(monkeypatch):
-    assert quantize.int8_unavailable("cpu") is None  # this test machine runs int8
-    assert "for CPUs, not cuda" in quantize.int8_unavailable("cuda") and "bfloat16" in quantize.int8_unavailable("cuda")
+    assert precision.int8_unavailable("cpu") is None  # this test machine runs int8
+    on_cuda = precision.int8_unavailable("cuda")
+    assert "for CPUs, not cuda" in on_cuda and "bfloat16" in on_cuda
 
     def no_torchao():
         raise ImportError("No module named 'torchao'")
 
-    monkeypatch.setattr(quantize, "_import_torchao", no_torchao)
-    assert "pip install 'vqa[int8]'" in quantize.int8_unavailable("cpu")
+    monkeypatch.setattr(precision, "_import_torchao", no_torchao)
+    assert "pip install 'vqa[int8]'" in precision.int8_unavailable("cpu")
     monkeypatch.undo()
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    assert "no quantized CPU engine" in quantize.int8_unavailable("cpu")
+    assert "no quantized CPU engine" in precision.int8_unavailable("cpu")
 
 
 def test_bfloat16_weights(ckpt):
@@ -137,14 +138,14 @@ def _greedy_steps(p, name, prompt, path=None):
     """The logits [T, V] (banned tokens at -inf) of each greedy step of `p` on picture `name` after `prompt`,
     fed `path` (teacher forcing: every predictor sees the same inputs) or, without one, its own choices; and
     the tokens fed."""
-    from vqa.decoding.batch import BatchDecoder, ban_bias
+    from vqa.decoding.batch import DecodingBatch, ban_bias
     from vqa.decoding.generate import _banned
 
     with torch.no_grad():
         memory, index = p._encode([draw(name)])
         kv = p.model.memory_kv(memory, torch.as_tensor(index))
         ban = ban_bias(p.model, _banned(p.model, p.tokenizer.never_generated))
-        dec = BatchDecoder(p.model, kv, [prompt], GenerationConfig(method="greedy"), compiled=p.compile, ban=ban)
+        dec = DecodingBatch(p.model, kv, [prompt], GenerationConfig(method="greedy"), compiled=p.compile, ban=ban)
         steps, fed = [dec.logits[0] + ban], []
         while True:
             fed.append(int(steps[-1].argmax()) if path is None else path[len(fed)])
@@ -216,7 +217,7 @@ def test_cli_int8(ckpt, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.strip() == "red"
     assert main(["caption", "--checkpoint", str(ckpt), str(pictures["blue_square"]), "--int8"]) == 0
     assert capsys.readouterr().out.strip() == ITEMS["blue_square"][2]
-    monkeypatch.setattr(quantize, "int8_unavailable", lambda device: "no quantized engine here")
+    monkeypatch.setattr(precision, "int8_unavailable", lambda device: "no quantized engine here")
     assert main(["ask", "--checkpoint", str(ckpt), str(pictures["red_circle"]), COLOR_Q, "--int8"]) == 0
     out = capsys.readouterr()
     assert out.out.strip() == "red" and "vqa ask: int8 is not available here: no quantized engine here" in out.err

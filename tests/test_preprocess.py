@@ -15,7 +15,7 @@ from vqa.config import ModelConfig
 from vqa.data.collate import make_collate
 from vqa.data.dataset import ImageTextDataset
 from vqa.data.images import fit, load_image
-from vqa.data.loader import TrainBatches
+from vqa.data.loader import TrainingMicroBatches
 from vqa.data.preprocess import Preprocess, model_picture
 from vqa.data.readers.formats import load_split
 from vqa.data.stream import Layout
@@ -77,7 +77,7 @@ def test_training_input_equals_the_predictors(pictures, resize, resample, tmp_pa
     model = tiny_model(**tok.model_ids(), vit_resize=resize, vit_resample=resample)
     pred = Predictor(model, tok, device="cpu")
     split = load_split(root, "train")
-    batches = TrainBatches(split, tok, build_transform(model.cfg, train=True), 32, ("vqa", "caption"), 1, 1, 0,
+    batches = TrainingMicroBatches(split, tok, build_transform(model.cfg, train=True), 32, ("vqa", "caption"), 1, 1, 0,
                            Layout(batch=2), make_collate(tok.pad_id), image_cache="auto")
     assert batches.cache is not None
     ds = ImageTextDataset(split, tok, build_transform(model.cfg, train=False), 32, train=False,
@@ -121,7 +121,7 @@ def test_runs_with_other_resize_settings_never_share_cached_pixels(pictures, tmp
     got = {}
     for resize, resample in (("letterbox", "bicubic"), ("squash", "bilinear")):
         cfg = ModelConfig(vit_image_size=32, vit_patch_size=8, vit_resize=resize, vit_resample=resample)
-        tb = TrainBatches(split, tok, build_transform(cfg, train=True), 32, ("vqa", "caption"), 1, 1, 0,
+        tb = TrainingMicroBatches(split, tok, build_transform(cfg, train=True), 32, ("vqa", "caption"), 1, 1, 0,
                           Layout(batch=2), make_collate(tok.pad_id), image_cache="auto", quiet=True)
         ds = tb.dataset
         got[resize] = [ds._prepared(i) for i in range(len(ds))]  # fills the cache

@@ -1,4 +1,4 @@
-"""How a Predictor runs its model, on its own (`vqa.inference.precision`): the precision asked for, the
+"""How a Predictor runs its model, on its own (`vqa.decoding.precision`): the precision asked for, the
 images' dtype that goes with it, and when decoding is compiled (the Predictor through it: test_precision.py)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vqa.decoding.precision import apply_run_policy
 from vqa.errors import InputError
-from vqa.inference.precision import apply_run_policy
 
 CPU = torch.device("cpu")
 

@@ -13,7 +13,7 @@ import torch
 from predict_fixtures import COLOR_Q, SHAPE_Q, draw, shared_checkpoint
 
 from vqa.errors import InputError
-from vqa.inference.serving import BatchedPredictor, Batcher, Busy
+from vqa.inference.serving import Busy, RequestBatcher, SharedPredictor
 
 
 def _wait_until(cond, timeout=10.0):
@@ -57,7 +57,7 @@ def _held_batcher(max_batch: int = 8):
     queues up behind it. Returns (batcher, the calls made, the gate)."""
     calls = []
     run, gate = _gated(calls)
-    b = Batcher(run, max_batch=max_batch, max_wait=0.0)
+    b = RequestBatcher(run, max_batch=max_batch, max_wait=0.0)
     b.submit("k", 0)
     _wait_until(lambda: len(calls) == 1)
     return b, calls, gate
@@ -66,7 +66,7 @@ def _held_batcher(max_batch: int = 8):
 def test_requests_that_wait_together_are_answered_by_one_call_each_with_its_own_result():
     calls = []
     run, gate = _gated(calls)
-    b = Batcher(run, max_batch=8, max_wait=0.0)
+    b = RequestBatcher(run, max_batch=8, max_wait=0.0)
     first = b.submit("k", 0)
     _wait_until(lambda: len(calls) == 1)  # the worker is busy with the first request
     futures = [b.submit("k", i) for i in range(1, 6)]
@@ -80,7 +80,7 @@ def test_requests_that_wait_together_are_answered_by_one_call_each_with_its_own_
 def test_different_keys_never_share_a_call_and_max_batch_is_respected():
     calls = []
     run, gate = _gated(calls)
-    b = Batcher(run, max_batch=3, max_wait=0.0)
+    b = RequestBatcher(run, max_batch=3, max_wait=0.0)
     b.submit("x", -1)
     _wait_until(lambda: len(calls) == 1)
     futures = [b.submit("a" if i % 2 else "b", i) for i in range(8)]
@@ -103,7 +103,7 @@ def test_a_bad_request_fails_alone():
 def test_the_pending_queue_is_bounded_with_a_message_for_people():
     calls = []
     run, gate = _gated(calls)
-    b = Batcher(run, max_batch=1, max_wait=0.0, max_pending=2)
+    b = RequestBatcher(run, max_batch=1, max_wait=0.0, max_pending=2)
     b.submit("k", 0)
     _wait_until(lambda: len(calls) == 1)
     waiting = [b.submit("k", 1), b.submit("k", 2)]
@@ -115,7 +115,7 @@ def test_the_pending_queue_is_bounded_with_a_message_for_people():
 
 def test_the_batch_wait_lets_requests_that_arrive_together_share_a_call():
     calls = []
-    b = Batcher(lambda k, items: calls.append(len(items)) or list(items), max_batch=16, max_wait=0.5)
+    b = RequestBatcher(lambda k, items: calls.append(len(items)) or list(items), max_batch=16, max_wait=0.5)
     futures = []
     threads = [threading.Thread(target=lambda i=i: futures.append(b.submit("k", i))) for i in range(6)]
     for t in threads:
@@ -154,7 +154,7 @@ def _same(a, b):
 def test_batched_answers_equal_one_by_one_answers_for_mixed_questions_and_pictures(pred):
     jobs = _mixed()
     alone = [pred.answer(img, q, top_k=k, return_attention=True) for img, q, k in jobs]
-    server = BatchedPredictor(pred, max_batch=16, max_wait=0.0)
+    server = SharedPredictor(pred, max_batch=16, max_wait=0.0)
     submitted = _count_submissions(server.batcher)
     results = [None] * len(jobs)
     with pred._lock:  # hold the model so every request is waiting when the batch starts
@@ -202,7 +202,7 @@ def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
     pics = [draw("red_circle"), draw("blue_square", (40, 56)), draw("red_circle", (30, 64))]
     greedy = GenerationConfig.for_task("caption")
     # max_batch = the number of requests and a long wait: the batch closes when all three are there
-    server = BatchedPredictor(pred, max_batch=3, max_wait=10.0)
+    server = SharedPredictor(pred, max_batch=3, max_wait=10.0)
     calls = _calls_of(server)
     out = _at_once(server.caption, [(p, greedy) for p in pics])
     assert calls == [("greedy", 3)]  # the three greedy captions went in one call ...
@@ -213,7 +213,7 @@ def test_batched_captions_equal_one_by_one_and_samples_are_never_batched(pred):
 
     # two identical seeded samples asked at once, with room for both in a batch: each gets a call of its own
     sample = greedy.replace(method="sample", temperature=2.0, seed=3)
-    server = BatchedPredictor(pred, max_batch=2, max_wait=10.0)
+    server = SharedPredictor(pred, max_batch=2, max_wait=10.0)
     calls = _calls_of(server)
     (a, _), (b, _) = _at_once(server.caption, [(pics[0], sample)] * 2)
     assert calls == [("sample", 1), ("sample", 1)]
@@ -231,7 +231,7 @@ def test_a_seeded_sampled_answer_is_the_same_alone_and_among_others(pred):
         jobs = [(pic, q, 1, GenerationConfig.for_task("vqa", method="sample", temperature=2.0, seed=seed))
                 for pic, q, seed in zip(pics, qs, seeds, strict=True)]
         alone = [pred.answer(img, q, top_k=k, generation=g).answer for img, q, k, g in jobs]
-        server = BatchedPredictor(pred, max_batch=len(jobs), max_wait=10.0)  # room for all four in one call
+        server = SharedPredictor(pred, max_batch=len(jobs), max_wait=10.0)  # room for all four in one call
         calls = _calls_of(server)
         together = [res.answer for res, _ in _at_once(server.answer, jobs)]
         assert together == alone, seeds
@@ -239,7 +239,7 @@ def test_a_seeded_sampled_answer_is_the_same_alone_and_among_others(pred):
 
 
 def test_bad_input_reaches_only_its_caller(pred):
-    server = BatchedPredictor(pred, max_batch=8, max_wait=0.2)
+    server = SharedPredictor(pred, max_batch=8, max_wait=0.2)
     out = {}
 
     def call(name, q):
@@ -262,13 +262,13 @@ def test_bad_input_reaches_only_its_caller(pred):
 
 
 def test_batcher_defaults_and_bad_settings():
-    b = Batcher(lambda k, items: list(items))
+    b = RequestBatcher(lambda k, items: list(items))
     assert (b.max_batch, b.max_wait, b.max_pending, b.name) == (16, 0.01, None, "vqa-batcher")
     assert b.batches == b.largest == 0  # nothing answered yet
     with pytest.raises(ValueError, match=r"^max_batch must be at least 1, got 0$"):
-        Batcher(lambda k, items: items, max_batch=0)
+        RequestBatcher(lambda k, items: items, max_batch=0)
     with pytest.raises(ValueError, match=r"^max_wait must be >= 0 seconds, got -1$"):
-        Batcher(lambda k, items: items, max_wait=-1)
+        RequestBatcher(lambda k, items: items, max_wait=-1)
 
 
 def test_the_worker_is_a_named_daemon_and_counts_its_calls():
@@ -291,7 +291,7 @@ def test_max_batch_caps_one_key_too():
 def test_the_busy_message_and_the_call_timeout():
     calls = []
     run, gate = _gated(calls)
-    b = Batcher(run, max_batch=1, max_wait=0.0, max_pending=1)
+    b = RequestBatcher(run, max_batch=1, max_wait=0.0, max_pending=1)
     b.submit("k", 0)
     _wait_until(lambda: len(calls) == 1)
     b.submit("k", 1)
@@ -307,16 +307,16 @@ def test_the_busy_message_and_the_call_timeout():
 
 
 def test_a_lone_bad_request_and_a_wrong_result_count_reach_their_caller():
-    b = Batcher(lambda k, items: [1 / 0 for _ in items], max_wait=0.0)
+    b = RequestBatcher(lambda k, items: [1 / 0 for _ in items], max_wait=0.0)
     with pytest.raises(ZeroDivisionError):
         b("k", 1, timeout=5)
-    short = Batcher(lambda k, items: [], max_wait=0.0)
+    short = RequestBatcher(lambda k, items: [], max_wait=0.0)
     with pytest.raises(RuntimeError, match=r"^run_batch returned 0 results for 1 requests$"):
         short("k", 1, timeout=5)
 
 
 class _FakePredictor:
-    """Records what BatchedPredictor asks of a Predictor; answers with values that name their inputs."""
+    """Records what SharedPredictor asks of a Predictor; answers with values that name their inputs."""
 
     def __init__(self):
         self._lock, self.calls = threading.RLock(), []
@@ -349,13 +349,13 @@ class _Ratio:
 def test_batched_predictor_passes_its_settings_through():
     from vqa.config import GenerationConfig
 
-    server = BatchedPredictor(_FakePredictor())
+    server = SharedPredictor(_FakePredictor())
     assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (16, 0.01, None)
-    server = BatchedPredictor(_FakePredictor(), max_batch=3, max_wait=0.5, max_pending=7)
+    server = SharedPredictor(_FakePredictor(), max_batch=3, max_wait=0.5, max_pending=7)
     assert (server.batcher.max_batch, server.batcher.max_wait, server.batcher.max_pending) == (3, 0.5, 7)
 
     fake = _FakePredictor()
-    server = BatchedPredictor(fake, max_wait=0.0, attention=False)
+    server = SharedPredictor(fake, max_wait=0.0, attention=False)
     res, ratio = server.answer(1, "q")  # top_k defaults to 1
     assert fake.calls[0] == ("settings", 1, None) and [t for t, _ in res.top_k] == ["q0"] and ratio is None
     g = GenerationConfig.for_task("vqa", method="greedy")
@@ -367,7 +367,7 @@ def test_batched_predictor_passes_its_settings_through():
 
 def test_batched_predictor_gives_each_picture_its_familiarity():
     fake = _FakePredictor()
-    server = BatchedPredictor(fake, max_batch=2, max_wait=10.0, familiarity=_Ratio())
+    server = SharedPredictor(fake, max_batch=2, max_wait=10.0, familiarity=_Ratio())
     out = _at_once(server.answer, [(1, "a", 1), (2, "b", 3)])
     assert [r for _, r in out] == [10.0, 20.0]
     assert [len(res.top_k) for res, _ in out] == [1, 3]  # one call with top_k 3, each cut to its own

@@ -12,7 +12,7 @@ from helpers import lively_model
 from predict_fixtures import COLOR_Q, draw, shared_checkpoint
 
 from vqa.config import DECODING_METHODS
-from vqa.decoding.batch import BatchDecoder
+from vqa.decoding.batch import DecodingBatch
 from vqa.inference.predict import Predictor
 from vqa.model import checkpoint
 
@@ -68,7 +68,7 @@ def test_the_streamed_text_ends_as_the_plain_one(pred, method, task):
 
 def test_a_reader_that_stops_stops_the_decoding(pred, monkeypatch):
     steps, closed = [], threading.Event()
-    real = BatchDecoder.step
+    real = DecodingBatch.step
 
     def step(self, tokens):
         steps.append(1)
@@ -76,7 +76,7 @@ def test_a_reader_that_stops_stops_the_decoding(pred, monkeypatch):
             closed.wait(timeout=30)  # the decoding waits at its first step until the reader has gone
         return real(self, tokens)
 
-    monkeypatch.setattr(BatchDecoder, "step", step)
+    monkeypatch.setattr(DecodingBatch, "step", step)
     pred.caption(draw("blue_square"), min_new_tokens=20, max_new_tokens=20)
     assert len(steps) == 19  # 20 tokens, the first from the prompt's pass
     steps.clear()
@@ -119,9 +119,9 @@ def test_the_cli_prints_as_it_decodes_on_a_terminal_only(command, tmp_path, caps
 def test_streamed_requests_share_a_batch_and_each_hears_its_own_row(pred):
     from concurrent.futures import ThreadPoolExecutor
 
-    from vqa.inference.serving import BatchedPredictor
+    from vqa.inference.serving import SharedPredictor
 
-    server = BatchedPredictor(pred, max_batch=4, max_wait=0.5, attention=False)
+    server = SharedPredictor(pred, max_batch=4, max_wait=0.5, attention=False)
     jobs = [(draw("red_circle"), COLOR_Q), (draw("blue_square"), "what shape is it?")]
     heard = [[], []]
     settings = pred.answer_settings(1, None, dict(method="greedy", min_new_tokens=6, max_new_tokens=12))

@@ -18,7 +18,7 @@ from vqa.cli import main
 from vqa.config import ModelConfig
 from vqa.data import images
 from vqa.data.collate import make_collate
-from vqa.data.loader import TrainBatches
+from vqa.data.loader import TrainingMicroBatches
 from vqa.data.readers.formats import load_split
 from vqa.data.stream import Layout
 from vqa.data.transforms import build_transform
@@ -86,7 +86,7 @@ def test_loader_workers_share_one_count(tmp_path, capfd):
     split = load_split(data, "train")
     tok = Tokenizer.train(["what colour?", "blue", "a picture", "a bad picture"] * 4, vocab_size=60)
     tf = build_transform(ModelConfig(vit_image_size=32, vit_patch_size=8), train=True)
-    tb = TrainBatches(split, tok, tf, 32, ("vqa", "caption"), 1, 1, 0, Layout(workers=2, batch=2),
+    tb = TrainingMicroBatches(split, tok, tf, 32, ("vqa", "caption"), 1, 1, 0, Layout(workers=2, batch=2),
                       make_collate(tok.pad_id), max_unreadable=0.5)
     for epoch in range(2):
         list(tb.epoch(epoch, 0))
@@ -94,7 +94,7 @@ def test_loader_workers_share_one_count(tmp_path, capfd):
     lines = SKIPPED.findall(capfd.readouterr().err)
     assert sorted(int(n) for _, n, _ in lines) == [1, 2]
     assert tb.dataset.unreadable.count == 2
-    tight = TrainBatches(split, tok, tf, 32, ("vqa", "caption"), 1, 1, 0, Layout(workers=2, batch=2),
+    tight = TrainingMicroBatches(split, tok, tf, 32, ("vqa", "caption"), 1, 1, 0, Layout(workers=2, batch=2),
                          make_collate(tok.pad_id), max_unreadable=0.2)
     with pytest.raises(DataError, match="2 of the 8 training pictures are unreadable"):
         list(tight.epoch(0, 0))

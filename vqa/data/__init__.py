@@ -14,7 +14,7 @@ from .split import SplitData, corpus_texts
 _LAZY = {
     "load_image": "images", "MAX_PIXELS": "images", "Preprocess": "preprocess", "model_input": "preprocess",
     "build_transform": "transforms", "ImageTransform": "transforms",
-    "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "Batch": "collate",
+    "ImageTextDataset": "dataset", "collate": "collate", "make_collate": "collate", "ImageTextBatch": "collate",
     "TaskGroup": "collate",
     "generate_shapes": "synthetic.shapes", "generate_scenes": "synthetic.scenes",
 }

@@ -45,7 +45,7 @@ class TaskGroup:
 
 
 @dataclass
-class Batch:
+class ImageTextBatch:
     images: torch.Tensor  # [M, 3, S, S] uint8: normalized on the device (`vqa.data.transforms.ImageNormalizer`)
     groups: list[TaskGroup]  # evaluation's rows; empty in training
     jitter: torch.Tensor | None = None  # [M, 2] float: training's brightness and contrast factors per image
@@ -55,8 +55,8 @@ class Batch:
     def num_images(self) -> int:
         return int(self.images.shape[0])
 
-    def pin_memory(self) -> Batch:  # DataLoader(pin_memory=True) calls this
-        return Batch(self.images.pin_memory(), [g.pin_memory() for g in self.groups],
+    def pin_memory(self) -> ImageTextBatch:  # DataLoader(pin_memory=True) calls this
+        return ImageTextBatch(self.images.pin_memory(), [g.pin_memory() for g in self.groups],
                      None if self.jitter is None else self.jitter.pin_memory(),
                      None if self.packed is None else self.packed.pin_memory())
 
@@ -72,15 +72,15 @@ def _group(task: str, rows: list[dict], image_index: list[int], pad_id: int) -> 
 
 
 def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
-            task_weights: Mapping[str, float] | None = None) -> Batch:  # pad_multiple: training's rows only
+            task_weights: Mapping[str, float] | None = None) -> ImageTextBatch:  # pad_multiple: training's rows only
     """Items (dict(image=uint8 [3,S,S], rows=[dict(input_ids, loss_mask, task, meta, prompt_len)], and in
-    training jitter=[2])) -> a Batch: the images stacked once; with `task_weights` (training) the rows packed
+    training jitter=[2])) -> an ImageTextBatch: the images stacked once; with `task_weights` (training) the rows packed
     across images, each target weighted by its task's weight (`vqa.data.packing.pack`), else (evaluation) the
     rows grouped by task in order of first appearance."""
     images = torch.stack([item["image"] for item in items]) if items else torch.empty(0)
     jitter = torch.stack([item["jitter"] for item in items]) if items and "jitter" in items[0] else None
     if task_weights is not None:
-        return Batch(images=images, groups=[], jitter=jitter,
+        return ImageTextBatch(images=images, groups=[], jitter=jitter,
                      packed=pack(items, pad_id, dict(task_weights), pad_multiple))
     by_task: dict[str, tuple[list[dict], list[int]]] = {}
     for k, item in enumerate(items):
@@ -89,14 +89,14 @@ def collate(items: list[dict], pad_id: int, pad_multiple: int = 1,
             rows.append(row)
             index.append(k)
     groups = [_group(task, rows, index, pad_id) for task, (rows, index) in by_task.items()]
-    return Batch(images=images, groups=groups, jitter=jitter)
+    return ImageTextBatch(images=images, groups=groups, jitter=jitter)
 
 
 def make_collate(pad_id: int, pad_multiple: int = 1,
-                 task_weights: Mapping[str, float] | None = None) -> Callable[[list[dict]], Batch]:
+                 task_weights: Mapping[str, float] | None = None) -> Callable[[list[dict]], ImageTextBatch]:
     """A picklable collate function for DataLoader workers."""
     return functools.partial(collate, pad_id=pad_id, pad_multiple=pad_multiple,
                              task_weights=None if task_weights is None else dict(task_weights))
 
 
-__all__ = ["TaskGroup", "Batch", "collate", "make_collate"]
+__all__ = ["TaskGroup", "ImageTextBatch", "collate", "make_collate"]

@@ -1,4 +1,4 @@
-"""Batches from a source (`vqa.data.sources`) for the trainer (`TrainBatches`) and for evaluation
+"""Batches from a source (`vqa.data.sources`) for the trainer (`TrainingMicroBatches`) and for evaluation
 (`eval_dataset`): one DataLoader per run, persistent workers, the epoch in every index, the shared image cache
 for folder splits, `ShardStream` for shards."""
 
@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from ..errors import VQAError
 from .cache import open_image_cache
-from .collate import Batch
+from .collate import ImageTextBatch
 from .dataset import ImageTextDataset, ItemMaker
 from .lengths import say, split_cuts
 from .readers.shards import ShardSplit
@@ -37,7 +37,7 @@ class EpochSampler(Sampler):
         return len(self.order)
 
 
-def worker_errors(batches: Iterator[Batch]) -> Iterator[Batch]:
+def worker_errors(batches: Iterator[ImageTextBatch]) -> Iterator[ImageTextBatch]:
     """Re-raise a VQAError from a DataLoader worker with its own message (torch adds the worker's traceback)."""
     try:
         yield from batches
@@ -50,7 +50,7 @@ def worker_errors(batches: Iterator[Batch]) -> Iterator[Batch]:
         raise
 
 
-class TrainBatches:
+class TrainingMicroBatches:
     """Per-rank micro-batches of an epoch from a saved position (epoch, images of its global order done), for
     either kind of source. One DataLoader for the whole run: its workers persist across epochs. For a folder
     split, `image_cache` / `image_cache_budget` are `--image-cache` / `--image-cache-budget`, and
@@ -96,7 +96,7 @@ class TrainBatches:
             (maker if isinstance(source, ShardSplit) else self.dataset.maker).regions = regions
         self.loader = DataLoader(self.dataset, **common)
 
-    def epoch(self, epoch: int, image_in_epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, image_in_epoch: int) -> Iterator[ImageTextBatch]:
         lay = self.layout
         if self.sampler is not None:
             from .sampler import rank_order
@@ -151,4 +151,4 @@ def unreadable_of(ds: Dataset) -> UnreadablePictures | None:
     return getattr(ds.dataset if isinstance(ds, Subset) else ds, "unreadable", None)
 
 
-__all__ = ["EpochSampler", "TrainBatches", "eval_dataset", "unreadable_of", "worker_errors"]
+__all__ = ["EpochSampler", "TrainingMicroBatches", "eval_dataset", "unreadable_of", "worker_errors"]

@@ -1,4 +1,4 @@
-"""One batched decoding, `BatchDecoder`: what the decoding methods (`vqa.config.decoding_methods`) run on, its
+"""One batched decoding, `DecodingBatch`: what the decoding methods (`vqa.config.decoding_methods`) run on, its
 static KV cache and the step that writes it, and what the methods return (`Generation`).
 
 The image is encoded once and each layer's cross-attention keys/values are computed once per image; the
@@ -204,10 +204,10 @@ def rows_of(memory_kv: list, index: torch.Tensor) -> list:
     return [(k.index_select(0, index), v.index_select(0, index)) for k, v in memory_kv]
 
 
-class BatchDecoder:
-    """One batched decoding of `rows` rows, as the decoding methods see it: the prompts run into the cache
-    (`logits` [rows, V] then holds what may follow each), then one token per row per `step`; beam search also
-    `expand`s and `reorder`s the rows. `budget[b]` is how many tokens row b may generate: the config's
+class DecodingBatch:
+    """The state of one batch of `rows` rows decoded together, as the decoding methods see it: the prompts run
+    into the cache (`logits` [rows, V] then holds what may follow each), then one token per row per `step`; beam
+    search also `expand`s and `reorder`s the rows. `budget[b]` is how many tokens row b may generate: the config's
     max_new_tokens, capped by the context left after row b's own prompt.
 
     With `vocab` (token ids, <eos> among them) only those tokens may follow: the LM head is computed for them
@@ -310,5 +310,5 @@ class BatchDecoder:
         self.logits = self.logits.index_select(0, index)
 
 
-__all__ = ["Generation", "BatchDecoder", "CacheBuffers", "MIN_SLOTS", "ban_bias", "compiled_step", "decode_step",
+__all__ = ["Generation", "DecodingBatch", "CacheBuffers", "MIN_SLOTS", "ban_bias", "compiled_step", "decode_step",
            "head_logits", "left_pad", "prefill", "rows_of", "slot_bucket", "slots_needed"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..config import GenerationConfig
-from .batch import BatchDecoder, Generation
+from .batch import DecodingBatch, Generation
 
 
-def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
+def beam_search(decoder: DecodingBatch, config: GenerationConfig) -> Generation:
     """Beam search with k = num_beams beams per prompt. A hypothesis ends at <eos> (only <eos> among the top
     k candidates counts, as in Hugging Face's BeamSearchScorer); its score is the total log-probability
     divided by (generated length incl. <eos>) ** length_penalty. A prompt is done once it has k ended
@@ -36,16 +36,15 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
     logits = decoder.logits
     for t in range(decoder.max_new):
         vocab = logits.shape[-1]
+        norm = (t + 1) ** length_penalty  # the divisor of a hypothesis that ends at this step: its t + 1 tokens
         # the model's log-probabilities, -inf on what may not come next (banned tokens, an early <eos>)
         allowed = decoder.choices(logits.log_softmax(-1), t)  # [B*K, V]
         candidates = (beam_score.view(-1, 1) + allowed).view(b, k * vocab)  # [B, K*V]
         top_score, top_index = candidates.topk(2 * k, dim=1)  # [B, 2K]: enough that k continue even if k end
-        # the step's one transfer
-        top_scores, top_indices = torch.stack([top_score.double(), top_index.double()]).tolist()
+        top_scores, top_indices = torch.stack([top_score.double(), top_index.double()]).tolist()  # one transfer
         new_score = [[-inf] * k for _ in range(b)]
         new_parent = [[0] * k for _ in range(b)]
         new_token = [[eos] * k for _ in range(b)]
-        out_of_room = []
         for i in range(b):
             if done[i]:
                 continue
@@ -56,29 +55,24 @@ def beam_search(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
                     break
                 if w == eos:
                     if rank < k:
-                        ended[i].append((s / (t + 1) ** length_penalty, sequences[i * k + parent], s))
+                        ended[i].append((s / norm, sequences[i * k + parent], s))
                 else:
                     new_score[i][j], new_parent[i][j], new_token[i][j] = s, parent, w
                     j += 1
                 if j == k:
                     break
             if t + 1 >= decoder.budget[i]:  # out of room: the live beams end here
-                out_of_room.append(i)
+                live = zip(new_score[i], new_parent[i], new_token[i], strict=True)
+                ended[i] += [(s / norm, sequences[i * k + parent] + [w], s) for s, parent, w in live if s > -inf]
                 done[i] = True
             elif len(ended[i]) >= k:
                 ended[i] = sorted(ended[i], key=lambda h: -h[0])[:k]
                 length = decoder.budget[i] if length_penalty > 0 else t + 2  # what flatters a live beam most
                 done[i] = (config.early_stopping or j == 0
                            or ended[i][-1][0] >= new_score[i][0] / length**length_penalty)  # the best live beam's best
-        for i in out_of_room:
-            for j in range(k):
-                if new_score[i][j] > -inf:
-                    s = new_score[i][j]
-                    hypothesis = sequences[i * k + new_parent[i][j]] + [new_token[i][j]]
-                    ended[i].append((s / (t + 1) ** length_penalty, hypothesis, s))
         if decoder.watch is not None:  # streaming: each prompt's best hypothesis so far, ended or live
-            decoder.watch(decoder.ids([best_so_far(ended[i], new_score[i][0], sequences[i * k + new_parent[i][0]]
-                                                   + [new_token[i][0]], (t + 1) ** length_penalty) for i in range(b)]))
+            leading = [sequences[i * k + new_parent[i][0]] + [new_token[i][0]] for i in range(b)]  # top live beams
+            decoder.watch(decoder.ids([best_so_far(ended[i], new_score[i][0], leading[i], norm) for i in range(b)]))
         if all(done):
             break
         flat = [i * k + new_parent[i][j] for i in range(b) for j in range(k)]  # [B*K] parent rows

@@ -2,7 +2,7 @@
 encoder, with the model's weights frozen into the compiled code.
 
 Freezing (inductor's `freezing`) turns the weights into constants of the compiled code: on a CPU they are
-prepacked for oneDNN / MKL, and int8 weights (`vqa.decoding.quantize`) run oneDNN's int8 kernels -- eagerly torchao's
+prepacked for oneDNN / MKL, and int8 weights (`vqa.decoding.precision`) run oneDNN's int8 kernels -- eagerly torchao's
 int8 matmuls are slower than float32 ones. So compile only a model whose weights no longer change (a Predictor,
 not a model in training). Compiling takes seconds per new batch shape (batches are padded to a power of two
 rows, so a few static shapes serve all); where the compiler itself cannot run (no C++ compiler for inductor's
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .quantize import is_int8
+from .precision import is_int8
 
 
 def _compile_errors() -> tuple[type[Exception], ...]:
@@ -128,7 +128,7 @@ class CompiledStep:
             try:
                 if shapes in self._compiled_shapes:
                     # warmed up for this kind of input: run only the guards that pick between its graphs (the
-                    # full set, over every module attribute the step reads, cost ~100 us of a ~300 us step)
+                    # full set reads every module attribute the step reads; docs/performance.md times both)
                     with torch.compiler.set_stance(skip_guard_eval_unsafe=SKIP_GUARDS):
                         logits = self.fn(*args)
                 else:

@@ -1,10 +1,10 @@
 """`generate`: decode a batch of prompts by the method its GenerationConfig names, candidate ranking
 (`score_candidates`) and the cross-attention maps behind generated words.
 
-A decoding method is a function `(decoder: BatchDecoder, config: GenerationConfig) -> Generation` in `METHODS`
+A decoding method is a function `(decoder: DecodingBatch, config: GenerationConfig) -> Generation` in `METHODS`
 (greedy, beam search in `vqa.decoding.beam`, sampling in `vqa.decoding.sample`), under the names that
 `vqa.config.DECODING_METHODS` lists for the CLI. `generate` checks the inputs, builds the one
-`vqa.decoding.batch.BatchDecoder` the method runs on (the
+`vqa.decoding.batch.DecodingBatch` the method runs on (the
 image's keys/values computed once, a preallocated KV cache, left-padded prompts each with its own length
 budget, each new token through the fixed-shape step, eagerly or, with `compile=True`, through torch.compile)
 and calls the method.
@@ -22,14 +22,14 @@ from einops import rearrange
 from ..config import GenerationConfig
 from ..errors import ConfigError, InputError
 from ..model import VQAModel
-from .batch import BatchDecoder, Generation, ban_bias, compiled_step
+from .batch import DecodingBatch, Generation, ban_bias, compiled_step
 from .beam import beam_search
 from .compiled import encode as encode_images
 from .greedy import greedy
 from .sample import sample
 
 # the decoding methods, by the names `vqa.config.DECODING_METHODS` lists (tests/test_layers.py holds them equal)
-METHODS: dict[str, Callable[[BatchDecoder, GenerationConfig], Generation]] = {
+METHODS: dict[str, Callable[[DecodingBatch, GenerationConfig], Generation]] = {
     "greedy": greedy, "beam": beam_search, "sample": sample}
 
 
@@ -50,7 +50,7 @@ def generation_config(config: GenerationConfig | None, changes: dict,
         raise InputError(str(e)) from None
 
 
-@torch.inference_mode()  # returns lists only: no autograd bookkeeping at all (~10% faster than no_grad at batch 1)
+@torch.inference_mode()  # returns lists only: no autograd bookkeeping at all (docs/performance.md: against no_grad)
 def generate(
     model: VQAModel,
     prompts: list[list[int]],
@@ -108,7 +108,7 @@ def generate(
     method = METHODS[config.method]
     # a compiled decoding's pooled buffers, at a CUDA graph's addresses, serve one decoding at a time
     with compiled_step(model.decoder).lock if compile else contextlib.nullcontext():
-        decoder = BatchDecoder(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban)
+        decoder = DecodingBatch(model, kv, prompts, config, vocab=allowed, compiled=compile, ban=ban)
         decoder.watch = watch
         return method(decoder, config)
 

@@ -8,18 +8,18 @@ from collections.abc import Callable
 import torch
 
 from ..config import GenerationConfig
-from .batch import BatchDecoder, Generation
+from .batch import DecodingBatch, Generation
 
 # (step t's logits [B, V], their log-softmax [B, V], t) -> the token chosen for each row [B]
 Choose = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
-def greedy(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
+def greedy(decoder: DecodingBatch, config: GenerationConfig) -> Generation:
     """The likeliest allowed token at every step."""
     return token_by_token(decoder, config, lambda logits, log_probs, t: decoder.choices(log_probs, t).argmax(-1))
 
 
-def token_by_token(decoder: BatchDecoder, config: GenerationConfig, choose: Choose) -> Generation:
+def token_by_token(decoder: DecodingBatch, config: GenerationConfig, choose: Choose) -> Generation:
     """Feed each row the token `choose` picks until every row has produced <eos> or used its budget. A row's
     sequence stops before its first <eos>, and its score is the model's log-probability of the tokens chosen,
     that <eos> included."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..config import GenerationConfig
-from .batch import BatchDecoder, Generation
+from .batch import DecodingBatch, Generation
 from .greedy import token_by_token
 
 
@@ -23,7 +23,7 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-def sample(decoder: BatchDecoder, config: GenerationConfig) -> Generation:
+def sample(decoder: DecodingBatch, config: GenerationConfig) -> Generation:
     """Each token drawn among the allowed ones (`choices`: none banned, no <eos> before min_new_tokens), from
     logits / temperature kept to the top_k and top_p; `config.seed` makes the draws reproducible."""
     generator = None

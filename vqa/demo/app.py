@@ -59,9 +59,9 @@ def build_app(pred=None, max_batch: int = MAX_BATCH, batch_wait_ms: float = BATC
     if pred is None:
         return how_to_train_page()
 
-    from ..inference.serving import BatchedPredictor
+    from ..inference.serving import SharedPredictor
 
-    server = BatchedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
+    server = SharedPredictor(pred, max_batch=max_batch, max_wait=batch_wait_ms / 1000, attention=True)
     reference_note = start_reference(server, pred, reference)
     handlers, explorer = Handlers(pred, server), Explorer(pred)
 

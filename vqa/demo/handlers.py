@@ -1,9 +1,9 @@
 """The Ask and Caption tabs' handlers, callable without a Gradio server.
 
 `Handlers(pred, server)` holds a `vqa.Predictor` and the batching layer in front of it
-(`vqa.inference.serving.BatchedPredictor`); its methods take the page's inputs and return its outputs:
+(`vqa.inference.serving.SharedPredictor`); its methods take the page's inputs and return its outputs:
 
-    h = Handlers(pred, BatchedPredictor(pred, attention=True))
+    h = Handlers(pred, SharedPredictor(pred, attention=True))
     answer, top_answers, word_radio, note, state = h.ask("photo.png", "what color is it?", 3, None)
     text, details, word_radio, state = h.caption("photo.png", "greedy", *control_values, None)
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
@@ -145,7 +145,7 @@ def _hook(on_tokens) -> dict:
 
 class Handlers:
     """The Ask tab's `ask`, the Caption tab's `caption` and the heatmap's `heatmap`, around `pred` (a
-    `vqa.Predictor`) and `server` (its `BatchedPredictor`, built with attention=True). Each upload becomes
+    `vqa.Predictor`) and `server` (its `SharedPredictor`, built with attention=True). Each upload becomes
     the model's input in the request's thread (`Predictor.model_input`, training's preprocessing) while its
     decoded picture is held within `budget` (the bytes of decoded pictures all requests may hold at once: a
     request waits for room, then is told the demo is busy)."""
@@ -155,7 +155,7 @@ class Handlers:
 
     def ask(self, image, question, top_k, state, on_tokens=None):
         """(answer, {answer: probability}, the word selector, notes in markdown, the new state). `on_tokens`:
-        the batch's streaming hook (`BatchedPredictor.answer`; `vqa.demo.streaming`)."""
+        the batch's streaming hook (`SharedPredictor.answer`; `vqa.demo.streaming`)."""
         pred = self.pred
         if image is None:
             raise no_picture()

@@ -2,7 +2,7 @@
 `Handlers.ask` / `Handlers.caption` (Gradio sends each value a generator yields to the page).
 
 The handler runs as before, through the batching layer, in a thread of its own, with a hook
-(`BatchedPredictor`'s `on_tokens`) that the batch's decoding calls with this request's tokens at every step
+(`SharedPredictor`'s `on_tokens`) that the batch's decoding calls with this request's tokens at every step
 (`generate(watch=)`); the generator yields the text so far whenever it changes (the other outputs skipped),
 then the handler's outputs, whose text is the final one: streaming changes no result, and requests still
 share batched calls. Greedy decoding and sampling grow a token at a time; beam search shows its best

@@ -95,7 +95,7 @@ def run(args) -> int:
     model, tok, card = checkpoint.load(folder, device)
     precision = "float32"
     if args.int8:
-        from ..decoding.quantize import apply_precision
+        from ..decoding.precision import apply_precision
 
         precision, notice = apply_precision(model, "int8", device)
         if notice:

@@ -3,7 +3,7 @@
     vqa ask --checkpoint runs/tiny image.png "what color is the circle?" [--top-k 3] [--json]
     vqa caption --checkpoint runs/tiny image.png [--method beam --num-beams 3 | --method sample --top-p 0.9]
     vqa ask ... --attention-out DIR      # also every attention weight behind the answer: .npz + PNG pictures
-    vqa ask ... --int8                   # dynamic int8 linear layers (CPU): 4x smaller weights
+    vqa ask ... --int8                   # dynamic int8 linear layers (CPU)
 
 Collections (`vqa.inference.collection.job`): images, folders, globs, lists of paths and shards in, JSON Lines out,
 batched, resumable, and dealt to ranks under torchrun:

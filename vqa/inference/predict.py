@@ -22,7 +22,7 @@ Tasks. A model answers (and ranks) only if trained for questions and captions on
 Probabilities. `answer(top_k=k)` decodes with beam search of max(k, 3) beams and length penalty 0 unless a
 config says otherwise, so hypotheses rank by total log-probability, and reports for each distinct answer
 text found exp(total log-probability of its tokens and <eos>): the probability the model gives that exact
-answer (summed over token sequences that spell the same text: `vqa.inference.beam_answers`). They are *not*
+answer (summed over token sequences that spell the same text: `vqa.inference.results`). They are *not*
 renormalized over the k answers (nor over the outputs allowed), so they sum to at most 1 and the gap is the
 mass of the answers not returned; `answer` is the most probable one. top_k > 1 needs beam search of at least
 k beams: greedy decoding and sampling give one answer, and asking them for more is an InputError. `rank()`
@@ -63,22 +63,20 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..config import GenerationConfig
+from ..config import DECODING_METHODS, GenerationConfig, ranking_methods
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
-from ..decoding.generate import generate, patch_maps, score_candidates
+from ..decoding.generate import generate, generation_config, patch_maps, score_candidates
+from ..decoding.precision import apply_run_policy
 from ..device import pick_device
 from ..errors import InputError
 from ..identity import checkpoint_identity
 from ..model.checkpoint import load as load_checkpoint
 from ..model.checkpoint import resolve as resolve_checkpoint
-from . import task_settings
-from .beam_answers import answers_from_beams, ranked_candidates
 from .encoding_cache import EncodingCache
 from .picture_inputs import PictureInputs
 from .pointing import Point, point_batch
-from .precision import apply_run_policy
-from .results import Answer, Caption
+from .results import Answer, Caption, answers_from_beams, ranked_candidates
 
 # ----------------------------------------------------------------------------------------------- predictor
 
@@ -89,11 +87,11 @@ class Predictor(PictureInputs):
     def __init__(self, model, tokenizer, card: dict | None = None, device=None, cache_size: int = 8,
                  max_pixels: int | None = None, quantize: str | None = None, dtype: torch.dtype | str | None = None,
                  compile: bool | None = None, answer_vocab: Sequence[str] | None = None):
-        """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.decoding.quantize`; where int8 cannot run, a
+        """`quantize="int8"`: dynamic int8 linear layers on a CPU (`vqa.decoding.precision`; where int8 cannot run, a
         warning and float32 -- `notice` keeps the message). `dtype`: the weights' dtype (torch.float32,
         torch.bfloat16, "fp32", "bf16", ...). `compile`: decode through the torch.compile'd step
         (`vqa.decoding.compiled`; on a CPU in float32 it pays for long-running use, after seconds of compiling
-        per batch shape). Their defaults: `vqa.inference.precision`. `cache_size`: pictures whose encodings
+        per batch shape). Their defaults: `vqa.decoding.precision`. `cache_size`: pictures whose encodings
         are kept (`vqa.inference.encoding_cache`). `answer_vocab`: texts whose tokens are the only ones an
         answer may use (see `set_answer_vocab`)."""
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -212,7 +210,15 @@ class Predictor(PictureInputs):
 
     def check_task(self, task: str) -> None:
         """InputError unless the model was trained for `task` ("vqa" or "caption"; its card's `tasks`)."""
-        task_settings.check_task(self.tasks, task)
+        trained = ", ".join(self.tasks)
+        if task == "vqa" and task not in self.tasks:
+            raise InputError(f"this model is a captioner, trained to caption only (its card's tasks: {trained}): "
+                             "it does not answer questions; caption with it, or fine-tune it for questions with "
+                             "`vqa train --init-from RUN --data DIR`")
+        if task not in self.tasks:
+            raise InputError(f"this model was trained to answer questions only (its card's tasks: {trained}): it "
+                             "does not caption; ask it questions, or fine-tune it for captions with `vqa train "
+                             "--init-from RUN --data DIR --tasks vqa,caption`")
 
     def answer_settings(self, top_k: int = 1, generation: GenerationConfig | None = None,
                         changes: dict | None = None) -> GenerationConfig:
@@ -220,13 +226,25 @@ class Predictor(PictureInputs):
         length penalty 0, answers of at most 10 tokens) with the GenerationConfig fields in `changes`, and
         min_new_tokens at least 1. InputError for a model not trained for questions, and for top_k > 1
         without beam search of at least top_k beams (greedy decoding and sampling give one answer)."""
-        return task_settings.answer_settings(self.tasks, top_k, generation, changes)
+        self.check_task("vqa")
+        default = GenerationConfig.served("vqa", top_k)
+        settings = _at_least_one_token(generation_config(generation, changes or {}, default))
+        ranked = DECODING_METHODS[settings.method].ranked
+        if top_k > 1 and not ranked:
+            ranking = ranking_methods()
+            raise InputError(f"top_k={top_k} lists the {top_k} likeliest answers, which only "
+                             f"{' or '.join(ranking)} search finds: {settings.method} decoding gives one answer "
+                             f"(use method='{ranking[0]}', or top_k=1; `rank` scores a list of answers you give)")
+        if ranked and settings.num_beams < top_k:
+            raise InputError(f"num_beams={settings.num_beams} cannot return top_k={top_k} answers")
+        return settings
 
     def caption_settings(self, generation: GenerationConfig | None = None,
                          changes: dict | None = None) -> GenerationConfig:
         """The decoding `caption` uses: `generation` (default: greedy) with the GenerationConfig fields in
         `changes`, and min_new_tokens at least 1. InputError for a model not trained to caption."""
-        return task_settings.caption_settings(self.tasks, generation, changes)
+        self.check_task("caption")
+        return _at_least_one_token(generation_config(generation, changes or {}, GenerationConfig.served("caption")))
 
     def answer_batch(self, images: Sequence[Any], questions: Sequence[str], top_k: int = 1,
                      generation: GenerationConfig | None = None, return_attention: bool = False,
@@ -325,7 +343,6 @@ class Predictor(PictureInputs):
                     res.attention = m
         return results
 
-
     def stream(self, image: Any, question: str | None = None, top_k: int = 1,
                generation: GenerationConfig | None = None, **changes):
         """The answer to `question` (without one: the caption) as it is decoded: yields the text so far each
@@ -363,6 +380,10 @@ class Predictor(PictureInputs):
                            vit_prefix=self.model.vision.num_prefix, image_size=self.cfg.vit_image_size, text=text,
                            question=getattr(result, "question", None), image=pil, resize=self.cfg.vit_resize,
                            cross_layer_ids=self.cfg.cross_layer_ids, **arrays)
+
+
+def _at_least_one_token(settings: GenerationConfig) -> GenerationConfig:
+    return settings if settings.min_new_tokens >= 1 else settings.replace(min_new_tokens=1)
 
 
 def _is_single_image(x: Any) -> bool:

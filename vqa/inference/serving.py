@@ -1,6 +1,6 @@
 """A small batching layer: requests from many threads are answered together, in one batched model call.
 
-    batcher = Batcher(run_batch, max_batch=16, max_wait=0.01)
+    batcher = RequestBatcher(run_batch, max_batch=16, max_wait=0.01)
     result = batcher(key, item)          # blocks; any thread; same result as run_batch(key, [item])[0]
 
 As in LitServe (`max_batch_size`, `batch_timeout`): one worker thread takes the first waiting request, waits
@@ -40,7 +40,7 @@ class _Request:
     future: Future = field(default_factory=Future)
 
 
-class Batcher:
+class RequestBatcher:
     """Gathers concurrent calls into batched `run_batch(key, items) -> results` calls (one result per item,
     in order) on a worker thread. Thread-safe; the worker is a daemon that starts with the first request."""
 
@@ -121,13 +121,13 @@ class Batcher:
             r.future.set_result(res)
 
 
-class BatchedPredictor:
-    """A `vqa.Predictor` behind a `Batcher`: `answer` and `caption` from many threads become batched
-    `answer_batch` / `caption_batch` calls (each distinct picture encoded once, encodings cached by content).
-    The results are those of one-by-one calls: each row of a batched decoding gets its own length budget and
-    its own padding mask (`vqa.decoding.generate`). Answers and captions of a random decoding method (sampling)
-    are never batched: each has its own call and random generator, so a seeded sample does not depend on what
-    else was in its batch.
+class SharedPredictor:
+    """A `vqa.Predictor` shared by many threads: their `answer` and `caption` calls, gathered by a
+    `RequestBatcher`, become batched `answer_batch` / `caption_batch` calls (each distinct picture encoded once,
+    encodings cached by content). The results are those of one-by-one calls: each row of a batched decoding gets
+    its own length budget and its own padding mask (`vqa.decoding.generate`). Answers and captions of a random
+    decoding method (sampling) are never batched: each has its own call and random generator, so a seeded sample
+    does not depend on what else was in its batch.
 
     `familiarity` (a `vqa.demo.familiarity.Familiarity`, settable later) adds, for each result, how unlike the
     training pictures its picture is (the ratio; None without a reference)."""
@@ -135,7 +135,7 @@ class BatchedPredictor:
     def __init__(self, pred, max_batch: int = 16, max_wait: float = 0.01, max_pending: int | None = None,
                  attention: bool = True, familiarity=None):
         self.pred, self.attention, self.familiarity = pred, attention, familiarity
-        self.batcher = Batcher(self._run, max_batch=max_batch, max_wait=max_wait, max_pending=max_pending)
+        self.batcher = RequestBatcher(self._run, max_batch=max_batch, max_wait=max_wait, max_pending=max_pending)
 
     def answer(self, image: Any, question: str, top_k: int = 1, generation=None,
                on_tokens=None) -> tuple[Any, float | None]:
@@ -188,4 +188,4 @@ def _hashable(settings) -> tuple:
     return dataclasses.astuple(settings)
 
 
-__all__ = ["Batcher", "BatchedPredictor", "Busy"]
+__all__ = ["RequestBatcher", "SharedPredictor", "Busy"]

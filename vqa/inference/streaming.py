@@ -9,7 +9,7 @@ far whenever it changes, and last the result's own text, so the final text alway
 `caption` return (their Answer / Caption is the generator's return value). Greedy decoding and sampling grow
 by one token a step; beam search shows its best hypothesis so far (an ended one, or the top live beam),
 which a later step may replace, and for an answer the final text is the answer of the most probable text
-(`vqa.inference.beam_answers`). Closing the generator (a consumer that stops reading, a page that is left)
+(`vqa.inference.results`). Closing the generator (a consumer that stops reading, a page that is left)
 stops the decoding at its next step.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..data.collate import Batch
+from ..data.collate import ImageTextBatch
 from ..model import VQAModel
 from ..model.packed import PackedRows
 
@@ -80,7 +80,7 @@ class StepRunner:
         self.ddp_started = False  # a backward through DDP has run
         self.normalize = normalize
 
-    def __call__(self, micro: list[Batch], extra: Iterable[float] = ()) -> torch.Tensor:
+    def __call__(self, micro: list[ImageTextBatch], extra: Iterable[float] = ()) -> torch.Tensor:
         """Returns, without waiting for the device, [summed loss, weighted target count, *extra] summed over
         ranks: `extra` carries host values every rank must agree on (the time-limit decisions)."""
         dev = self.device

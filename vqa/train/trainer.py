@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from .. import distributed
 from ..config import TrainConfig, parse_duration
-from ..data.collate import Batch, make_collate
+from ..data.collate import ImageTextBatch, make_collate
 from ..data.ids import check_ids
-from ..data.loader import TrainBatches
+from ..data.loader import TrainingMicroBatches
 from ..data.regions import Regions
 from ..data.sources import open_split, resolve_splits
 from ..data.stream import Layout
@@ -153,7 +153,7 @@ class Trainer:
                                        say=log.info if dist.main else None)
         weights = {"vqa": 1.0, "caption": c.caption_weight, **({"grounding": c.grounding_weight} if regions else {})}
         self.collate = make_collate(self.tok.pad_id, pad_multiple=8 if self.compiled else 1, task_weights=weights)
-        self.data = TrainBatches(
+        self.data = TrainingMicroBatches(
             self.train_data, self.tok, build_transform(self.model.cfg, train=True, allow_hflip=c.hflip),
             self.model.cfg.dec_max_len, tasks=c.tasks, questions_per_image=c.questions_per_image,
             captions_per_image=c.captions_per_image, seed=c.seed,
@@ -241,7 +241,7 @@ class Trainer:
         """Yield each step's micro-batches from the saved data position on, forever."""
         c = self.cfg
         while True:
-            micro: list[Batch] = []
+            micro: list[ImageTextBatch] = []
             for batch in self.data.epoch(self.epoch, self.image_in_epoch):
                 micro.append(batch)
                 if len(micro) == c.accum:
@@ -250,7 +250,7 @@ class Trainer:
                     micro = []
             self.epoch, self.image_in_epoch = self.epoch + 1, 0
 
-    def train_step(self, micro: list[Batch], extra: tuple[float, ...] = ()) -> torch.Tensor:
+    def train_step(self, micro: list[ImageTextBatch], extra: tuple[float, ...] = ()) -> torch.Tensor:
         """One optimizer step (`vqa.train.step.StepRunner`): returns, without waiting for the device, the
         tensor [summed loss, weighted target count, *extra] summed over ranks."""
         return self.runner(micro, extra)

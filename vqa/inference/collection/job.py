@@ -1,7 +1,7 @@
 """Captioning or answering a whole collection: `vqa caption INPUT... --out FILE.jsonl`, `vqa ask`.
 
 The pipeline: DataLoader workers decode this process's positions in chunks (`vqa.inference.collection.loader`);
-each chunk's images go to the demo's `Batcher` (`vqa.inference.serving`), whose thread runs them through
+each chunk's images go to the demo's `RequestBatcher` (`vqa.inference.serving`), whose thread runs them through
 `Predictor.caption_batch` / `answer_batch`, or `vqa.inference.pointing.locate` for `vqa ask --point` (the
 compiled decode step when the Predictor compiles) while this thread takes the next chunk from the loader and
 writes the finished one. The workers' chunks arrive out of position order (each worker reads whole shards);
@@ -23,7 +23,7 @@ from ...data.lengths import line, say
 from ...distributed import Dist, agree, on_main
 from ...errors import ConfigError, VQAError
 from ...logs import bars_off
-from ..serving import Batcher, _key
+from ..serving import RequestBatcher, _key
 from .inputs import Collection
 from .loader import ChunkSource, Loaded, chunk_loader, rank_range
 from .output import Output, merge
@@ -82,7 +82,7 @@ class Job:
         self.progress = progress
         self.outputs = self.cut = 0  # outputs written, and of them those cut at their budget (`Answer.cut`)
 
-    # ---- the model side: a Batcher call ----
+    # ---- the model side: a RequestBatcher call ----
     def _run_batch(self, key, items: list) -> list:
         images, questions = [it[0] for it in items], [it[1] for it in items]
         if self.kind == "caption":
@@ -113,7 +113,7 @@ class Job:
             lo, hi = rank_range(len(self.collection), self.dist.rank, self.dist.world)
             source = ChunkSource(self.collection, lo, hi, self.batch, self.pred.transform, self.output.done_keys,
                                  self.output.failed_keys, sizes=self.kind == "point")
-            # the workers start before the Batcher's thread
+            # the workers start before the RequestBatcher's thread
             chunks = iter(chunk_loader(source, self.workers, self.output.lock_fds()))
             self._next, self._ready = lo, {}
             skipped, prior_errors = self._pipeline(chunks, hi - lo)
@@ -141,7 +141,7 @@ class Job:
     def _pipeline(self, chunks, n: int) -> int:
         from tqdm import tqdm
 
-        batcher = Batcher(self._run_batch, max_batch=self.batch, max_wait=0.05, name=f"vqa-{self.kind}")
+        batcher = RequestBatcher(self._run_batch, max_batch=self.batch, max_wait=0.05, name=f"vqa-{self.kind}")
         key = _key(self.kind, self.settings)
         bar = tqdm(total=n, unit="img", desc=f"vqa {self.kind}", dynamic_ncols=True, file=sys.stderr,
                    disable=True if not (self.progress and self.dist.main) else bars_off())

@@ -128,7 +128,7 @@ class CompiledStep:
             try:
                 if shapes in self._compiled_shapes:
                     # warmed up for this kind of input: run only the guards that pick between its graphs (the
-                    # full set reads every module attribute the step reads; docs/performance.md times both)
+                    # full set reads every module attribute the step reads; docs/results/performance.md times both)
                     with torch.compiler.set_stance(skip_guard_eval_unsafe=SKIP_GUARDS):
                         logits = self.fn(*args)
                 else:

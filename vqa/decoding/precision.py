@@ -11,7 +11,7 @@ each input row is quantized to int8 on the fly, so the matmul runs in integers (
 the tied LM head, LayerNorms and convolutions stay float32. Eagerly these int8 matmuls are slower than float32
 on a CPU (torchao's eager path re-reads the weight to correct for the unsigned activations); compiled, with the
 weights frozen in, they run oneDNN's int8 kernels -- which is what the compiled decode step does
-(`vqa.decoding.compiled`, `Predictor(compile=True)`). Its accuracy against float32: docs/performance.md ("int8
+(`vqa.decoding.compiled`, `Predictor(compile=True)`). Its accuracy against float32: docs/results/performance.md ("int8
 accuracy", measured by `vqa eval --checkpoint RUN --data data/shapes --split val --method greedy --int8`).
 
 torchao is the optional extra `vqa[int8]` (PyTorch's maintained quantization library; `torch.ao.quantization`

@@ -50,7 +50,7 @@ def generation_config(config: GenerationConfig | None, changes: dict,
         raise InputError(str(e)) from None
 
 
-@torch.inference_mode()  # returns lists only: no autograd bookkeeping at all (docs/results/performance.md: against no_grad)
+@torch.inference_mode()  # returns lists only: no autograd bookkeeping (docs/results/performance.md)
 def generate(
     model: VQAModel,
     prompts: list[list[int]],

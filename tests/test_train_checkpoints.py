@@ -15,7 +15,7 @@ from test_train import train_args
 
 from vqa.cli import main
 from vqa.errors import CheckpointError
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

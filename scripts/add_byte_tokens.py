@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint, shipped
-from vqa.model.vocab import grow_embedding
 from vqa.tokenizer import Tokenizer, with_byte_fallback
+from vqa.weights import checkpoint, model_files, shipped
+from vqa.weights.grow_vocab import grow_embedding
 
 
 def add_byte_tokens(src: Path, dst: Path) -> dict:
@@ -29,7 +29,7 @@ def add_byte_tokens(src: Path, dst: Path) -> dict:
     tok = Tokenizer(with_byte_fallback(tok.hf))
     model = grow_embedding(model, tok.vocab_size, offset=False)
     dst.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dst)
+    model_files.save(model, dst)
     tok.save(dst / "tokenizer.json")
     return dict(made_by="python scripts/add_byte_tokens.py", from_sha256=digest,
                 tokens_before=before, rows="256 byte tokens appended, each row the mean of the trained rows")

@@ -27,7 +27,7 @@ def main() -> None:
     from vqa.data.sources import open_split
     from vqa.evaluation.calibration import plot_reliability
     from vqa.evaluation.evaluate import evaluate
-    from vqa.model import checkpoint
+    from vqa.weights import checkpoint
 
     model, tok, card = checkpoint.load(args.checkpoint, "cpu")
     split = open_split(args.data, args.split)

@@ -30,7 +30,7 @@ def main() -> None:
     from vqa.evaluation.consistency import Consistency
     from vqa.evaluation.evaluate import evaluate
     from vqa.evaluation.grounding import Grounding
-    from vqa.model import checkpoint
+    from vqa.weights import checkpoint
 
     model, tok, card = checkpoint.load(args.checkpoint, "cpu")
     split = open_split(args.data, args.split)

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint, shipped
+from vqa.weights import checkpoint, shipped
 
 
 def main() -> None:

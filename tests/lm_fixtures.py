@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from vqa.model import VQAModel, model_preset
+from vqa.model import VQAModel
+from vqa.weights.language_model import build_model, model_preset
 
 WORDS = ("What color is the small circle? Is there a red square left of the blue triangle? How many shapes "
          "are there? Two green stars and a yellow circle on a grey background. Yes no one three four five.")
@@ -89,7 +90,7 @@ VIT = dict(vit_width=32, vit_depth=1, vit_heads=2, vit_image_size=32, vit_patch_
 
 def lm_model(folder, seed: int = 0, **overrides) -> VQAModel:
     torch.manual_seed(seed)
-    return VQAModel(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, **VIT, **overrides)).eval()
+    return build_model(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, **VIT, **overrides)).eval()
 
 
 def text_vocab(folder) -> int:

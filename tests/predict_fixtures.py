@@ -3,7 +3,7 @@
 Two made-up pictures (a red circle and a blue square, drawn at odd non-square sizes so the letterbox is
 exercised), three prompts each (a colour question, a shape question, a caption), a tokenizer trained on those
 sentences and a very small model (1-layer ViT of width 32 on 32 px, 2-layer decoder of width 32) trained
-until greedy decoding reproduces every target. The checkpoint is written with `vqa.model.checkpoint.save`, once per
+until greedy decoding reproduces every target. The checkpoint is written with `vqa.weights.checkpoint.save`, once per
 test process, into a temporary folder.
 """
 
@@ -21,8 +21,9 @@ from PIL import Image, ImageDraw
 
 from vqa.data.transforms import build_transform
 from vqa.decoding.generate import generate
-from vqa.model import VQAModel, checkpoint
+from vqa.model import VQAModel
 from vqa.tokenizer import Tokenizer
+from vqa.weights import checkpoint
 
 COLOR_Q = "what color is the shape?"
 SHAPE_Q = "what shape is it?"

@@ -16,7 +16,7 @@ from conftest import tiny_set_flags
 from predict_fixtures import shared_checkpoint, write_pictures
 
 from vqa.errors import CheckpointError
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from lm_fixtures import edit_config
 
 from vqa.cli import main
 from vqa.errors import CheckpointError
-from vqa.model import VQAModel, config_file
-from vqa.model.config_file import FORMAT_VERSION
+from vqa.weights import config_file, model_files
+from vqa.weights.config_file import FORMAT_VERSION
 
 
 @pytest.fixture
 def saved(tmp_path):
     model = tiny_model(seed=3)
-    folder = model.save_pretrained(tmp_path / "m")
+    folder = model_files.save(model, tmp_path / "m")
     return model, folder
 
 
@@ -29,7 +29,7 @@ def test_a_saved_config_names_the_current_version_and_loads_the_same_model(saved
     d = json.loads(text)
     assert d["format_version"] == FORMAT_VERSION == 1
     assert text == json.dumps(d, indent=2) + "\n" and list(d)[0] == "format_version"  # readable, version first
-    again = VQAModel.from_pretrained(folder)
+    again = model_files.load(folder)
     assert again.cfg == model.cfg
     images, ids = random_images(2, model.cfg), torch.tensor([[1, 5, 6], [1, 7, 8]])
     torch.testing.assert_close(again.teacher_forced(images, ids).logits, model.teacher_forced(images, ids).logits,
@@ -40,7 +40,7 @@ def test_an_older_checkpoint_without_a_version_is_migrated(saved):
     model, folder = saved
     edit_config(folder, format_version=None)  # as every checkpoint was written before versions were recorded
     assert "format_version" not in json.loads((folder / "config.json").read_text())
-    assert VQAModel.from_pretrained(folder).cfg == model.cfg
+    assert model_files.load(folder).cfg == model.cfg
 
 
 def test_every_older_version_has_a_migration_step():
@@ -63,7 +63,7 @@ def test_a_newer_checkpoint_is_refused_in_one_line(saved):
     _, folder = saved
     edit_config(folder, format_version=FORMAT_VERSION + 1, some_future_field=3)
     with pytest.raises(CheckpointError) as e:
-        VQAModel.from_pretrained(folder)
+        model_files.load(folder)
     msg = str(e.value)
     assert "\n" not in msg and f"version {FORMAT_VERSION + 1}" in msg
     assert "the vqa release that wrote it, or a newer one" in msg
@@ -75,17 +75,17 @@ def test_a_version_that_is_not_a_number_is_refused(saved, bad):
     _, folder = saved
     edit_config(folder, format_version=bad)
     with pytest.raises(CheckpointError, match="is not a version number; the file is damaged or was not written by vqa"):
-        VQAModel.from_pretrained(folder)
+        model_files.load(folder)
 
 
 def test_a_config_that_is_not_an_object_is_refused(saved):
     _, folder = saved
     (folder / "config.json").write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="expected a JSON object of model fields, got list"):
-        VQAModel.from_pretrained(folder)
+        model_files.load(folder)
     (folder / "config.json").write_text("{ nope")
     with pytest.raises(CheckpointError, match="not valid JSON"):
-        VQAModel.from_pretrained(folder)
+        model_files.load(folder)
 
 
 def test_the_cli_says_it_in_one_line(saved, tmp_path, capsys):
@@ -105,6 +105,6 @@ def test_an_unknown_field_names_the_file_once_and_the_field(saved):
     _, folder = saved
     edit_config(folder, no_such_field=1)
     with pytest.raises(CheckpointError) as e:
-        VQAModel.from_pretrained(folder)
+        model_files.load(folder)
     assert str(e.value) == (f"{folder / 'config.json'}: incompatible config: unknown ModelConfig field(s): "
                             "'no_such_field'")

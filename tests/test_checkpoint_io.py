@@ -1,4 +1,4 @@
-"""Checkpoint folders (vqa/model/checkpoint.py) without training: a tiny model with random weights and a small
+"""Checkpoint folders (vqa/weights/checkpoint.py) without training: a tiny model with random weights and a small
 tokenizer, saved and loaded in well under a second, so that mutation testing can run these tests once per
 mutant. What each test expects is written out here (the files a folder holds, the order resolve() tries,
 the exact error lines), not taken from the module."""
@@ -17,8 +17,9 @@ import torch
 from helpers import tiny_config
 
 from vqa.errors import CheckpointError
-from vqa.model import VQAModel, checkpoint
+from vqa.model import VQAModel
 from vqa.tokenizer import Tokenizer
+from vqa.weights import checkpoint
 
 TEXTS = ["what color is the circle?", "a red circle", "a blue square", "what shape is it?", "two green stars"]
 

@@ -62,7 +62,7 @@ def test_a_rerun_with_other_settings_or_another_model_is_refused(ckpt, tmp_path,
 
     other = tmp_path / "other"  # the same model with other weights
     shutil.copytree(ckpt, other)
-    from vqa.model.checkpoint import resolve
+    from vqa.weights.checkpoint import resolve
 
     weights = resolve(other) / "model.safetensors"
     raw = bytearray(weights.read_bytes())

@@ -14,9 +14,9 @@ from helpers import random_images, tiny_model
 from vqa.cli import build_parser
 from vqa.config import PRESETS, GenerationConfig, ModelConfig, TrainConfig, preset
 from vqa.errors import CheckpointError, ConfigError
-from vqa.model import VQAModel
 from vqa.options import given
 from vqa.train import resolve
+from vqa.weights import model_files
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -161,9 +161,9 @@ def test_generation_config_is_validated_in_one_place():
 
 def test_save_pretrained_and_from_pretrained_round_trip(tmp_path):
     model = tiny_model(seed=2)
-    model.save_pretrained(tmp_path / "m")
+    model_files.save(model, tmp_path / "m")
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
-    again = VQAModel.from_pretrained(tmp_path / "m")
+    again = model_files.load(tmp_path / "m")
     assert again.cfg == model.cfg and not again.training
     images = random_images(2, model.cfg)
     ids = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 10]])
@@ -184,15 +184,15 @@ def test_a_removed_option_loads_at_its_old_default_and_is_refused_when_on(tmp_pa
     from vqa.config import REMOVED_FIELDS
 
     model = tiny_model()
-    model.save_pretrained(tmp_path / "m")
+    model_files.save(model, tmp_path / "m")
     saved = json.loads((tmp_path / "m" / "config.json").read_text())
     old = {**saved, **REMOVED_FIELDS["ModelConfig"]}  # a config.json written before the removals
     (tmp_path / "m" / "config.json").write_text(json.dumps(old))
-    assert VQAModel.from_pretrained(tmp_path / "m").cfg == model.cfg
+    assert model_files.load(tmp_path / "m").cfg == model.cfg
     for name, off in REMOVED_FIELDS["ModelConfig"].items():
         (tmp_path / "m" / "config.json").write_text(json.dumps({**saved, name: not off}))
         with pytest.raises(CheckpointError) as e:
-            VQAModel.from_pretrained(tmp_path / "m")
+            model_files.load(tmp_path / "m")
         assert f"{name}={not off!r}: vqa no longer has this option (docs/results/tried.md says" in str(e.value)
         assert "\n" not in str(e.value)
         with pytest.raises(ConfigError, match=f"{name}={not off!r}: vqa no longer has this option"):

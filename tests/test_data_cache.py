@@ -173,7 +173,7 @@ def test_the_locking_modules_import_where_fcntl_does_not_exist(tmp_path):
     import sys
 
     code = ("import sys; sys.modules['fcntl'] = None\n"  # `import fcntl` raises ImportError, as on Windows
-            "import vqa.data.cache, vqa.data.cache_folder, vqa.locks, vqa.model.checkpoint\n")
+            "import vqa.data.cache, vqa.data.cache_folder, vqa.locks, vqa.weights.checkpoint\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -196,7 +196,7 @@ def test_pretraining_grounds_the_corpus_words_on_their_objects(corpus):
     from vqa.data.regions import Regions
     from vqa.data.sources import open_split
     from vqa.data.transforms import build_transform
-    from vqa.model import shipped
+    from vqa.weights import shipped
 
     model, tok, _ = shipped.load("tiny")
     cfg = model.cfg

@@ -151,12 +151,12 @@ def test_a_llama_layout_model_gets_each_view_its_own_layers_by_the_language_mode
     from vqa.demo.explorer import cross_choices
     from vqa.demo.explorer_tab import build_tab
     from vqa.inference.predict import Predictor
-    from vqa.model import VQAModel, model_preset
     from vqa.tokenizer import Tokenizer
+    from vqa.weights.language_model import build_model, model_preset
 
     folder = save_tiny_llama(tmp_path / "lm", "smollm2")
     torch.manual_seed(0)
-    model = VQAModel(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, dec_cross_every=2, **VIT))
+    model = build_model(model_preset("tiny", dec_pretrained=str(folder), dec_max_len=64, dec_cross_every=2, **VIT))
     pred = Predictor(model.eval(), Tokenizer.for_language_model(folder), device="cpu")
     cfg = pred.cfg
     assert (cfg.dec_depth, cfg.cross_layers, cross_choices(cfg)) == (3, 2, [("layer 1", 0), ("layer 3", 1)])

@@ -76,7 +76,7 @@ def test_eval_takes_the_decoding_options_as_ask_does(folder, tmp_path, monkeypat
 def test_training_evaluations_decode_greedily_and_say_so(folder):
     from vqa.data.readers.formats import load_split
     from vqa.evaluation.evaluate import evaluate
-    from vqa.model import checkpoint
+    from vqa.weights import checkpoint
 
     model, tok, _ = checkpoint.load(shared_checkpoint())
     res = evaluate(model, tok, load_split(folder[0], "val"), progress=False)  # as vqa.train calls it

@@ -12,7 +12,7 @@ from vqa.data.readers.formats import load_split
 from vqa.errors import DataError
 from vqa.evaluation.evaluate import evaluate
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 
 def test_eval_results_live_beside_the_checkpoint_and_survive_the_next_save(shapes_dir, tmp_path, capsys):

@@ -20,7 +20,7 @@ from vqa.errors import CheckpointError, ConfigError
 from vqa.export import onnx as export
 from vqa.export.onnx import MARKER
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytest.importorskip("onnxruntime")  # the `onnx` extra; `dev` installs it, so CI runs these
 pytestmark = pytest.mark.slow

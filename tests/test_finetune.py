@@ -15,8 +15,8 @@ from lm_fixtures import save_tiny_gpt2
 from vqa.cli import main
 from vqa.config import TrainConfig
 from vqa.errors import ConfigError
-from vqa.model import checkpoint
 from vqa.train.optim import param_groups, part_of
+from vqa.weights import checkpoint
 
 
 def train_args(data, out, *extra):
@@ -100,7 +100,7 @@ def test_train_only_options_are_checked():
 def test_train_only_cross_attention_keeps_both_pretrained_towers(shapes_dir, tmp_path, capsys):
     from vqa.data.readers.formats import load_split
     from vqa.data.split import corpus_texts
-    from vqa.model import VQAModel
+    from vqa.weights.language_model import build_model
 
     lm = save_tiny_gpt2(tmp_path / "lm", list(corpus_texts(load_split(shapes_dir, "train"))))
     vit = [a for item in TINY_SET if item.startswith("vit_") for a in ("--set", item)]
@@ -112,7 +112,7 @@ def test_train_only_cross_attention_keeps_both_pretrained_towers(shapes_dir, tmp
     trained = weights(run)
     cfg = checkpoint.load(run / "last")[0].cfg
     torch.manual_seed(0)  # the trainer's seed: the same initial weights, the language model read again
-    start = VQAModel(cfg).state_dict()
+    start = build_model(cfg).state_dict()
     moved = {part_of(k) for k, v in trained.items() if not torch.equal(v, start[k])}
     assert moved == {"cross_attention"}
     fails(capsys, [*args[:4], str(tmp_path / "r2"), *args[5:], "--dec-lr", "1e-3"], "freezes it")

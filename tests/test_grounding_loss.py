@@ -19,10 +19,10 @@ from vqa.data.regions import Regions, box_cover
 from vqa.data.sources import open_split
 from vqa.data.synthetic.scene_objects import ATTRIBUTE_FAMILIES
 from vqa.data.transforms import ImageNormalizer, build_transform
-from vqa.model import shipped
 from vqa.model.attention import ImageRoute
-from vqa.model.encoder_decoder import VQAModel, grounding_loss, segment_mask
+from vqa.model.encoder_decoder import grounding_loss, segment_mask
 from vqa.tokenizer import Tokenizer
+from vqa.weights import model_files, shipped
 
 
 @pytest.fixture(scope="module")
@@ -177,5 +177,5 @@ def test_training_with_grounding_moves_the_attention_onto_the_objects(shapes_dir
     for weight in (0, 2):
         run = tmp_path / f"w{weight}"
         assert main([*common, "--out", str(run), "--grounding-weight", str(weight)]) == 0
-        mass[weight] = inside_mass(VQAModel.from_pretrained(run / "last"), Tokenizer.load(run / "last"), shapes_dir)
+        mass[weight] = inside_mass(model_files.load(run / "last"), Tokenizer.load(run / "last"), shapes_dir)
     assert mass[2] > mass[0] + 0.15, mass

@@ -13,7 +13,7 @@ from predict_fixtures import COLOR_Q, shared_checkpoint, write_pictures
 
 from vqa.errors import CheckpointError
 from vqa.inference.predict import Predictor
-from vqa.model import checkpoint, hub
+from vqa.weights import checkpoint, hub
 
 MAIN, V1 = "a" * 40, "b" * 40  # commits
 

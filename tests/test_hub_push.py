@@ -18,7 +18,7 @@ from predict_fixtures import COLOR_Q, shared_checkpoint, write_pictures
 
 from vqa.config import TrainConfig
 from vqa.inference.predict import Predictor
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 SECRET = "hf_ThisIsNotARealTokenButMustNeverBeShown"
 PUSHED = {"model.safetensors", "config.json", "tokenizer.json", "card.json", "adapter.safetensors",

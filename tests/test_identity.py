@@ -71,8 +71,8 @@ def test_an_adapter_config_or_tokenizer_change_makes_another_identity(tmp_path, 
 
 
 def test_every_file_a_checkpoint_save_writes_is_in_the_identity_or_changes_no_output(tmp_path):
-    from vqa.model import checkpoint
-    from vqa.model.lora import add_lora
+    from vqa.weights import checkpoint
+    from vqa.weights.lora import add_lora
 
     model, tok, card = checkpoint.load(shared_checkpoint(), merge_adapters=False)
     add_lora(model, 2, 4.0, ("self_attn",))
@@ -167,8 +167,8 @@ def test_an_unwritable_cache_folder_only_costs_a_reread(tmp_path, monkeypatch):
 
 def test_a_collection_after_another_checkpoint_is_refused_never_silently_empty(tmp_path, capsys):
     from vqa.cli import main
-    from vqa.model import checkpoint
-    from vqa.model.lora import add_lora, lora_layers, save_adapters
+    from vqa.weights import checkpoint
+    from vqa.weights.lora import add_lora, lora_layers, save_adapters
 
     a = shared_checkpoint()
     b = tmp_path / "b"  # A's files, byte for byte, with LoRA adapters beside them: another model

@@ -16,7 +16,7 @@ from hf_fixtures import edit_json, images, load_ved, save_tiny_ved
 from vqa.config import GenerationConfig
 from vqa.decoding.generate import generate
 from vqa.export.hf_import import import_transformers, read_source
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytest.importorskip("transformers")
 # the model classes imported with the module, not in the first test: mutmut's fork server imports the test
@@ -132,7 +132,7 @@ def test_the_layout_is_transformers_own_and_maps_back_to_the_same_tensors(widths
     from safetensors.torch import load_file
 
     from vqa.export.hf_import import check_decoder, check_encoder
-    from vqa.export.hf_layout import IGNORED, hf_shapes, hf_to_vqa, vqa_to_hf
+    from vqa.weights.hf_layout import IGNORED, hf_shapes, hf_to_vqa, vqa_to_hf
 
     hf = _ved_in_memory(*widths)
     hf.save_pretrained(tmp_path)  # the file layout, which every transformers version reads and writes

@@ -18,10 +18,11 @@ from vqa.config import GenerationConfig, preset
 from vqa.decoding.generate import generate
 from vqa.export.hf_export import export_transformers
 from vqa.export.hf_import import import_transformers
-from vqa.export.hf_layout import IGNORED
 from vqa.identity import checkpoint_identity
-from vqa.model import VQAModel, checkpoint
+from vqa.model import VQAModel
 from vqa.tokenizer import Tokenizer
+from vqa.weights import checkpoint
+from vqa.weights.hf_layout import IGNORED
 
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,9 +15,9 @@ from vqa.data.dataset import ImageTextDataset
 from vqa.data.sources import open_split
 from vqa.data.transforms import build_transform
 from vqa.export.hf_import import import_transformers
-from vqa.model import checkpoint
-from vqa.model.vocab import grow_embedding
 from vqa.tokenizer import ANSWER, QUESTION
+from vqa.weights import checkpoint
+from vqa.weights.grow_vocab import grow_embedding
 
 pytest.importorskip("transformers")
 

@@ -22,6 +22,7 @@ LAYERS = [
     ("vqa.config",),
     ("vqa.tokenizer",),
     ("vqa.model",),  # the architecture and what its training forward consumes (vqa.model.packed)
+    ("vqa.weights",),  # files of weights, ours and other people's, read into and written from the architecture
     ("vqa.data",),  # builds that (vqa.data.packing), so it sits above the model
     ("vqa.decoding",),
     ("vqa.evaluation",),

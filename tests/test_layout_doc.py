@@ -79,7 +79,7 @@ def test_the_layout_names_every_module_and_only_modules():
 
 def test_a_removed_module_or_a_word_of_prose_is_reported():
     text = LAYOUT.read_text()
-    named, unknown = read_layout(text.replace("masks,", "masks, sampler, what,", 1))
+    named, unknown = read_layout(text.replace("masks (", "masks, sampler, what (", 1))
     assert unknown == ["vqa/model/: sampler", "vqa/model/: what"]
     assert "vqa/model/masks.py" in named and "vqa/data/synthetic/shapes_layout.py" in named
     assert "vqa/data/synthetic/glyphs_font.py" in named and "vqa/data/synthetic/shapes_font.py" not in named

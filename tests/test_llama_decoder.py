@@ -11,14 +11,16 @@ from helpers import random_images
 from llama_fixtures import FAMILIES, hf_llama_logits, save_tiny_llama
 from lm_fixtures import VIT, text_vocab
 
-from vqa.model import VQAModel, model_preset
+from vqa.model import VQAModel
 from vqa.tokenizer import SPECIAL_TOKENS
+from vqa.weights import model_files
+from vqa.weights.language_model import build_model, model_preset
 
 
 def llama_model(folder, seed=0, **overrides) -> VQAModel:
     torch.manual_seed(seed)
     fields = {"dec_max_len": 64, **VIT, **overrides}
-    return VQAModel(model_preset("tiny", dec_pretrained=str(folder), **fields)).eval()
+    return build_model(model_preset("tiny", dec_pretrained=str(folder), **fields)).eval()
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -120,7 +122,7 @@ def test_the_new_blocks_learn_the_language_model_part_of_the_optimizer_split(tmp
     with torch.no_grad():
         open_gates(model)
         want = model.teacher_forced(images, ids).logits
-        back = VQAModel.from_pretrained(model.save_pretrained(tmp_path / "saved"))
+        back = model_files.load(model_files.save(model, tmp_path / "saved"))
         assert torch.equal(back.teacher_forced(images, ids).logits, want)
 
 
@@ -186,7 +188,7 @@ SMOLLM2 = {  # the fields of HuggingFaceTB/SmolLM2-135M's and -360M's config.jso
 def test_the_smollm2_presets_repeat_their_language_models_config(name):
     """So that `dec_pretrained=None` builds the shapes the language model's folder would (nothing read)."""
     from vqa.config import preset
-    from vqa.model.llama_lm import architecture, check_config
+    from vqa.weights.llama import architecture, check_config
 
     raw = dict(model_type="llama", hidden_act="silu", max_position_embeddings=8192, rms_norm_eps=1e-5,
                rope_theta=100000, rope_scaling=None, tie_word_embeddings=True, vocab_size=49152, **SMOLLM2[name])
@@ -221,7 +223,7 @@ def test_a_run_from_a_saved_llama_trains_resumes_evaluates_answers_and_is_refuse
 
     from vqa import Predictor
     from vqa.cli import main
-    from vqa.model import checkpoint
+    from vqa.weights import checkpoint
 
     lm = save_tiny_llama(tmp_path / "lm", "qwen2")
     run = tmp_path / "run"
@@ -287,7 +289,7 @@ def test_published_configurations_build_a_decoder_of_their_shapes(name):
     device: no memory) holds exactly the language model's parameters plus the new blocks."""
     from vqa.config import preset
     from vqa.model.llama_decoder import LlamaDecoder
-    from vqa.model.llama_lm import architecture, check_config, parameter_count
+    from vqa.weights.llama import architecture, check_config, parameter_count
 
     c = check_config({"hidden_act": "silu", **REAL[name]}, "config.json")
     cfg = preset("tiny", dec_pretrained=None, vocab_size=c["vocab_size"], dec_cross_every=4, **architecture(c))

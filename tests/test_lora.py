@@ -1,4 +1,4 @@
-"""LoRA adapters (vqa.model.lora): merged equals unmerged, only adapters and the cross-attention train, the
+"""LoRA adapters (vqa.weights.lora): merged equals unmerged, only adapters and the cross-attention train, the
 checkpoint keeps them beside the base weights and loads them back (merged for the Predictor and export, apart
 for a resume), and a killed LoRA run resumes exactly."""
 
@@ -12,10 +12,10 @@ from test_train import assert_same_run, run_halted, train_args
 from vqa.cli import main
 from vqa.config import TrainConfig
 from vqa.errors import CheckpointError
-from vqa.model import checkpoint, lora
 from vqa.tokenizer import Tokenizer
 from vqa.train.build import memory_options
 from vqa.train.optim import make_optimizer
+from vqa.weights import checkpoint, lora
 
 
 def _inputs(model):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from helpers import make_batch, random_images, tiny_model
 
-from vqa.model import lora
 from vqa.train.build import estimated_bytes, memory_advice
+from vqa.weights import lora
 
 
 def _grads(checkpointing: bool) -> tuple[dict[str, torch.Tensor], int]:

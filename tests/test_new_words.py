@@ -19,9 +19,9 @@ import vqa
 from vqa.cli import main
 from vqa.config import GenerationConfig
 from vqa.inference.predict import Predictor
-from vqa.model import checkpoint
 from vqa.tokenizer import Tokenizer
 from vqa.train.new_words import with_new_words
+from vqa.weights import checkpoint
 
 TOWERS = Path(vqa.__file__).parent / "weights" / "tiny"  # the tiny preset's shipped towers
 TEXTS = ["A guitar near the elephant.", "Is the guitar red?", "two elephants, a guitar", "the trumpet",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from vqa.model import shipped
+from vqa.weights import shipped
 
 pytestmark = pytest.mark.slow
 gradio_client = pytest.importorskip("gradio_client", reason="gradio_client is not installed (pip install '.[dev]')")
@@ -103,7 +103,7 @@ def test_the_wheel_works_from_any_folder(installed, tmp_path):
     # the wheel carries the tiny preset's pretrained towers, and the README's run started from them
     card = json.loads((tmp_path / train[train.index("--out") + 1] / "last" / "card.json").read_text())
     assert card["init_from"]["sha256"] == shipped.sha256(shipped.folder("tiny") / "model.safetensors")
-    code = "from vqa.model import shipped; print(shipped.sha256(shipped.folder('tiny') / 'model.safetensors'))"
+    code = "from vqa.weights import shipped; print(shipped.sha256(shipped.folder('tiny') / 'model.safetensors'))"
     assert run(installed, tmp_path, ["python", "-c", code]).stdout.strip() == card["init_from"]["sha256"]
     run(installed, tmp_path, command(lines["vqa data samples"]))
     ask = run(installed, tmp_path, command(lines["vqa ask --checkpoint"]))

@@ -15,7 +15,7 @@ from vqa.errors import InputError
 from vqa.evaluation.pointing import Pointing, absent_object, named_objects, peak_patch
 from vqa.inference.pointing import object_words, on_picture
 from vqa.inference.predict import Predictor
-from vqa.model import shipped
+from vqa.weights import shipped
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_peak_patch_averages_and_keeps_to_the_allowed():
 
 def test_vqa_ask_point_prints_or_refuses(tmp_path, capsys):
     model, tok, card = shipped.load("tiny")
-    from vqa.model.checkpoint import save
+    from vqa.weights.checkpoint import save
 
     run = tmp_path / "ckpt"
     save(run, model, tok, card)

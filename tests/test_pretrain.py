@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from vqa.cli import build_parser, main
-from vqa.model import checkpoint
 from vqa.tokenizer import Tokenizer
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -173,7 +173,7 @@ def test_a_run_from_a_saved_gpt2_trains_saves_and_reloads_everywhere(shapes_dir,
 
     from vqa import Predictor
     from vqa.cli import main
-    from vqa.model import checkpoint
+    from vqa.weights import checkpoint
 
     lm = tmp_path / "lm"
     shutil.copytree(gpt2_dir, lm)

@@ -11,8 +11,8 @@ import pytest
 from lm_fixtures import VIT, edit_config, lm_model, save_tiny_gpt2, text_vocab
 
 from vqa.errors import ConfigError
-from vqa.model import model_preset
 from vqa.tokenizer import SPECIAL_TOKENS, Tokenizer
+from vqa.weights.language_model import model_preset
 
 # ---------------------------------------------------------------- bad folders
 
@@ -70,9 +70,9 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path, gpt2_dir):
 
 
 def test_a_model_too_large_for_memory_says_so(gpt2_dir, monkeypatch):
-    from vqa.model import pretrained_lm
+    from vqa.weights import language_model
 
-    monkeypatch.setattr(pretrained_lm, "free_memory", lambda: 10_000)
+    monkeypatch.setattr(language_model, "free_memory", lambda: 10_000)
     with pytest.raises(ConfigError, match=r"M parameters need .* GB as float32 \(the \d+-token vocabulary alone"):
         lm_model(gpt2_dir)
 
@@ -155,8 +155,8 @@ def test_init_from_a_gpt2_run_refuses_a_set_that_changes_the_language_model(gpt2
     fixes (an activation, an embedding scale: same shapes, other function) or another dec_pretrained is
     refused; --set of a field it does not fix still works."""
     from vqa.config import TrainConfig
-    from vqa.model import checkpoint
     from vqa.train.build import init_from
+    from vqa.weights import checkpoint
 
     src = tmp_path / "src"
     model = lm_model(gpt2_dir)

@@ -13,7 +13,7 @@ from test_train import fails
 
 from vqa.cli import main
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint, shipped
+from vqa.weights import checkpoint, shipped
 
 pytestmark = pytest.mark.slow
 
@@ -70,17 +70,18 @@ def _before_bytes(model, tok, n: int, folder):
 
     from vqa.model import VQAModel
     from vqa.tokenizer import BYTE_TOKENS
+    from vqa.weights import model_files
 
     spec = json.loads(tok.hf.to_str())
     for t in BYTE_TOKENS:
         del spec["model"]["vocab"][t]
     spec["model"]["byte_fallback"] = False
     spec["decoder"] = spec["decoder"]["decoders"][1]
-    old = VQAModel(model.cfg.replace(vocab_size=n), load_pretrained=False)
+    old = VQAModel(model.cfg.replace(vocab_size=n))
     state = model.state_dict()
     state["decoder.embed.weight"] = state["decoder.embed.weight"][:n]
     old.load_state_dict(state)
-    old.save_pretrained(folder)
+    model_files.save(old, folder)
     HFTokenizer.from_str(json.dumps(spec)).save(str(folder / "tokenizer.json"))
     return old
 

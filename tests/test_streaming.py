@@ -14,7 +14,7 @@ from predict_fixtures import COLOR_Q, draw, shared_checkpoint
 from vqa.config import DECODING_METHODS
 from vqa.decoding.batch import DecodingBatch
 from vqa.inference.predict import Predictor
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 # each decoding method with settings that make it differ from the others; every method must be here
 SETTINGS = {"greedy": dict(method="greedy"), "beam": dict(method="beam", num_beams=3),

@@ -56,7 +56,7 @@ def trained() -> Tokenizer:
 
 
 def shipped_tokenizer() -> Tokenizer:
-    from vqa.model import shipped
+    from vqa.weights import shipped
 
     return Tokenizer.load(shipped.folder("tiny"))
 

@@ -21,7 +21,7 @@ from vqa.cli import main
 from vqa.config import parse_duration
 from vqa.errors import ConfigError
 from vqa.identity import checkpoint_identity
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

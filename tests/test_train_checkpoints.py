@@ -15,7 +15,7 @@ from test_train import train_args
 
 from vqa.cli import main
 from vqa.errors import CheckpointError
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -94,10 +94,11 @@ def test_checkpoint_saves_use_their_own_temporary_folders(shapes_dir, tmp_path):
     checkpoint.recover(run / "last")  # the trainer's start-up, under the run lock, clears leftovers
     assert not stale.exists()
     # two processes saving one checkpoint folder at once never share a temporary folder
-    code = ("import sys; from vqa import checkpoint; m, t, c = checkpoint.load(sys.argv[1]); "
+    code = ("import sys; from vqa.weights import checkpoint; m, t, c = checkpoint.load(sys.argv[1]); "
             "[checkpoint.save(sys.argv[2], m, t, c) for _ in range(15)]")
     target = tmp_path / "shared" / "ckpt"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(run / "last"), str(target)],
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs  # each saved its 15 times (an import error fails here)
     assert "SafetensorError" not in "".join(errs) and "Directory not empty" not in "".join(errs), errs

@@ -13,7 +13,7 @@ import torch
 from test_train import _torchrun, losses, train_args, weights
 
 from vqa.data.sampler import epoch_permutation, rank_order
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from test_train import _torchrun, losses, run_halted, train_args, weights
 
 from vqa import distributed
 from vqa.cli import main
-from vqa.model import checkpoint
 from vqa.train import Trainer, resolve
 from vqa.train.step import count_syncs, host_tensors
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import torch
 from test_train import assert_same_run, losses, run_halted, train_args
 
 from vqa.cli import main
-from vqa.model import checkpoint
+from vqa.weights import checkpoint
 
 pytestmark = pytest.mark.slow
 

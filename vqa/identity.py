@@ -23,7 +23,7 @@ from filelock import lock_descriptor, unlock_descriptor
 
 from .cache_home import cache_home
 
-# a checkpoint's files that change what it outputs: weights, LoRA adapters (vqa.model.lora), the ModelConfig
+# a checkpoint's files that change what it outputs: weights, LoRA adapters (vqa.weights.lora), the ModelConfig
 # (with the preprocessing), the tokenizer. NOT_OUTPUTS change none: the card (what it was trained on, its
 # scores; its `tasks` only decide whether a task is refused) and the resume state.
 IDENTITY_FILES = ("model.safetensors", "adapter.safetensors", "adapter_config.json", "config.json", "tokenizer.json")

@@ -101,7 +101,7 @@ class Tokenizer:
     def for_language_model(cls, folder: str | Path) -> Tokenizer:
         """A pretrained language model's own tokenizer (`folder/tokenizer.json`) with the special tokens added
         after its vocabulary (any it already has keep their ids); the model's embedding grows to match
-        (`vqa.model.pretrained_lm`)."""
+        (`vqa.weights.language_model`)."""
         path = Path(folder) / "tokenizer.json"
         if not path.is_file():
             raise ConfigError(
@@ -115,7 +115,7 @@ class Tokenizer:
     def with_prompt_tokens(self) -> Tokenizer:
         """This tokenizer with <question> and <answer> added as special tokens after its vocabulary (a
         captioner's, which has neither): the VQA prompt then exists. The model's embedding grows to match
-        (`vqa.model.vocab.grow_embedding`)."""
+        (`vqa.weights.grow_vocab.grow_embedding`)."""
         hf = HFTokenizer.from_str(self.hf.to_str())
         hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (QUESTION, ANSWER)])
         return Tokenizer(hf)

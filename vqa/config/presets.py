@@ -132,6 +132,6 @@ def preset(name: str, **overrides) -> ModelConfig:
     choices (conv stem, QK-norm) stay unless overridden.
 
     A preset whose decoder starts from a pretrained language model (`dec_pretrained`) gets that model's
-    architecture and vocabulary from `vqa.model.model_preset`, which reads the language model's files; this
-    function knows none of them and builds the fields as written."""
+    architecture and vocabulary from `vqa.weights.language_model.model_preset`, which reads the language
+    model's files; this function knows none of them and builds the fields as written."""
     return ModelConfig(**preset_fields(name, overrides))

@@ -79,7 +79,7 @@ def load_predictor(checkpoint: str | None, device: str | None = None, int8: bool
     (default: the Predictor's, on CUDA and for int8)."""
     from ..errors import CheckpointError
     from ..inference.predict import Predictor
-    from ..model.checkpoint import resolve
+    from ..weights.checkpoint import resolve
 
     if checkpoint is None:
         try:

@@ -79,8 +79,8 @@ def run(args) -> int:
     from ..data.readers.formats import pick_split
     from ..data.sources import is_pattern, list_splits, open_split
     from ..device import pick_device
-    from ..model import checkpoint
-    from ..model.hub import is_hub_name, split_name
+    from ..weights import checkpoint
+    from ..weights.hub import is_hub_name, split_name
     from .evaluate import evaluate, format_summary
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-images", args.max_images)):

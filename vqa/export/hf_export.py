@@ -9,7 +9,7 @@ resampling; it squashes to the square, so a model trained on letterboxed images 
 or pictures padded to a square, for the same input), the tokenizer (tokenizer.json, tokenizer_config.json),
 card.json and the export marker.
 
-What maps (`vqa.export.hf_layout` has the tensor names):
+What maps (`vqa.weights.hf_layout` has the tensor names):
   - the memory projection (vision.proj) is enc_to_dec_proj when the widths differ; when they match,
     transformers has no projection, and it folds into every cross-attention's key/value weights
     (W_kv P, W_kv b + b_kv; an identity, as an imported model's, is left out as it is);
@@ -38,8 +38,8 @@ from torch import nn
 from ..config import CAPTION_TOKENS
 from ..errors import ConfigError, ExtraMissing
 from ..identity import checkpoint_identity
-from ..model import checkpoint
-from .hf_layout import vqa_to_hf
+from ..weights import checkpoint
+from ..weights.hf_layout import vqa_to_hf
 from .output import MARKER, check_output, export_replacing
 
 ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # dec_activation -> GPT-2's activation_function

@@ -6,12 +6,12 @@ Read: config.json (the encoder and decoder sub-configs, the start / end token id
 fills ids config.json leaves out), model.safetensors (or pytorch_model.bin, only through
 `torch.load(weights_only=True)`), preprocessor_config.json (size, mean, std, resampling: the model keeps the
 squash-to-square resize it was trained with), and the GPT-2 tokenizer (tokenizer.json, or vocab.json +
-merges.txt). `transformers` is not needed. The tensors map one to one (`vqa.export.hf_layout`); no weight
+merges.txt). `transformers` is not needed. The tensors map one to one (`vqa.weights.hf_layout`); no weight
 changes, so exporting the run again (`vqa export --transformers`) gives the source tensors back.
 
 The imported model captions as it was trained: from its decoder_start_token_id alone, without vqa's prompt
 tokens (its tokenizer has only GPT-2's <|endoftext|>: `vqa.tokenizer.LM_END`). Fine-tuning it with
-`vqa train --init-from RUN` adds <question> and <answer> (`vqa.model.vocab`).
+`vqa train --init-from RUN` adds <question> and <answer> (`vqa.weights.grow_vocab`).
 
 Every check runs before anything is written; a bad folder gets one line naming the file and the field.
 """
@@ -26,10 +26,11 @@ import torch
 from ..config import GPT2_DECODER, ModelConfig
 from ..errors import CheckpointError, ConfigError
 from ..json_object import read_object
-from ..model import VQAModel, checkpoint
-from ..model.pretrained_lm import architecture, check_config
+from ..model import VQAModel
 from ..tokenizer import LM_END, Tokenizer, read_tokenizer_json
-from .hf_layout import IGNORED, hf_shapes, hf_to_vqa
+from ..weights import checkpoint
+from ..weights.gpt2 import architecture, check_config
+from ..weights.hf_layout import IGNORED, hf_shapes, hf_to_vqa
 
 # transformers' ViTConfig defaults, for fields a config.json leaves out
 VIT_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -82,7 +83,7 @@ def check_encoder(raw, where: str) -> dict:
 
 
 def check_decoder(raw, where: str) -> dict:
-    """The GPT-2 sub-config (`pretrained_lm.check_config`), which must carry cross-attention."""
+    """The GPT-2 sub-config (`vqa.weights.gpt2.check_config`), which must carry cross-attention."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: decoder must be an object (the GPT-2's config), got {type(raw).__name__}")
     if raw.get("model_type") != "gpt2":
@@ -274,7 +275,7 @@ def import_transformers(source: str | Path, out: str | Path) -> Path:
         cfg, state, tok = read_source(source)
     except ConfigError as e:  # a missing or bad folder is a bad file (exit status 1), not a usage error
         raise CheckpointError(str(e)) from None
-    model = VQAModel(cfg, load_pretrained=False)
+    model = VQAModel(cfg)
     model.load_state_dict(state, strict=True)
     card = dict(imported_from=str(Path(source).resolve()), source="transformers VisionEncoderDecoderModel",
                 tasks=["caption"])

@@ -97,7 +97,7 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
         import onnxscript  # noqa: F401
     except ImportError as e:
         raise ExtraMissing("exporting to ONNX", "onnx", e.name) from None
-    from ..model import checkpoint
+    from ..weights import checkpoint
 
     _check_apart(checkpoint_path, out)
     model, tok, card = checkpoint.load(checkpoint_path)

@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError
-from ..model.checkpoint import resolve
-from ..model.hub import split_name
+from ..weights.checkpoint import resolve
+from ..weights.hub import split_name
 from .model_card import eval_summaries, model_card
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "card.json")
-ADAPTERS = ("adapter.safetensors", "adapter_config.json")  # vqa.model.lora's, where the run trained them
+ADAPTERS = ("adapter.safetensors", "adapter_config.json")  # vqa.weights.lora's, where the run trained them
 
 
 def checkpoint_files(folder: Path) -> list[str]:

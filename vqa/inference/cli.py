@@ -91,7 +91,7 @@ def _load(args, compile: bool | None = False, device=None):
             print(f"vqa {args.command}: {w.message}", file=sys.stderr)
         return pred
     except CheckpointError as e:
-        from ..model.hub import is_hub_name
+        from ..weights.hub import is_hub_name
 
         hint = ""
         if not Path(args.checkpoint).exists() and not is_hub_name(args.checkpoint):

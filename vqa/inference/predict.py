@@ -71,8 +71,8 @@ from ..decoding.precision import apply_run_policy
 from ..device import pick_device
 from ..errors import InputError
 from ..identity import checkpoint_identity
-from ..model.checkpoint import load as load_checkpoint
-from ..model.checkpoint import resolve as resolve_checkpoint
+from ..weights.checkpoint import load as load_checkpoint
+from ..weights.checkpoint import resolve as resolve_checkpoint
 from .encoding_cache import EncodingCache
 from .picture_inputs import PictureInputs
 from .pointing import Point, point_batch
@@ -134,7 +134,7 @@ class Predictor(PictureInputs):
     def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
                         revision: str | None = None, **kwargs) -> Predictor:
         """Load a checkpoint folder or a run folder (its best/, else last/), or a Hugging Face Hub name
-        ("user/name", "user/name@rev" or `revision=`: `vqa.model.hub`), onto `device` (default: CUDA, else
+        ("user/name", "user/name@rev" or `revision=`: `vqa.weights.hub`), onto `device` (default: CUDA, else
         MPS, else CPU). `kwargs`: the constructor's (quantize="int8", dtype=..., compile=..., ...)."""
         dev = pick_device(device)
         folder = resolve_checkpoint(path, revision)  # a Hub name: its snapshot folder in the cache

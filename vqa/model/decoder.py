@@ -1,7 +1,7 @@
 """The text decoder: embeddings + positions, pre-LN blocks (masked self-attention, cross-attention to the
 image tokens, MLP), final LayerNorm, and an LM head tied to the embedding.
 
-With `dec_pretrained` the same blocks hold a GPT-2 (`vqa.model.pretrained_lm`): the config then asks for
+With `dec_pretrained` the same blocks hold a GPT-2 (`vqa.weights.gpt2`): the config then asks for
 learned positions, no embedding scale, the tanh GELU and GPT-2's LayerNorm epsilon, and every block's
 cross-attention starts with a zero output projection, so the decoder starts as the language model."""
 
@@ -70,9 +70,8 @@ class DecoderBlock(nn.Module):
 
 
 class TextDecoder(nn.Module):
-    def __init__(self, cfg: ModelConfig, load_pretrained: bool = True):
-        """`load_pretrained`: read `cfg.dec_pretrained`'s weights (False when a checkpoint's own weights
-        are about to replace them)."""
+    def __init__(self, cfg: ModelConfig):
+        """Random weights; `vqa.weights.language_model.build_model` copies `cfg.dec_pretrained`'s in."""
         super().__init__()
         self.cfg = cfg
         self.embed_scale = math.sqrt(cfg.dec_width) if cfg.dec_embed_scale else None
@@ -87,10 +86,6 @@ class TextDecoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.dec_depth))
         self.ln_f = nn.LayerNorm(cfg.dec_width, eps=cfg.dec_norm_eps)
         self.grad_checkpointing = False  # training recomputes each block in the backward pass instead of storing it
-        if cfg.dec_pretrained and load_pretrained:
-            from .pretrained_lm import load_decoder
-
-            load_decoder(self, cfg.dec_pretrained)
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's cross-attention keys/values of the image tokens, computed once per image."""

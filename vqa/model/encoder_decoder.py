@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import CheckpointError, InputError
-from . import config_file
+from ..errors import InputError
 from .attention import ImageRoute, gather_rows
 from .decoder import TextDecoder
 from .llama_decoder import LlamaDecoder
 from .packed import IGNORE, PackedRows
 from .vision import VisionEncoder
-
-WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 
 @dataclass
@@ -61,14 +57,14 @@ def segment_mask(segments: torch.Tensor) -> torch.Tensor:
 
 
 class VQAModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, load_pretrained: bool = True):
-        """`load_pretrained=False` skips reading `cfg.dec_pretrained`'s weights: for a model whose weights
-        come from a checkpoint next."""
+    def __init__(self, cfg: ModelConfig):
+        """The decoder's weights are random, also where `cfg.dec_pretrained` names a language model:
+        `vqa.weights.language_model.build_model` copies those in, `vqa.weights.model_files.load` a saved model's."""
         super().__init__()
         self.cfg = cfg
         self.vision = VisionEncoder(cfg)
         layout = LlamaDecoder if cfg.dec_layout == "llama" else TextDecoder
-        self.decoder = layout(cfg, load_pretrained=load_pretrained)
+        self.decoder = layout(cfg)
 
     # ---- the parts ----
     def encode(self, images: torch.Tensor) -> torch.Tensor:
@@ -164,35 +160,3 @@ class VQAModel(nn.Module):
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
-
-    # ---- files ----
-    def save_pretrained(self, folder: str | Path) -> Path:
-        """Write `model.safetensors` (no pickle) and `config.json` into `folder`."""
-        from safetensors.torch import save_model
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_model(self, str(folder / WEIGHTS))  # handles the tied embedding / LM head
-        config_file.write(self.cfg, folder / CONFIG)  # with the checkpoint format version
-        return folder
-
-    @classmethod
-    def from_pretrained(cls, folder: str | Path, device: str | torch.device = "cpu") -> VQAModel:
-        """The model saved in `folder` by `save_pretrained` (or a checkpoint folder), in eval mode."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_model
-
-        folder = Path(folder)
-        for name in (WEIGHTS, CONFIG):
-            if not (folder / name).is_file():
-                raise CheckpointError(f"{folder} is missing {name}")
-        cfg = config_file.read(folder / CONFIG)  # migrated from an older format, or refused if newer
-        cfg.vit_pretrained, cfg.vit_weights = False, None  # the weights come from the file
-        model = cls(cfg, load_pretrained=False)  # dec_pretrained stays in the config: where the decoder began
-        try:
-            load_model(model, str(folder / WEIGHTS), strict=True, device=str(device))
-        except SafetensorError as e:  # cut short (an interrupted copy or download), or not safetensors at all
-            raise CheckpointError(f"{folder / WEIGHTS} is not a complete safetensors file: {e}") from None
-        except RuntimeError as e:
-            raise CheckpointError(f"{folder / WEIGHTS} does not fit {folder / CONFIG}: {e}") from e
-        return model.to(device).eval()

@@ -107,7 +107,7 @@ class CrossBlock(nn.Module):
 class LlamaDecoder(nn.Module):
     """The llama layout's decoder, with TextDecoder's interface (`memory_kv`, `forward`, `logits`)."""
 
-    def __init__(self, cfg: ModelConfig, load_pretrained: bool = True):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dec_width)
@@ -124,10 +124,6 @@ class LlamaDecoder(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)  # [L, Dh]: dimension i and i + Dh/2 turn together
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
-        if cfg.dec_pretrained and load_pretrained:
-            from .llama_lm import load_llama
-
-            load_llama(self, cfg.dec_pretrained)
 
     @property
     def head_weight(self) -> torch.Tensor:

@@ -16,10 +16,11 @@ from ..distributed import Dist
 from ..errors import ConfigError
 from ..identity import checkpoint_identity
 from ..logs import get_logger
-from ..model import VQAModel, checkpoint, lora, model_preset, shipped
-from ..model.pretrained_lm import LM_FIELDS, tokenizer
-from ..model.vocab import grow_embedding
+from ..model import VQAModel
 from ..tokenizer import Tokenizer
+from ..weights import checkpoint, lora, shipped
+from ..weights.grow_vocab import grow_embedding
+from ..weights.language_model import LM_FIELDS, build_model, model_preset, tokenizer
 from . import sharding
 from .new_words import check_new_words
 from .optim import part_of
@@ -60,7 +61,7 @@ def _trained_bpe(cfg: TrainConfig, train_data, dist: Dist) -> Tokenizer:
 def new_model(cfg: TrainConfig, tok: Tokenizer) -> VQAModel:
     """The preset's model (with --set), sized to `tok`; the same initial weights on every rank."""
     torch.manual_seed(cfg.seed)
-    return VQAModel(model_preset(cfg.preset, **{**cfg.model, **tok.model_ids()}))
+    return build_model(model_preset(cfg.preset, **{**cfg.model, **tok.model_ids()}))
 
 
 def check_model_options(cfg: TrainConfig) -> None:
@@ -106,7 +107,7 @@ def check_flips(cfg: TrainConfig) -> None:
 def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     """The weights and tokenizer of another run, with this run's --set applied to its config. A captioner
     imported from transformers (`vqa import`: no <question> / <answer>) gains those two tokens, its embedding
-    two rows (`vqa.model.vocab`); a shorter dec_max_len keeps the first rows of learned positions."""
+    two rows (`vqa.weights.grow_vocab`); a shorter dec_max_len keeps the first rows of learned positions."""
     src, tok, card = checkpoint.load(path)
     started = dict(init_from=str(path), init_identity=checkpoint_identity(checkpoint.resolve(path)))
     if tok.question_id is None:
@@ -122,7 +123,7 @@ def init_from(cfg: TrainConfig, path: str) -> tuple[VQAModel, Tokenizer, dict]:
     mcfg = ModelConfig.from_dict({**src.cfg.to_dict(), **cfg.model})
     if mcfg == src.cfg:
         return src, tok, started
-    model = VQAModel(mcfg, load_pretrained=False)  # the source's weights replace any pretrained ones
+    model = VQAModel(mcfg)  # the source's weights, not the language model's
     state = src.state_dict()
     pos = state.get("decoder.pos.weight")
     if pos is not None and mcfg.dec_positions == "learned" and mcfg.dec_max_len < pos.shape[0]:

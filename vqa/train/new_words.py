@@ -14,8 +14,8 @@ from ..distributed import Dist
 from ..errors import ConfigError
 from ..logs import get_logger
 from ..model import VQAModel
-from ..model.vocab import grow_embedding
 from ..tokenizer import Tokenizer
+from ..weights.grow_vocab import grow_embedding
 
 log = get_logger("train")
 

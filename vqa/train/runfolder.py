@@ -42,7 +42,7 @@ def _layer(base: dict, top: dict) -> dict:
 
 
 def _source_preset(init_from: str) -> str | None:
-    from ..model.checkpoint import resolve
+    from ..weights.checkpoint import resolve
 
     try:
         card = json.loads((resolve(init_from) / "card.json").read_text())

@@ -11,7 +11,7 @@ Parameters stay float32 and autocast runs as with DDP, so a sharded step compute
 does): skipping it would keep every rank's unsharded gradients, 4 bytes a parameter, between micro-batches.
 
 Checkpoints are the unsharded run's: the full state dict gathered on rank 0 (`get_model_state_dict` with
-`full_state_dict`), saved by `vqa.model.checkpoint` from an unsharded copy of the model; the optimizer state
+`full_state_dict`), saved by `vqa.weights.checkpoint` from an unsharded copy of the model; the optimizer state
 gathered the same way (`get_optimizer_state_dict`) and renumbered into `optimizer.state_dict()`'s layout, so a
 run resumes with any world size and either --shard (`set_optimizer_state_dict` shards it again)."""
 
@@ -24,7 +24,8 @@ from itertools import chain
 import torch
 from torch import nn
 
-from ..model import VQAModel, lora
+from ..model import VQAModel
+from ..weights import lora
 
 
 def shard(model: VQAModel) -> VQAModel:
@@ -83,7 +84,7 @@ def plain_copy(model: VQAModel, everywhere: bool) -> VQAModel | None:
         return None
     cfg = dataclasses.replace(model.cfg, vit_pretrained=False, vit_weights=None)  # the weights come from `state`
     with torch.device("meta"):  # the structure only: no memory until to_empty
-        plain = VQAModel(cfg, load_pretrained=False)
+        plain = VQAModel(cfg)
         settings = lora.adapter_settings(model)
         if settings is not None:
             lora.add_lora(plain, settings["rank"], settings["alpha"], tuple(settings["targets"]))

@@ -36,7 +36,7 @@ from ..errors import ConfigError, DataError, VQAError
 from ..evaluation.evaluate import evaluate, flatten
 from ..locks import RunLock
 from ..logs import bars_off, get_logger
-from ..model import checkpoint
+from ..weights import checkpoint
 from . import build, sharding
 from . import state as run_state
 from .budget import SharedBudget, TimeDecision, evaluation_due

@@ -1,6 +1,6 @@
 """A language model's folder in the Hugging Face layout: finding it (a local folder, or the Hub's cache) and
-reading its safetensors weights by name, for the pretrained decoders (`vqa.model.pretrained_lm` for GPT-2,
-`vqa.model.llama_lm` for Llama-layout models)."""
+reading its safetensors weights by name, for the pretrained decoders (`vqa.weights.gpt2` for GPT-2,
+`vqa.weights.llama` for Llama-layout models)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def check_config(raw: dict, path: str) -> dict:
     c["rope_theta"], c["rope_llama3"] = _rope(c, path)
     c["qkv_bias"] = kind == "qwen2" or bool(c.get("attention_bias", False))
     c["tie_word_embeddings"] = bool(c.get("tie_word_embeddings", False))
-    c["n_positions"] = c["max_position_embeddings"]  # what vqa.model.pretrained_lm.context_warning reads
+    c["n_positions"] = c["max_position_embeddings"]  # what language_model.decoder_fields reads
     return c
 
 
@@ -162,7 +162,7 @@ def load_llama(decoder, source: str) -> None:
              if getattr(decoder.cfg, k) != v]
     if wrong:
         raise ConfigError(f"the decoder was not built for {folder / 'config.json'}: " + ", ".join(wrong) +
-                          "; build its config with vqa.model.model_preset(..., dec_pretrained=...)")
+                          "; build its config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
     if not (folder / "tokenizer.json").is_file():
         Tokenizer.for_language_model(folder)  # the missing-tokenizer error
     n_text = read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()  # before vqa's special tokens

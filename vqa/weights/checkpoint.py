@@ -1,7 +1,7 @@
 """Checkpoints are folders: `model.safetensors` (weights, no pickle), `config.json` (the ModelConfig, which
-includes the preprocessing: image size, mean, std; and the checkpoint format version, `vqa.model.config_file`),
+includes the preprocessing: image size, mean, std; and the checkpoint format version, `vqa.weights.config_file`),
 `tokenizer.json`, `card.json` (what it was trained on, its scores), LoRA adapters where the run trained
-them (`adapter.safetensors`, `adapter_config.json`, `vqa.model.lora`), and for resuming `train_state.pt`
+them (`adapter.safetensors`, `adapter_config.json`, `vqa.weights.lora`), and for resuming `train_state.pt`
 (optimizer, scheduler, scaler, step, data position, RNG; read with `weights_only=True`).
 
 A run folder holds `best/` and `last/` checkpoints. Writes go to a temporary folder that is then renamed into
@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError
+from ..model import VQAModel
 from ..tokenizer import Tokenizer
-from . import VQAModel, hub
+from . import hub, model_files
 from .lora import base_layers, load_adapters, merge_lora, save_adapters
 
 FILES = ("model.safetensors", "config.json", "tokenizer.json")
@@ -31,7 +32,7 @@ FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 def resolve(path: str | Path, revision: str | None = None) -> Path:
     """A checkpoint folder from a checkpoint or run folder: the folder itself, else its best/, else last/. A
-    string that is no folder here but a Hub name (`user/name[@rev]`) is downloaded first (`vqa.model.hub`)."""
+    string that is no folder here but a Hub name (`user/name[@rev]`) is downloaded first (`vqa.weights.hub`)."""
     path = hub.locate(path, revision)
     for cand in (path, path / "best", path / "best.old", path / "last", path / "last.old"):
         if (cand / "model.safetensors").is_file():
@@ -70,7 +71,7 @@ def save(
         model = getattr(model, "module", model)  # unwrap DDP
         model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
         with base_layers(model):  # base weights under their own names; LoRA adapters beside them
-            model.save_pretrained(tmp)
+            model_files.save(model, tmp)
         save_adapters(model, tmp)
         tokenizer.save(tmp / "tokenizer.json")
         (tmp / "card.json").write_text(json.dumps(card or {}, indent=2, default=str) + "\n")
@@ -125,7 +126,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", merge_adapters: b
     for name in FILES:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}")
-    model = VQAModel.from_pretrained(folder, device=device)  # first: its config.json says the format version
+    model = model_files.load(folder, device=device)  # first: its config.json says the format version
     if load_adapters(model, folder) and merge_adapters:
         merge_lora(model)
     tokenizer = Tokenizer.load(folder / "tokenizer.json")

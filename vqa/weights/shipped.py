@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+WEIGHTS = Path(__file__).resolve().parent  # this package's folder: vqa/weights/
 
 
 def folder(name: str) -> Path:

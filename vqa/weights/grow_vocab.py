@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import torch
 
-from .encoder_decoder import VQAModel
-from .pretrained_lm import new_rows
+from ..model import VQAModel
+from .lm_folder import new_rows
 
 
 @torch.no_grad()
 def grow_embedding(model: VQAModel, vocab_size: int, offset: bool = True) -> VQAModel:
     """A copy of `model` with `vocab_size` token rows: the old rows as they were, the new ones at the mean
-    embedding plus a small random offset (`pretrained_lm.new_rows`), or at exactly the mean (`offset=False`:
+    embedding plus a small random offset (`lm_folder.new_rows`), or at exactly the mean (`offset=False`:
     the same file every time). Every other weight is unchanged."""
     old = model.decoder.embed.weight.detach()
     if vocab_size < old.shape[0]:
         raise ValueError(f"cannot shrink the vocabulary from {old.shape[0]} to {vocab_size} tokens")
-    grown = VQAModel(model.cfg.replace(vocab_size=vocab_size), load_pretrained=False)
+    grown = VQAModel(model.cfg.replace(vocab_size=vocab_size))
     state = model.state_dict()
     n = vocab_size - old.shape[0]
     rows = new_rows(old, n) if offset else old.float().mean(0).expand(n, -1)

@@ -1,6 +1,6 @@
 """The Hugging Face VisionEncoderDecoder layout (a ViTModel encoder, a GPT2LMHeadModel decoder built with
 add_cross_attention) and this project's VQAModel: the tensor names both ways, used by `vqa import` and
-`vqa export --transformers`. The decoder's names are `vqa.model.pretrained_lm`'s (BLOCK_KEYS, CROSS_KEYS).
+`vqa export --transformers`. The decoder's names are `vqa.weights.gpt2`'s (BLOCK_KEYS, CROSS_KEYS).
 
     HF (VisionEncoderDecoderModel)                           vqa (VQAModel)
     encoder.embeddings.cls_token                             vision.vit.cls_token
@@ -25,7 +25,7 @@ import re
 
 import torch
 
-from ..model.pretrained_lm import BLOCK_KEYS, CROSS_KEYS
+from .gpt2 import BLOCK_KEYS, CROSS_KEYS
 
 VIT_TOP = (
     ("encoder.embeddings.cls_token", "vision.vit.cls_token"),

@@ -1,7 +1,5 @@
-"""Start the text decoder from a pretrained causal language model in the Hugging Face layout.
-
-    --set dec_pretrained=FOLDER   a folder with config.json, model.safetensors (or an index + shards), tokenizer.json
-    --set dec_pretrained=NAME     the same files from the Hugging Face Hub (huggingface_hub's cache; needs internet)
+"""A GPT-2 in the Hugging Face layout as the text decoder: its config.json checked, its tensor names, its weights
+copied in (`vqa.weights.language_model` picks the family of a `dec_pretrained` folder and calls this).
 
 GPT-2's pre-LN blocks are this decoder's blocks without their cross-attention, so its weights map one to one
 (GPT-2's Conv1D stores a weight as [in, out], nn.Linear as [out, in]: each is transposed):
@@ -12,7 +10,7 @@ GPT-2's pre-LN blocks are this decoder's blocks without their cross-attention, s
     h.i.mlp.c_fc -> mlp[0]                   h.i.mlp.c_proj -> mlp[2]           ln_f -> ln_f
 
 The width, depth, heads, MLP width, activation (gelu_new: the tanh GELU), LayerNorm epsilon and number of
-positions come from config.json (`decoder_fields`, used by `model_preset`). Each block's cross-attention
+positions come from config.json (`architecture`, used by `language_model.model_preset`). Each block's cross-attention
 (ln2, cross_attn) is new, and its output projection starts at zero (weight and bias): the blocks add exactly
 nothing at step 0, so the decoder *is* the language model. It is a zero-initialized projection, not a gate:
 nothing extra runs per token. The projection learns first (its gradient is the attention output); the
@@ -23,10 +21,8 @@ Vocabulary: the language model's own tokenizer with vqa's seven special tokens a
 the model's rows plus a small random offset (so their logits start ordinary and <question> differs from
 <answer> even with the decoder frozen). Rows the model has beyond its tokenizer (padding) are dropped.
 
-A folder whose model_type is a Llama layout's (`llama_lm.MODEL_TYPES`: Llama, SmolLM2, Qwen2, Qwen3) gets the
-llama-layout decoder instead: `decoder_fields` then returns `llama_lm.architecture`, and `vqa.model.llama_lm`
-maps its weights. Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a
-ConfigError naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
+Weights are read with safetensors (no pickle; `transformers` is not needed). Bad folders get a ConfigError
+naming the file and the field at fault. Families that map and those that do not: docs/pretrained.md.
 """
 
 from __future__ import annotations
@@ -37,13 +33,14 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPT2_DECODER, ModelConfig, preset_fields
+from ..config import GPT2_DECODER
 from ..errors import ConfigError
 from ..json_object import read_object
 from ..tokenizer import Tokenizer, read_tokenizer_json
-from . import llama_lm
-from .lm_folder import NEW_ROW_OFFSET, _natural, free_memory, new_rows, resolve  # noqa: F401
-from .lm_folder import Weights as _Weights
+from .llama import MODEL_TYPES as LLAMA_TYPES
+from .llama import model_type
+from .llama import read_config as read_llama_config
+from .lm_folder import Weights, _natural, new_rows, resolve
 
 SUPPORTED = ("gpt2",)  # config.json model_type values whose blocks are this decoder's
 # GPT-2's defaults (transformers' GPT2Config) for fields a config.json may leave out
@@ -59,14 +56,12 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"
 
 
 def read_config(folder: Path) -> dict:
-    """config.json with GPT-2's defaults for absent fields, checked: ConfigError naming the field otherwise.
-    A Llama-layout model's (`llama_lm.MODEL_TYPES`) is checked by `llama_lm.check_config`."""
+    """config.json of a GPT-2 with GPT-2's defaults for absent fields, checked: ConfigError naming the field
+    otherwise."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ConfigError(f"{path}: missing (a pretrained decoder needs config.json, model.safetensors and "
                           "tokenizer.json in its folder)")
-    if llama_lm.model_type(folder) in llama_lm.MODEL_TYPES:
-        return llama_lm.read_config(folder)
     return check_config(read_object(path, ConfigError), str(path))
 
 
@@ -77,7 +72,7 @@ def check_config(raw: dict, path: str) -> dict:
         arch = f" ({', '.join(map(str, raw['architectures']))})" if isinstance(raw.get("architectures"), list) else ""
         raise ConfigError(f"{path}: model_type {kind!r}{arch} is not supported: the decoder loads GPT-2-layout "
                           f"and Llama-layout language models (model_type "
-                          f"{', '.join(map(repr, SUPPORTED + llama_lm.MODEL_TYPES))})")
+                          f"{', '.join(map(repr, SUPPORTED + LLAMA_TYPES))})")
     c = {**GPT2_DEFAULTS, **raw}
     for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
         if not isinstance(c[key], int) or isinstance(c[key], bool) or c[key] < 1:
@@ -102,61 +97,11 @@ def check_config(raw: dict, path: str) -> dict:
     return c
 
 
-def tokenizer(source: str) -> Tokenizer:
-    """The language model's own tokenizer with vqa's special tokens (see the module docstring)."""
-    return Tokenizer.for_language_model(resolve(source))
-
-
 def architecture(c: dict) -> dict:
     """The ModelConfig decoder fields of a checked config.json `c`."""
     return dict(GPT2_DECODER, dec_width=c["n_embd"], dec_depth=c["n_layer"], dec_heads=c["n_head"],
                 dec_mlp_ratio=c["hidden"] / c["n_embd"], dec_activation=ACTIVATIONS[c["activation_function"]],
                 dec_norm_eps=float(c["layer_norm_epsilon"]))
-
-
-def decoder_fields(source: str, dec_max_len: int) -> dict:
-    """The ModelConfig fields the language model fixes: its architecture and its tokenizer's ids. Checks that
-    dec_max_len fits its positions and that its weights fit in memory, before any model is built."""
-    folder = resolve(source)
-    c = read_config(folder)
-    path = folder / "config.json"
-    llama = c.get("model_type") in llama_lm.MODEL_TYPES
-    if dec_max_len > c["n_positions"]:
-        key = "max_position_embeddings" if llama else "n_positions"
-        raise ConfigError(f"{path}: dec_max_len={dec_max_len} is longer than the language model's "
-                          f"{key}={c['n_positions']}: --set dec_max_len={c['n_positions']} or less")
-    n_params = llama_lm.parameter_count(c) if llama else sum(int(torch.Size(s).numel()) for s in _expected(c).values())
-    free = free_memory()
-    if free is not None and 4 * n_params > free:
-        emb = c["vocab_size"] * c["hidden_size" if llama else "n_embd"] * 4
-        raise ConfigError(
-            f"{path}: {n_params / 1e6:.0f} M parameters need {4 * n_params / 1e9:.1f} GB as float32 (the "
-            f"{c['vocab_size']}-token vocabulary alone {emb / 1e9:.2f} GB), more than the {free / 1e9:.1f} GB of "
-            "memory free here: choose a smaller language model (distilgpt2: 82 M, gpt2: 124 M parameters)")
-    return {**(llama_lm.architecture(c) if llama else architecture(c)), **tokenizer(source).model_ids()}
-
-
-# the ModelConfig fields a language model fixes (`architecture`): a run whose decoder started from one keeps them
-LM_FIELDS = ("dec_pretrained", *GPT2_DECODER, "dec_width", "dec_depth", "dec_heads", "dec_mlp_ratio", "dec_norm_eps",
-             *llama_lm.LLAMA_FIELDS)
-
-
-def model_preset(name: str, **overrides) -> ModelConfig:
-    """The named preset's ModelConfig (`vqa.config.preset`), with a pretrained language model's decoder.
-    With `dec_pretrained` (a language model folder or Hub name), the decoder's architecture and vocabulary
-    are the language model's (`decoder_fields`: width, depth, heads, MLP, positions, activation, LayerNorm
-    epsilon, and its tokenizer's size with vqa's special tokens): they replace the preset's, and an override
-    that contradicts them is an error. `dec_pretrained=None` skips this."""
-    fields = preset_fields(name, overrides)
-    if fields.get("dec_pretrained"):
-        lm = decoder_fields(fields["dec_pretrained"], fields.get("dec_max_len", ModelConfig.dec_max_len))
-        clash = [f"{k}={overrides[k]!r} (the language model has {v!r})" for k, v in lm.items()
-                 if k in overrides and overrides[k] != v]
-        if clash:
-            raise ConfigError(f"dec_pretrained={fields['dec_pretrained']!r} fixes the decoder's architecture and "
-                              f"vocabulary; remove " + ", ".join(clash))
-        fields.update(lm)
-    return ModelConfig(**fields)
 
 
 # ----------------------------------------------------------------------------------------- the weights
@@ -177,6 +122,10 @@ def _expected(c: dict) -> dict[str, tuple[int, ...]]:
             p + "mlp.c_proj.weight": (h, d), p + "mlp.c_proj.bias": (d,),
         })
     return out
+
+
+def parameter_count(c: dict) -> int:
+    return sum(int(torch.Size(s).numel()) for s in _expected(c).values())
 
 
 # a GPT-2 block's tensors -> this decoder block's (name in GPT-2's h.i., name in DecoderBlock, Conv1D: transposed)
@@ -203,12 +152,12 @@ _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # ca
 
 
 def _check_decoder_config(cfg, c: dict, path: Path) -> None:
-    """The decoder must have been built for this language model (vqa.config.preset does that)."""
+    """The decoder must have been built for this language model (`language_model.model_preset` does that)."""
     wrong = [f"{k}={getattr(cfg, k)!r} (config.json gives {v!r})" for k, v in architecture(c).items()
              if getattr(cfg, k) != v]
     if wrong:
         raise ConfigError(f"the decoder was not built for {path}: " + ", ".join(wrong) +
-                          "; build its config with vqa.model.model_preset(..., dec_pretrained=...)")
+                          "; build its config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
     if cfg.dec_max_len > c["n_positions"]:
         raise ConfigError(f"{path}: dec_max_len={cfg.dec_max_len} is longer than the language model's "
                           f"n_positions={c['n_positions']}")
@@ -219,17 +168,19 @@ def load_decoder(decoder, source: str) -> None:
     """Copy the language model `source` into `decoder` (a TextDecoder built from `preset(...,
     dec_pretrained=source)`), and zero every cross-attention output projection."""
     folder = resolve(source)
+    kind = model_type(folder)
+    if kind in LLAMA_TYPES:
+        read_llama_config(folder)  # a Llama config's own errors first
+        raise ConfigError(f"{folder / 'config.json'}: a {kind} model needs dec_layout='llama'; build the "
+                          "config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
     c = read_config(folder)
-    if c.get("model_type") in llama_lm.MODEL_TYPES:
-        raise ConfigError(f"{folder / 'config.json'}: a {c['model_type']} model needs dec_layout='llama'; build the "
-                          "config with vqa.model.model_preset(..., dec_pretrained=...)")
     _check_decoder_config(decoder.cfg, c, folder / "config.json")
     if not (folder / "tokenizer.json").is_file():
-        tokenizer(source)  # the missing-tokenizer error
+        Tokenizer.for_language_model(folder)  # the missing-tokenizer error
     n_text = read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()  # before vqa's special tokens
     vocab = decoder.embed.weight.shape[0]
     with contextlib.ExitStack() as stack:
-        w = _Weights(folder, stack)
+        w = Weights(folder, stack)
         expected = _expected(c)
         where = f"{folder / w.label}"
         missing = sorted(set(expected) - w.keys(), key=_natural)
@@ -252,7 +203,7 @@ def load_decoder(decoder, source: str) -> None:
                               f"{c['vocab_size']} rows (config.json vocab_size): tokenizer and weights do not match")
         if vocab < n_text:
             raise ConfigError(f"vocab_size={vocab} is smaller than {source}'s tokenizer ({n_text} tokens); build "
-                              "the config with vqa.model.model_preset(..., dec_pretrained=...)")
+                              "the config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
 
         def put(param: torch.Tensor, name: str, conv1d: bool = False) -> None:
             t = w.get(name)
@@ -272,7 +223,3 @@ def load_decoder(decoder, source: str) -> None:
             blk.cross_attn.proj.bias.zero_()
         put(decoder.ln_f.weight, "ln_f.weight")
         put(decoder.ln_f.bias, "ln_f.bias")
-
-
-__all__ = ["resolve", "read_config", "check_config", "new_rows", "BLOCK_KEYS", "CROSS_KEYS", "architecture",
-           "decoder_fields", "tokenizer", "load_decoder", "free_memory", "SUPPORTED"]

@@ -8,7 +8,7 @@
 import os
 
 # OpenMP threads that wait at a barrier sleep instead of spinning: on a machine where other programs run, a
-# spinning thread burns the share its descheduled partner needs (scripts/bench_busy.py: 9 -> 47 images/s).
+# spinning thread burns the share its descheduled partner needs (docs/results/performance.md, scripts/bench_busy.py).
 # Read when torch loads its OpenMP runtime, so it holds wherever vqa is imported before torch; a value the
 # user set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

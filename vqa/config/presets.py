@@ -61,7 +61,7 @@ PRESETS: dict[str, Preset] = {
         ),
         # a from-scratch encoder that moves more slowly than the decoder lets the cross-attention settle
         # sooner; Muon learns the from-scratch model in far fewer steps; a second caption of each image a step
-        # shows the listing captions that teach position twice as often, for ~20% more decoder tokens
+        # shows the listing captions that teach position twice as often, for more decoder tokens a step
         lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2), weights="tiny",
     ),
     "small": Preset(

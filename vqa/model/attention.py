@@ -28,7 +28,7 @@ from .masks import causal_mask
 class _GatherRows(torch.autograd.Function):
     """x.index_select(0, index) whose backward sums the gradient rows with index_add_ on a contiguous gradient.
     Autograd's own backward of index_select takes a scatter_add_ path on the strided gradients SDPA returns,
-    a slow one (each image's keys/values are read by several question rows: 6% of a CPU training step)."""
+    a slow one here, where each image's keys/values are read by several question rows."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -218,7 +218,7 @@ class AttentionRecord(NamedTuple):
 def _one_query_attention(q, k, v, mask):
     """softmax(q k^T / sqrt(d)) v for one query per row (a decode step), as products and sums: inside a compiled
     step inductor fuses them into one pass over the keys and one over the values, where SDPA's CPU kernel,
-    blocked for long queries, took 1.6-2x as long at tiny's sizes. Same result.
+    blocked for long queries, is slower at tiny's sizes (docs/results/performance.md). Same result.
     q [B, H, 1, Dh], k and v [B, H, S, Dh], mask bool [B or 1, 1, 1, S] (True = may attend) or None."""
     scores = (q * k).sum(-1) * (1.0 / math.sqrt(q.shape[-1]))  # [B, H, S]
     if mask is not None:

@@ -120,7 +120,7 @@ def test_the_generator_draws_every_val_picture_again(which, shapes_dir, scenes_d
     """A twin differs from its original by the edit alone: the scenes file keeps what the drawing needs."""
     root = shapes_dir if which == "shapes" else scenes_dir
     sf = load_scenes(root, "val", "--consistency")
-    assert sf.set.prefix == which
+    assert sf.set.spec.prefix == which
     for scene in sf.scenes.values():
         assert np.array_equal(np.asarray(sf.draw(scene)), np.asarray(Image.open(root / "val" / scene["file_name"])))
 

@@ -76,7 +76,7 @@ class Regions:
     def of(cls, data_dir: str | Path, split: str, tokenizer, size: int, grid: int) -> Regions | None:
         """The split's regions when `data_dir` is a Shapes or Scenes folder (None for any other data)."""
         for s in so.SETS:
-            if (Path(data_dir) / f"{s.prefix}_{split}_scenes.json").is_file():
+            if (Path(data_dir) / f"{s.spec.prefix}_{split}_scenes.json").is_file():
                 return cls(so.load_scenes(data_dir, split, "--grounding-weight"), tokenizer, size, grid)
         return None
 

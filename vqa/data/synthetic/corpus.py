@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from . import generator
 from .corpus_layout import make_scene
-from .corpus_render import object_box, render_job
+from .corpus_render import object_box, render
 from .corpus_text import N_ANSWERS, candidates, make_captions
 
 CORPUS_SET = generator.SyntheticSet(
     name="Corpus", prefix="corpus", make_scene=make_scene, candidates=candidates,
-    make_captions=make_captions, render_job=render_job, n_answers=N_ANSWERS,
+    make_captions=make_captions, render=render, n_answers=N_ANSWERS,
     scene_keys=("background", "pattern", "style", "objects"),
     object_box=object_box,  # the scenes file keeps the boxes: pretraining's grounding loss (vqa.data.regions)
 )

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scenes_layout import kind_and_colour
+from .generator import kind_and_colour
+from .generator import relation_holds as spatial_holds
 
 KINDS = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "octagon", "star", "heart", "cross",
          "arrow", "ring")
@@ -34,7 +35,6 @@ SIZE_WORDS = ((0.19, "small"), (0.27, "medium"), (1.0, "large"))  # diameter bel
 MAX_OBJECTS = 5  # a caption listing every object must fit the tiny decoder's 48 tokens
 OVERLAP = 0.7  # centres at least this x the sum of the radii apart
 REPEAT = 0.3  # chance that a new object copies the kind (and, separately, the colour) of an earlier one
-MARGIN = 0.10  # spatial relations need centres this far apart (fraction of the side), as in Shapes
 BIGGER = 1.3  # "bigger than" needs this ratio of diameters
 
 
@@ -44,17 +44,14 @@ def size_word(o: dict, side: int) -> str:
 
 def relation_holds(a: dict, b: dict, rel: str, side: int) -> bool | None:
     """True/False if `a rel b` clearly holds / clearly fails, None if too close to say. Relations: left of,
-    right of, above, below (centres apart by MARGIN of the side), bigger than, smaller than (two objects of
+    right of, above, below (centres apart by the margin of every set), bigger than, smaller than (two objects of
     one kind, diameters BIGGER x apart: across kinds a diameter says little about the area drawn)."""
     if rel in ("bigger than", "smaller than"):
         if a["kind"] != b["kind"]:
             return None
         big, small = (a, b) if rel == "bigger than" else (b, a)
         return True if big["d"] >= BIGGER * small["d"] else False if small["d"] >= BIGGER * big["d"] else None
-    m = MARGIN * side
-    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
-         "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
-    return True if d >= m else False if d <= -m else None
+    return spatial_holds(a, b, rel, side)
 
 
 RELATIONS = ("left of", "right of", "above", "below", "bigger than", "smaller than")

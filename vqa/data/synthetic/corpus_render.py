@@ -5,12 +5,14 @@ area reduction that antialiases everything."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from .corpus_layout import BACKGROUNDS, COLOURS
 from .scenes_render import OUTLINES, _grid, _turn
+from .scenes_render import object_box as outline_box
 
 K = 4  # supersampling factor
 
@@ -25,18 +27,7 @@ SHAPES = {
     "triangle": _regular(3), "square": _regular(4, 45.0), "diamond": [(0, -1), (0.7, 0), (0, 1), (-0.7, 0)],
     "pentagon": _regular(5), "octagon": _regular(8, 22.5),
 }
-
-
-def object_box(o: dict) -> list[float]:
-    """The object's box [left, top, right, bottom] in pixels: its turned outline's extent (a circle or ring:
-    its circle)."""
-    r = o["d"] / 2
-    if o["kind"] in ("circle", "ring"):
-        pts = [(o["x"] - r, o["y"] - r), (o["x"] + r, o["y"] + r)]
-    else:
-        pts = _turn(SHAPES[o["kind"]], o["x"], o["y"], r, o["angle"])
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    return [round(min(xs), 2), round(min(ys), 2), round(max(xs), 2), round(max(ys), 2)]
+object_box = partial(outline_box, outlines=SHAPES)  # a circle or a ring: its circle
 
 
 def background(scene: dict, n: int) -> np.ndarray:
@@ -121,8 +112,3 @@ def render(scene: dict, side: int) -> Image.Image:
             img[mask & ~inner] = 0.5 * colour
     arr = np.clip(img, 0, 255).astype(np.uint8)
     return Image.fromarray(arr, "RGB").reduce(K)
-
-
-def render_job(job: tuple[str, dict, int]) -> None:
-    path, scene, side = job
-    render(scene, side).save(path, format="PNG", optimize=False)

@@ -15,10 +15,9 @@ from itertools import product
 import numpy as np
 
 from .corpus_layout import COLOURS, FILLS, KINDS, RELATIONS, relation_holds, size_word
-from .generator import FAMILIES
+from .generator import FAMILIES, NUMBERS, article, by_count
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 6}  # others: yes/no
-NUMBERS = ("zero", "one", "two", "three", "four", "five")
 PLURAL = {k: "crosses" if k == "cross" else f"{k}s" for k in KINDS}
 FILL_WORD = {"solid": "", "hollow": "hollow", "striped": "striped", "dotted": "dotted", "checked": "checked"}
 
@@ -34,10 +33,6 @@ TEMPLATES = {"attribute_color": COLOUR_Q, "attribute_shape": KIND_Q, "existence"
              "comparison": COMPARE_Q}
 # the words a slot holds: an object's name, with its article
 SLOT_WORDS = (*COLOURS, *KINDS, *PLURAL.values(), *FILLS, "object", "objects", "a", "an")
-
-
-def article(phrase: str) -> str:
-    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
 def place(o: dict, side: int) -> str:
@@ -84,8 +79,8 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     objs = sorted(scene["objects"], key=lambda o: (o["x"], o["y"]))
     n = len(objs)
     listing = ", ".join(f"{full_name(o, side)} {place(o, side)}" for o in objs)
-    kinds = sorted(Counter(o["kind"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
-    tally = ", ".join(article(k) if c == 1 else f"{NUMBERS[c]} {PLURAL[k]}" for k, c in kinds)
+    tally = ", ".join(article(k) if c == 1 else f"{NUMBERS[c]} {PLURAL[k]}"
+                      for k, c in by_count(o["kind"] for o in objs))
     caps = [f"left to right: {listing}",
             f"{NUMBERS[n]} object{'s' if n > 1 else ''} on a {scene['background']} {scene['pattern']} background: "
             f"{tally}"]

@@ -1,6 +1,6 @@
 """What the built-in synthetic sets (Shapes, Scenes, Glyphs, the corpus) share: the six question families, the
-answer balancing, the build of a split, the question-only prior baselines and the writer of the VQA v2 + COCO
-files.
+spatial rule and the wording helpers, the answer balancing, the build of a split, the question-only prior
+baselines and the writer of the VQA v2 + COCO files.
 
 A set is described by a `SyntheticSet`: how a scene is drawn at random, what can be asked about it, its
 captions and its renderer. Everything else is here, so every set comes out in the same layout:
@@ -16,11 +16,13 @@ import json
 import multiprocessing as mp
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 from tqdm import tqdm
 
 from ...errors import ConfigError
@@ -31,6 +33,8 @@ ANSWER_TYPES = {"attribute_color": "other", "attribute_shape": "other", "existen
                 "count": "number", "spatial": "yes/no", "comparison": "yes/no"}
 SPLITS = {"train": 1_000_000, "val": 2_000_000}  # image id offset per split
 PARALLEL_FROM = 200  # images: fewer are rendered in this process
+MARGIN = 0.10  # spatial relations need centres this far apart (fraction of the side)
+NUMBERS = ("zero", "one", "two", "three", "four", "five", "six")  # a scene holds at most six objects
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class SyntheticSet:
     make_scene: Callable[[np.random.Generator, int], dict]  # (rng, side) -> scene
     candidates: Callable[[dict, int, np.random.Generator], dict[str, list[tuple[str, str]]]]  # per family
     make_captions: Callable[[dict, int, np.random.Generator], list[str]]
-    render_job: Callable[[tuple[str, dict, int]], None]  # (path, scene, side): writes the PNG
+    render: Callable[[dict, int], Image.Image]  # (scene, side) -> the picture
     n_answers: dict[str, int]  # answers a family can have (the others: yes / no)
     scene_keys: tuple[str, ...]  # what the scenes file keeps of a scene (besides image_id and file_name)
     # an object's pixel box [left, top, right, bottom], kept on each object for `vqa eval --grounding` (None: none)
@@ -48,6 +52,81 @@ class SyntheticSet:
     # False: a mirrored picture is wrong whatever its texts say (Glyphs); the info file says so and
     # `vqa train --hflip` refuses the folder (`mirror_safe`)
     mirror_safe: bool = True
+
+
+def relation_holds(a: dict, b: dict, rel: str, side: int) -> bool | None:
+    """True/False if `a rel b` (left of, right of, above, below) is clearly true/false (centres apart by the
+    margin), None if too close to say."""
+    m = MARGIN * side
+    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
+         "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
+    return True if d >= m else False if d <= -m else None
+
+
+def kind_and_colour(rng: np.random.Generator, objs: list[dict], kinds: tuple[str, ...], colours: tuple[str, ...],
+                    repeat: float, key: str = "kind") -> tuple[str, str]:
+    """A new object's kind (its `key`) and colour at random; each, with chance `repeat`, copied from an earlier
+    object (larger counts, and names that need more than one word)."""
+    kind, colour = kinds[rng.integers(len(kinds))], colours[rng.integers(len(colours))]
+    if objs and rng.random() < repeat:
+        kind = objs[rng.integers(len(objs))][key]
+    if objs and rng.random() < repeat:
+        colour = objs[rng.integers(len(objs))]["color"]
+    return kind, colour
+
+
+def article(phrase: str) -> str:
+    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
+
+def join(parts: list[str]) -> str:
+    """'a, b and c'."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def by_count(values: Iterable[str]) -> list[tuple[str, int]]:
+    """(value, count), the most common first, ties in alphabetical order."""
+    return sorted(Counter(values).items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def tally(values: Iterable[str], plural: Callable[[str], str]) -> str:
+    """'two stars and a ring': how many of each value, the most common first."""
+    return join([article(v) if n == 1 else f"{NUMBERS[n]} {plural(v)}" for v, n in by_count(values)])
+
+
+def spatial(objs: list[dict], names: list[list], relations: dict[str, str], side: int, rng: np.random.Generator,
+            wording: Callable[[str, object, object], str]) -> list[tuple[str, str]]:
+    """Spatial (question, answer)s: per ordered pair of objects with names and per relation ({ours: the
+    `relation_holds` one}) that clearly holds or fails, a random name of each, worded by `wording(rel, a, b)`."""
+    out = []
+    for i, j in product(range(len(objs)), repeat=2):
+        if i == j or not names[i] or not names[j]:
+            continue
+        for rel, same in relations.items():
+            holds = relation_holds(objs[i], objs[j], same, side)
+            if holds is not None:
+                a, b = names[i][rng.integers(len(names[i]))], names[j][rng.integers(len(names[j]))]
+                out.append((wording(rel, a, b), "yes" if holds else "no"))
+    return out
+
+
+def comparisons(wordings: dict[tuple, list[tuple[str, str]]], count: Counter, pick: Iterator[int]) -> list:
+    """Comparison (question, answer)s: per pair of descriptions, the wording `pick` chooses ((question, op),
+    op one of > < =); "as many" is skipped when neither is there (true, but it says nothing)."""
+    out = []
+    for (x, y), options in wordings.items():
+        q, op = options[next(pick) % len(options)]
+        nx, ny = count[x], count[y]
+        if op != "=" or nx + ny:
+            out.append((q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+    return out
+
+
+def unique_relations(objs: list[dict], names: list[str], relations: dict[str, str], side: int) -> list[tuple]:
+    """(i, j, rel) for every relation that clearly holds between two objects whose names are unique."""
+    return [(i, j, rel) for i, j in product(range(len(objs)), repeat=2) for rel, same in relations.items()
+            if i != j and names.count(names[i]) == 1 and names.count(names[j]) == 1
+            and relation_holds(objs[i], objs[j], same, side)]
 
 
 class Balancer:
@@ -116,6 +195,12 @@ def make_scenes(spec: SyntheticSet, split: str, n: int, side: int, seed: int) ->
         scene.update(image_id=image_id, file_name=f"COCO_{split}_{image_id:012d}.png")
         scenes.append(scene)
     return scenes
+
+
+def render_job(job: tuple[Callable[[dict, int], Image.Image], str, dict, int]) -> None:
+    """(render, path, scene, side): draws the scene and writes its PNG (in a worker process)."""
+    render, path, scene, side = job
+    render(scene, side).save(path, format="PNG", optimize=False)
 
 
 def build_split(spec: SyntheticSet, split: str, n: int, side: int, seed: int, bar: tqdm | None = None,
@@ -211,7 +296,7 @@ def check_sizes(spec: SyntheticSet, n_train: int, n_val: int, size: int, per_fam
 
 
 def generate(
-    spec: SyntheticSet, out_dir: str | Path, n_train: int, n_val: int, size: int, seed: int,
+    spec: SyntheticSet, out_dir: str | Path, n_train: int = 10000, n_val: int = 1000, size: int = 64, seed: int = 0,
     progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
 ) -> dict:
     """Build the set in `out_dir`; returns the question-only prior baselines
@@ -227,12 +312,12 @@ def generate(
         (out / split).mkdir(exist_ok=True)
         for old in (out / split).glob(f"COCO_{split}_*.png"):
             old.unlink()
-        jobs += [(str(out / split / s["file_name"]), s, size) for s in sc]
+        jobs += [(spec.render, str(out / split / s["file_name"]), s, size) for s in sc]
     workers = workers or min(os.cpu_count() or 1, 8)
     use_pool = workers > 1 and len(jobs) >= PARALLEL_FROM
     pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(workers) if use_pool else None
     try:
-        rendered = pool.imap_unordered(spec.render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
+        rendered = pool.imap_unordered(render_job, jobs, chunksize=64) if pool else None  # renders meanwhile
         with tqdm(total=len(jobs), desc="questions and captions", unit="img",
                   disable=True if not progress else bars_off()) as bar:
             data = {s: build_split(spec, s, len(sc), size, seed, bar, scenes=sc, per_family=questions_per_family)
@@ -243,7 +328,7 @@ def generate(
                   disable=True if not progress else bars_off()) as bar:
             for job in rendered if pool else jobs:
                 if not pool:
-                    spec.render_job(job)
+                    render_job(job)
                 bar.update()
     finally:
         if pool:

@@ -15,6 +15,7 @@ import string
 
 import numpy as np
 
+from .generator import kind_and_colour
 from .glyphs_font import K, bound
 
 LETTERS, DIGITS = tuple(string.ascii_uppercase), tuple(string.digits)
@@ -41,12 +42,7 @@ def kind_of(char: str) -> str:
 
 def _draw_char(rng: np.random.Generator, objs: list[dict]) -> tuple[str, str]:
     kind = list(KINDS)[int(np.searchsorted(np.cumsum(KIND_SHARE), rng.random(), side="right"))]
-    char, ink = KINDS[kind][rng.integers(len(KINDS[kind]))], list(INKS)[rng.integers(len(INKS))]
-    if objs and rng.random() < REPEAT:  # a repeated character or ink now and then: counts above one
-        char = objs[rng.integers(len(objs))]["char"]
-    if objs and rng.random() < REPEAT:
-        ink = objs[rng.integers(len(objs))]["color"]
-    return char, ink
+    return kind_and_colour(rng, objs, KINDS[kind], tuple(INKS), REPEAT, key="char")  # repeats: counts above one
 
 
 def _place(rng: np.random.Generator, objs: list[dict], w: float, h: float, side: int) -> tuple[float, float] | None:

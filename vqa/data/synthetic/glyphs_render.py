@@ -81,9 +81,4 @@ def render(scene: dict, side: int) -> Image.Image:
     return img.reduce(K)
 
 
-def render_job(job: tuple[str, dict, int]) -> None:
-    path, scene, side = job
-    render(scene, side).save(path, format="PNG", optimize=False)
-
-
-__all__ = ["object_box", "page", "render", "render_job"]
+__all__ = ["object_box", "page", "render"]

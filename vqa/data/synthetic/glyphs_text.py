@@ -18,12 +18,10 @@ from itertools import product
 
 import numpy as np
 
-from .generator import FAMILIES
+from .generator import FAMILIES, NUMBERS, article, by_count, comparisons, join, spatial, tally, unique_relations
 from .glyphs_layout import CHARS, INKS, KINDS, MAX_GLYPHS, SYMBOLS
-from .shapes_layout import relation_holds
 
 N_ANSWERS = {"attribute_color": len(INKS), "attribute_shape": len(CHARS), "count": MAX_GLYPHS + 1}  # others: yes/no
-NUMBERS = ("no", "one", "two", "three", "four")
 PLURAL = {"letter": "letters", "digit": "digits", "symbol": "symbols", None: "characters"}
 # our relation -> the Shapes relation with the same meaning (the same 10% margin)
 RELATIONS = {"before": "left of", "after": "right of", "above": "above", "below": "below"}
@@ -49,10 +47,6 @@ def name(colour: str | None, kind: str | None, char: str | None, full: bool = Tr
     """'red letter K' / 'red K' (full=False), 'red letter', 'digit', 'red character'."""
     noun = (long(char) if full else short(char)) if char else (kind or "character")
     return f"{colour} {noun}" if colour else noun
-
-
-def article(phrase: str) -> str:
-    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
 def plural(colour: str | None, kind: str | None) -> str:
@@ -138,22 +132,9 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
         n = chars[d[2]] if len(d) == 3 else count[d]
         cands["existence"].append((EXISTS[d][next(pick) % len(EXIST_Q)], "yes" if n else "no"))
     names = [[name(*r, full=False) for r in references(objs, o, "all")] for o in objs]
-    for i, j in product(range(len(objs)), repeat=2):
-        if i == j or not names[i] or not names[j]:
-            continue
-        for rel, same in RELATIONS.items():
-            holds = relation_holds(objs[i], objs[j], same, side)
-            if holds is not None:
-                a, b = names[i][rng.integers(len(names[i]))], names[j][rng.integers(len(names[j]))]
-                q = SPATIAL_Q[rel][rng.integers(len(SPATIAL_Q[rel]))].format(a=a, b=b)
-                cands["spatial"].append((q, "yes" if holds else "no"))
-    for x, y in PAIRS:
-        nx, ny = count[x], count[y]
-        q, op = COMPARES[x, y][next(pick) % len(COMPARE_Q)]
-        if op == "=" and not nx + ny:
-            continue  # "as many red characters as blue ones" with neither: true, but says nothing
-        cands["comparison"].append(
-            (q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+    cands["spatial"] = spatial(objs, names, RELATIONS, side, rng,
+                               lambda rel, a, b: SPATIAL_Q[rel][rng.integers(len(SPATIAL_Q[rel]))].format(a=a, b=b))
+    cands["comparison"] = comparisons(COMPARES, count, pick)
     return cands
 
 
@@ -161,19 +142,9 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
 # captions
 
 
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
 def _listing(objs: list[dict]) -> str:
     """'a red K, a blue 3 and an orange ampersand'."""
-    return _join([article(f"{o['color']} {short(o['char'])}") for o in objs])
-
-
-def _kinds(objs: list[dict]) -> str:
-    """'two letters and a digit'."""
-    counts = sorted(Counter(o["kind"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
-    return _join([article(k) if n == 1 else f"{NUMBERS[n]} {PLURAL[k]}" for k, n in counts])
+    return join([article(f"{o['color']} {short(o['char'])}") for o in objs])
 
 
 def _look(o: dict) -> str:
@@ -191,25 +162,24 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     glyph: its look), and one clear relation (else the inks used)."""
     objs = sorted(scene["objects"], key=lambda o: o["x"])
     n, page = len(objs), scene["page"]
-    tally = f"{NUMBERS[n]} character{'s' if n > 1 else ''} on {ON.get(page, page)}: {_kinds(objs)}"
+    kinds = (f"{NUMBERS[n]} character{'s' if n > 1 else ''} on {ON.get(page, page)}: "
+             + tally((o["kind"] for o in objs), PLURAL.get))
     if n == 1:
         o = objs[0]
-        return [f"reading left to right there is just one character: {_listing(objs)}", tally,
+        return [f"reading left to right there is just one character: {_listing(objs)}", kinds,
                 f"{_look(o)} {o['color']} {long(o['char'])}",
                 f"the only thing written on the {page} is the {long(o['char'])}, in {o['color']}"]
-    caps = [f"reading left to right: {_listing(objs)}", tally,
+    caps = [f"reading left to right: {_listing(objs)}", kinds,
             f"from top to bottom: {_listing(sorted(objs, key=lambda o: o['y']))}"]
     shorts = [f"{o['color']} {short(o['char'])}" for o in objs]
-    pairs = [(i, j, rel) for i, j in product(range(n), repeat=2) for rel, same in RELATIONS.items()
-             if i != j and shorts.count(shorts[i]) == 1 and shorts.count(shorts[j]) == 1
-             and relation_holds(objs[i], objs[j], same, side)]
+    pairs = unique_relations(objs, shorts, RELATIONS, side)
     if pairs:
         i, j, rel = pairs[rng.integers(len(pairs))]
         caps.append(f"the {shorts[i]} {CAPTION_REL[rel]} the {shorts[j]}")
     else:
-        inks = sorted(Counter(o["color"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
+        inks = by_count(o["color"] for o in objs)
         caps.append("characters close together: "
-                    + _join([f"{NUMBERS[k]} {c} one{'s' if k > 1 else ''}" for c, k in inks]))
+                    + join([f"{NUMBERS[k]} {c} one{'s' if k > 1 else ''}" for c, k in inks]))
     return caps
 
 

@@ -16,7 +16,6 @@ drawn again exactly. An object is found from the generator's own tables, never b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,16 +23,7 @@ import numpy as np
 from PIL import Image
 
 from ...errors import ConfigError, DataError
-from . import (
-    corpus_layout,
-    corpus_render,
-    scenes_layout,
-    scenes_render,
-    scenes_text,
-    shapes_layout,
-    shapes_render,
-    shapes_text,
-)
+from . import corpus_layout, scenes_layout, scenes_text, shapes_layout, shapes_text
 from .corpus import CORPUS_SET
 from .generator import SyntheticSet
 from .scenes import SCENES_SET
@@ -47,9 +37,7 @@ PUNCTUATION = ",.:;!?"
 class SceneSet:
     """What the evaluation needs to know of one synthetic set."""
 
-    prefix: str  # its files: <prefix>_<split>_scenes.json
-    spec: SyntheticSet  # its generator (`candidates` is asked again)
-    render: Callable[[dict, int], Image.Image]  # (scene, side) -> the picture
+    spec: SyntheticSet  # its generator (`candidates` is asked again, `render` draws a scene, `prefix` names files)
     kind: str  # the object key of the answer to a shape question: "shape" / "kind"
     colours: tuple[str, ...]
     kinds: tuple[str, ...]
@@ -62,25 +50,24 @@ def _shapes() -> SceneSet:
     keys = ("size", "color", "shape")
     counts = {q: {k: v for k, v in zip(keys, desc, strict=True) if v} for desc, q in shapes_text.COUNT_Q.items()}
     adjectives = {**{c: ("color", c) for c in shapes_layout.COLORS}, **{s: ("size", s) for s in shapes_layout.SIZES}}
-    return SceneSet("shapes", SHAPES_SET, shapes_render.render, "shape", tuple(shapes_layout.COLORS),
-                    shapes_layout.SHAPES, adjectives, frozenset(), counts)
+    return SceneSet(SHAPES_SET, "shape", tuple(shapes_layout.COLORS), shapes_layout.SHAPES, adjectives, frozenset(),
+                    counts)
 
 
 def _scenes() -> SceneSet:
     keys = ("color", "kind")
     counts = {q: {k: v for k, v in zip(keys, desc, strict=True) if v}
               for desc, qs in scenes_text.COUNTS.items() for q in qs}
-    return SceneSet("scenes", SCENES_SET, scenes_render.render, "kind", tuple(scenes_layout.COLOURS),
-                    scenes_layout.KINDS, {c: ("color", c) for c in scenes_layout.COLOURS}, frozenset({"big", "little"}),
-                    counts)
+    return SceneSet(SCENES_SET, "kind", tuple(scenes_layout.COLOURS), scenes_layout.KINDS,
+                    {c: ("color", c) for c in scenes_layout.COLOURS}, frozenset({"big", "little"}), counts)
 
 
 def _corpus() -> SceneSet:
     """The pretraining corpus: a size word is relative to the picture, so it fixes nothing here; its count
     questions are not traced to their objects."""
     adjectives = {**{c: ("color", c) for c in corpus_layout.COLOURS}, **{f: ("fill", f) for f in corpus_layout.FILLS}}
-    return SceneSet("corpus", CORPUS_SET, corpus_render.render, "kind", tuple(corpus_layout.COLOURS),
-                    corpus_layout.KINDS, adjectives, frozenset(w for _, w in corpus_layout.SIZE_WORDS), {})
+    return SceneSet(CORPUS_SET, "kind", tuple(corpus_layout.COLOURS), corpus_layout.KINDS, adjectives,
+                    frozenset(w for _, w in corpus_layout.SIZE_WORDS), {})
 
 
 SETS = (_shapes(), _scenes(), _corpus())
@@ -102,11 +89,11 @@ class SceneFile:
         has = what in first if what == "texture_seed" else all(what in o for o in first.get("objects", []))
         if not has:
             raise DataError(f"{self.path}: its scenes have no {what!r}, which {flag} needs; build the set again "
-                            f"(vqa data {self.set.prefix} --out {self.path.parent} with its seed and sizes) "
+                            f"(vqa data {self.set.spec.prefix} --out {self.path.parent} with its seed and sizes) "
                             "to write it")
 
     def draw(self, scene: dict) -> Image.Image:
-        return self.set.render(scene, self.side)
+        return self.set.spec.render(scene, self.side)
 
     def referent(self, image_id, family: str, question: str, answer: str) -> int | None:
         """`referent` in the scene of `image_id`, kept: grounding and consistency ask about the same questions."""
@@ -120,11 +107,11 @@ def load_scenes(data: str | Path, split: str, flag: str) -> SceneFile:
     """The scenes file of `split` in the folder `data`; a one-line error when it is not a Shapes or Scenes folder."""
     root = Path(data)
     for s in SETS:
-        path = root / f"{s.prefix}_{split}_scenes.json"
+        path = root / f"{s.spec.prefix}_{split}_scenes.json"
         if path.is_file():
             doc = json.loads(path.read_text(encoding="utf-8"))
             return SceneFile(s, path, int(doc["info"]["image_size"]), {sc["image_id"]: sc for sc in doc["scenes"]})
-    names = " or ".join(f"{s.prefix}_{split}_scenes.json" for s in SETS)
+    names = " or ".join(f"{s.spec.prefix}_{split}_scenes.json" for s in SETS)
     raise ConfigError(f"{flag} needs a Shapes or Scenes folder (vqa data shapes / scenes): {data} has no {names}")
 
 

@@ -10,30 +10,18 @@ the same image side and split sizes by default, byte-identical for a seed. docs/
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 
 from . import generator
 from .scenes_layout import make_scene
-from .scenes_render import object_box, render_job
+from .scenes_render import object_box, render
 from .scenes_text import N_ANSWERS, candidates, make_captions
 
 SCENES_SET = generator.SyntheticSet(
     name="Scenes", prefix="scenes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
-    render_job=render_job, n_answers=N_ANSWERS,
+    render=render, n_answers=N_ANSWERS,
     scene_keys=("background", "style", "clutter", "texture_seed", "objects"),
     object_box=object_box,  # the scenes file keeps the boxes (and the texture seed) for grounding / consistency
 )
-
-
-def build_split(split: str, n: int, side: int, seed: int, per_family: int = 1) -> dict:
-    """Scenes, questions and captions of one split (no images)."""
-    return generator.build_split(SCENES_SET, split, n, side, seed, per_family=per_family)
-
-
-def generate_scenes(
-    out_dir: str | Path, n_train: int = 10000, n_val: int = 1000, size: int = 64, seed: int = 0,
-    progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
-) -> dict:
-    """Build the Scenes set in `out_dir` (as `generate_shapes` builds Shapes); returns the question-only prior
-    baselines per split and family. Counts and answer histograms go to `scenes_info.json`."""
-    return generator.generate(SCENES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)
+build_split = partial(generator.build_split, SCENES_SET)  # (split, n, side, seed, ...): as Shapes' build_split
+generate_scenes = partial(generator.generate, SCENES_SET)  # (out_dir, n_train=10000, ...): as generate_shapes

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .generator import kind_and_colour
+
 KINDS = ("star", "heart", "cross", "ring", "hexagon", "arrow")
 COLOURS = {
     "pink": (240, 105, 175), "brown": (130, 78, 36), "cyan": (40, 210, 225),
@@ -43,18 +45,6 @@ def _place(rng: np.random.Generator, objs: list[dict], d: float, side: int) -> t
         if all(np.hypot(x - o["x"], y - o["y"]) >= (d + o["d"]) / 2 + gap for o in objs):
             return float(x), float(y)
     return None
-
-
-def kind_and_colour(rng: np.random.Generator, objs: list[dict], kinds: tuple[str, ...], colours: tuple[str, ...],
-                    repeat: float) -> tuple[str, str]:
-    """A new object's kind and colour at random; each, with chance `repeat`, copied from an earlier object
-    (larger counts, and names that need more than one word)."""
-    kind, colour = kinds[rng.integers(len(kinds))], colours[rng.integers(len(colours))]
-    if objs and rng.random() < repeat:
-        kind = objs[rng.integers(len(objs))]["kind"]
-    if objs and rng.random() < repeat:
-        colour = objs[rng.integers(len(objs))]["color"]
-    return kind, colour
 
 
 def make_scene(rng: np.random.Generator, side: int) -> dict:

@@ -107,17 +107,13 @@ def render(scene: dict, side: int) -> Image.Image:
     return img.reduce(K)
 
 
-def object_box(o: dict) -> list[float]:
-    """The object's box [left, top, right, bottom] in pixels: its turned outline's extent (a ring: its circle)."""
+def object_box(o: dict, outlines: dict[str, list[tuple[float, float]]] = OUTLINES) -> list[float]:
+    """The object's box [left, top, right, bottom] in pixels: its turned outline's extent (a kind without an
+    outline, a ring or a circle: its circle)."""
     r = o["d"] / 2
-    if o["kind"] == "ring":
-        pts = [(o["x"] - r, o["y"] - r), (o["x"] + r, o["y"] + r)]
+    if o["kind"] in outlines:
+        pts = _turn(outlines[o["kind"]], o["x"], o["y"], r, o["angle"])
     else:
-        pts = _turn(OUTLINES[o["kind"]], o["x"], o["y"], r, o["angle"])
+        pts = [(o["x"] - r, o["y"] - r), (o["x"] + r, o["y"] + r)]
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     return [round(min(xs), 2), round(min(ys), 2), round(max(xs), 2), round(max(ys), 2)]
-
-
-def render_job(job: tuple[str, dict, int]) -> None:
-    path, scene, side = job
-    render(scene, side).save(path, format="PNG", optimize=False)

@@ -17,12 +17,10 @@ from itertools import product
 
 import numpy as np
 
-from .generator import FAMILIES
+from .generator import FAMILIES, NUMBERS, article, by_count, comparisons, join, spatial, tally, unique_relations
 from .scenes_layout import COLOURS, KINDS, extreme
-from .shapes_layout import relation_holds
 
 N_ANSWERS = {"attribute_color": len(COLOURS), "attribute_shape": len(KINDS), "count": 7}  # others: yes/no
-NUMBERS = ("zero", "one", "two", "three", "four", "five", "six")
 PLURAL = {k: "crosses" if k == "cross" else f"{k}s" for k in KINDS}
 # our relation -> the Shapes relation with the same meaning (the same 10% margin)
 RELATIONS = {"further left": "left of", "further right": "right of", "higher up": "above", "lower down": "below"}
@@ -44,10 +42,6 @@ def name(colour: str | None, kind: str | None, plural: bool = False, most: str |
     """'pink star', 'pink things', 'stars', 'biggest thing'..."""
     noun = (PLURAL[kind] if plural else kind) if kind else ("things" if plural else "thing")
     return " ".join(w for w in (most, colour, noun) if w)
-
-
-def article(phrase: str) -> str:
-    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
 # the words a slot holds: a thing's name, with its article
@@ -98,22 +92,9 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
         if d in EXISTS:
             cands["existence"].append((EXISTS[d][next(pick)], "yes" if count[d] else "no"))
     plain = [[r for r in references(objs, o, True, True) if not r.startswith(("biggest", "smallest"))] for o in objs]
-    for i, j in product(range(len(objs)), repeat=2):
-        if i == j or not plain[i] or not plain[j]:
-            continue
-        for rel, same in RELATIONS.items():
-            holds = relation_holds(objs[i], objs[j], same, side)
-            if holds is not None:
-                a, b = plain[i][rng.integers(len(plain[i]))], plain[j][rng.integers(len(plain[j]))]
-                q = SPATIAL_Q[rng.integers(len(SPATIAL_Q))].format(a=a, b=b, rel=rel)
-                cands["spatial"].append((q, "yes" if holds else "no"))
-    for x, y in PAIRS:
-        nx, ny = count[x], count[y]
-        q, op = COMPARES[x, y][next(pick)]
-        if op == "=" and not nx + ny:
-            continue  # "as many stars as hearts" with neither: true, but says nothing
-        cands["comparison"].append(
-            (q, "yes" if (nx > ny if op == ">" else nx < ny if op == "<" else nx == ny) else "no"))
+    cands["spatial"] = spatial(objs, plain, RELATIONS, side, rng,
+                               lambda rel, a, b: SPATIAL_Q[rng.integers(len(SPATIAL_Q))].format(a=a, b=b, rel=rel))
+    cands["comparison"] = comparisons(COMPARES, count, pick)
     return cands
 
 
@@ -128,10 +109,6 @@ def _size_word(o: dict, side: int) -> str:
     return "big " if o["d"] >= 0.245 * side else "little " if o["d"] <= 0.185 * side else ""
 
 
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
 def _listing(objs: list[dict], side: int) -> str:
     """'a big pink star, two cyan rings and a black cross': neighbours with one name merged, order kept."""
     runs: list[list] = []
@@ -141,13 +118,7 @@ def _listing(objs: list[dict], side: int) -> str:
             runs[-1][1] += 1
         else:
             runs.append([words, 1])
-    return _join([article(f"{a} {k}") if n == 1 else f"{NUMBERS[n]} {a} {PLURAL[k]}" for (a, k), n in runs])
-
-
-def _kinds(objs: list[dict]) -> str:
-    """'two stars and a ring'."""
-    counts = sorted(Counter(o["kind"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
-    return _join([article(k) if n == 1 else f"{NUMBERS[n]} {PLURAL[k]}" for k, n in counts])
+    return join([article(f"{a} {k}") if n == 1 else f"{NUMBERS[n]} {a} {PLURAL[k]}" for (a, k), n in runs])
 
 
 def _spot(o: dict, side: int) -> str:
@@ -165,24 +136,23 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     objs = sorted(scene["objects"], key=lambda o: o["x"])
     n = len(objs)
     backdrop = BACKDROP[scene["style"]].format(scene["background"])
-    tally = f"{NUMBERS[n]} shape{'s' if n > 1 else ''} on {backdrop}: {_kinds(objs)}"
+    kinds = (f"{NUMBERS[n]} shape{'s' if n > 1 else ''} on {backdrop}: "
+             + tally((o["kind"] for o in objs), PLURAL.get))
     if n == 1:
         o = objs[0]
-        return [f"just one {_size_word(o, side)}{o['color']} {o['kind']}, {_spot(o, side)}", tally,
+        return [f"just one {_size_word(o, side)}{o['color']} {o['kind']}, {_spot(o, side)}", kinds,
                 f"the only thing in the picture is {_listing(objs, side)}",
                 f"a lone {o['color']} {o['kind']} on {backdrop}"]
     caps = ["going left to right: " + _listing(objs, side),
-            "top to bottom: " + _listing(sorted(objs, key=lambda o: o["y"]), side), tally]
+            "top to bottom: " + _listing(sorted(objs, key=lambda o: o["y"]), side), kinds]
     short = [f"{o['color']} {o['kind']}" for o in objs]
-    pairs = [(i, j, rel) for i, j in product(range(n), repeat=2) for rel, same in RELATIONS.items()
-             if short.count(short[i]) == 1 and short.count(short[j]) == 1 and i != j
-             and relation_holds(objs[i], objs[j], same, side)]
+    pairs = unique_relations(objs, short, RELATIONS, side)
     if pairs:
         i, j, rel = pairs[rng.integers(len(pairs))]
         caps.append(f"the {short[i]} sits {rel} than the {short[j]}")
     else:
-        colours = sorted(Counter(o["color"] for o in objs).items(), key=lambda kv: (-kv[1], kv[0]))
-        caps.append("the shapes huddle close together: " + _join([f"{NUMBERS[k]} {c}" for c, k in colours]))
+        colours = by_count(o["color"] for o in objs)
+        caps.append("the shapes huddle close together: " + join([f"{NUMBERS[k]} {c}" for c, k in colours]))
     return caps
 
 

@@ -14,42 +14,22 @@ margin of 10% of the image side. Everything derives from `seed`: two builds are 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tqdm import tqdm
+from functools import partial
 
 from . import generator
 from .generator import prior_baselines
 from .shapes_layout import make_scene
-from .shapes_render import object_box, render_job
+from .shapes_render import object_box, render
 from .shapes_text import N_ANSWERS, candidates, make_captions
 
 SHAPES_SET = generator.SyntheticSet(
     name="Shapes", prefix="shapes", make_scene=make_scene, candidates=candidates, make_captions=make_captions,
-    render_job=render_job, n_answers=N_ANSWERS, scene_keys=("background", "style", "texture_seed", "objects"),
+    render=render, n_answers=N_ANSWERS, scene_keys=("background", "style", "texture_seed", "objects"),
     object_box=object_box,  # the scenes file keeps the boxes (and the texture seed) for grounding / consistency
 )
+# (split, n, side, seed, ...) -> the split's scenes, questions and captions (no images)
+build_split = partial(generator.build_split, SHAPES_SET)
+# (out_dir, n_train=10000, n_val=1000, size=64, seed=0, ...): `generator.generate` for Shapes
+generate_shapes = partial(generator.generate, SHAPES_SET)
 
-
-def make_scenes(split: str, n: int, side: int, seed: int) -> list[dict]:
-    """The scenes of a split; image i's scene depends only on (seed, split, i)."""
-    return generator.make_scenes(SHAPES_SET, split, n, side, seed)
-
-
-def build_split(split: str, n: int, side: int, seed: int, bar: tqdm | None = None,
-                scenes: list[dict] | None = None, per_family: int = 1) -> dict:
-    """Scenes, questions and captions of one split (no images)."""
-    return generator.build_split(SHAPES_SET, split, n, side, seed, bar, scenes, per_family)
-
-
-def generate_shapes(
-    out_dir: str | Path, n_train: int = 10000, n_val: int = 1000, size: int = 64, seed: int = 0,
-    progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
-) -> dict:
-    """Build the Shapes set in `out_dir`; returns the question-only prior baselines
-    {split: {family: {questions, prior_accuracy, majority_accuracy}}}: train scored in-sample, val with the
-    priors learned on train. Counts and answer histograms go to `shapes_info.json`."""
-    return generator.generate(SHAPES_SET, out_dir, n_train, n_val, size, seed, progress, workers, questions_per_family)
-
-
-__all__ = ["SHAPES_SET", "build_split", "generate_shapes", "make_scenes", "prior_baselines"]
+__all__ = ["SHAPES_SET", "build_split", "generate_shapes", "prior_baselines"]

@@ -1,6 +1,5 @@
 """Shapes scenes: what one holds (1-6 objects: 4 shapes, 6 colours, 2 sizes, on one of 3 grey levels x plain /
-gradient / noise), where the objects go (random non-overlapping positions), and when a spatial relation between
-two of them clearly holds (centres apart by a margin of 10% of the image side)."""
+gradient / noise) and where the objects go (random non-overlapping positions)."""
 
 from __future__ import annotations
 
@@ -15,15 +14,6 @@ SIZES = {"small": 0.14, "large": 0.25}  # bounding-box side as a fraction of the
 BACKGROUNDS = {"light gray": 196, "gray": 128, "dark gray": 56}
 STYLES = ("plain", "gradient", "noise")
 REPEAT = 0.3  # chance that a new object copies the shape (and, separately, the colour) of an earlier one
-MARGIN = 0.10  # spatial relations need centres this far apart (fraction of the side)
-
-
-def relation_holds(a: dict, b: dict, rel: str, side: int) -> bool | None:
-    """True/False if `a rel b` is clearly true/false (centres apart by the margin), None if too close to say."""
-    m = MARGIN * side
-    d = {"left of": b["x"] - a["x"], "right of": a["x"] - b["x"],
-         "above": b["y"] - a["y"], "below": a["y"] - b["y"]}[rel]
-    return True if d >= m else False if d <= -m else None
 
 
 def make_scene(rng: np.random.Generator, side: int) -> dict:

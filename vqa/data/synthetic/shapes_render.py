@@ -45,8 +45,3 @@ def object_box(o: dict) -> list[float]:
     """The object's box [left, top, right, bottom] in pixels: every shape fills the d x d square at its centre."""
     h = o["d"] / 2
     return [round(o["x"] - h, 2), round(o["y"] - h, 2), round(o["x"] + h, 2), round(o["y"] + h, 2)]
-
-
-def render_job(job: tuple[str, dict, int]) -> None:
-    path, scene, side = job
-    render(scene, side).save(path, format="PNG", optimize=False)

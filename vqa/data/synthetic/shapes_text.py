@@ -13,12 +13,11 @@ from itertools import product
 
 import numpy as np
 
-from .generator import FAMILIES
-from .shapes_layout import COLORS, SHAPES, SIZES, relation_holds
+from .generator import FAMILIES, NUMBERS, article, join, relation_holds, spatial, tally
+from .shapes_layout import COLORS, SHAPES, SIZES
 
 N_ANSWERS = {"attribute_color": 6, "attribute_shape": 4, "count": 7}  # others: yes/no
 RELATIONS = ("left of", "right of", "above", "below")
-WORDS = ("zero", "one", "two", "three", "four", "five", "six")
 
 
 def _plural(shape: str | None) -> str:
@@ -30,10 +29,6 @@ def describe(attrs: tuple, plural: bool = False) -> str:
     size, color, shape = attrs
     noun = _plural(shape) if plural else (shape or "object")
     return " ".join(w for w in (size, color, noun) if w)
-
-
-def _a(phrase: str) -> str:
-    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,7 +69,7 @@ SLOT_WORDS = (*SIZES, *COLORS, *SHAPES, *(_plural(s) for s in SHAPES), "object",
 ALL_DESCS = list(product((None, *SIZES), (None, *COLORS), (None, *SHAPES)))
 NAME = {a: describe(a) for a in ALL_DESCS}  # precomputed wordings: candidates() runs many times per question
 COUNT_Q = {a: TEMPLATES["count"][0].format(describe(a, True)) for a in ALL_DESCS}
-EXIST_Q = {a: TEMPLATES["existence"][0].format(_a(describe(a))) for a in ALL_DESCS if any(a)}
+EXIST_Q = {a: TEMPLATES["existence"][0].format(article(describe(a))) for a in ALL_DESCS if any(a)}
 COMPARE_Q = [
     (x, y, template.format(describe(x, True), describe(y, True)), more)
     for group in ([(None, None, s) for s in SHAPES], [(None, c, None) for c in COLORS],
@@ -97,14 +92,8 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
     cands["count"] = [(q, str(counts[a])) for a, q in COUNT_Q.items()]
     cands["existence"] = [(q, "yes" if counts[a] else "no") for a, q in EXIST_Q.items()]
     refs = [_unique_refs(o, counts, ("size", "color", "shape")) for o in objs]
-    for i, j in product(range(len(objs)), repeat=2):
-        if i == j or not refs[i] or not refs[j]:
-            continue
-        for rel in RELATIONS:
-            holds = relation_holds(objs[i], objs[j], rel, side)
-            if holds is not None:
-                ra, rb = refs[i][rng.integers(len(refs[i]))], refs[j][rng.integers(len(refs[j]))]
-                cands["spatial"].append((SPATIAL_Q[rel].format(a=NAME[ra], b=NAME[rb]), "yes" if holds else "no"))
+    cands["spatial"] = spatial(objs, refs, dict(zip(RELATIONS, RELATIONS, strict=True)), side, rng,
+                               lambda rel, a, b: SPATIAL_Q[rel].format(a=NAME[a], b=NAME[b]))
     for x, y, q, more in COMPARE_Q:
         nx, ny = counts[x], counts[y]
         cands["comparison"].append((q, "yes" if (nx > ny if more else nx < ny) else "no"))
@@ -122,22 +111,14 @@ def _where(o: dict, side: int) -> str:
                                          f"at the {('top', '', 'bottom')[row]} {('left', '', 'right')[col]}")
 
 
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def _tally(values: list[str], noun: str | None) -> str:
-    """['circle','circle','square'] -> 'two circles and a square'."""
-    parts = []
-    for v, n in sorted(Counter(values).items(), key=lambda kv: (-kv[1], kv[0])):
-        parts.append(_a(f"{v}{' ' + noun if noun else ''}") if n == 1
-                     else f"{WORDS[n]} {v}{' ' + noun + 's' if noun else 's'}")
-    return _join(parts)
+def _tally(objs: list[dict], noun: str) -> str:
+    """'two red objects and a blue object': the objects by colour."""
+    return tally([f"{o['color']} {noun}" for o in objs], lambda w: w + "s")
 
 
 def _group(names: list[str]) -> str:
     """['red circle', 'red circle', 'blue square'] -> 'two red circles and a blue square' (order kept)."""
-    return _join([_a(v) if k == 1 else f"{WORDS[k]} {v}s" for v, k in Counter(names).items()])
+    return join([article(v) if k == 1 else f"{NUMBERS[k]} {v}s" for v, k in Counter(names).items()])
 
 
 def _full_names(objs: list[dict]) -> list[str]:
@@ -157,21 +138,23 @@ def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]
     short = [f"{o['color']} {o['shape']}" for o in objs]
     if n == 1:
         o = objs[0]
-        return [f"{_a(full[0])} {_where(o, side)}", f"one {full[0]} on {_a(bg)} background",
-                f"there is one object: {_a(short[0])}", f"{_a(short[0])} alone {_where(o, side)} of the image"]
+        return [f"{article(full[0])} {_where(o, side)}", f"one {full[0]} on {article(bg)} background",
+                f"there is one object: {article(short[0])}",
+                f"{article(short[0])} alone {_where(o, side)} of the image"]
     caps = [_group(full), "from top to bottom: " + _group(_full_names(sorted(objs, key=lambda o: o["y"])))]
     pairs = [(i, j, r) for i, j in product(range(n), repeat=2) for r in RELATIONS
              if short[i] != short[j] and relation_holds(objs[i], objs[j], r, side)]
     if pairs:
         i, j, rel = pairs[rng.integers(len(pairs))]
         rest = n - 2
-        tail = f" on {_a(bg)} background" if not rest else f" and {WORDS[rest]} other object{'s' if rest > 1 else ''}"
-        caps.append(f"{_a(short[i])} {CAPTION_REL[rel]} {_a(full[j])}{tail}")
+        tail = (f" on {article(bg)} background" if not rest
+                else f" and {NUMBERS[rest]} other object{'s' if rest > 1 else ''}")
+        caps.append(f"{article(short[i])} {CAPTION_REL[rel]} {article(full[j])}{tail}")
     else:
-        caps.append(f"{_tally([o['color'] for o in objs], 'object')} close together")
+        caps.append(f"{_tally(objs, 'object')} close together")
     if n <= 3:
-        caps.append(f"there are {WORDS[n]} objects: "
-                    + _join([f"{_a(short[k])} {_where(o, side)}" for k, o in enumerate(objs)]))
+        caps.append(f"there are {NUMBERS[n]} objects: "
+                    + join([f"{article(short[k])} {_where(o, side)}" for k, o in enumerate(objs)]))
     else:
-        caps.append(f"there are {WORDS[n]} objects: {_tally([o['color'] for o in objs], 'one')}")
+        caps.append(f"there are {NUMBERS[n]} objects: {_tally(objs, 'one')}")
     return caps

@@ -6,7 +6,12 @@ import torch
 from PIL import Image
 
 from vqa.config import ModelConfig
-from vqa.data.transforms import ImageTransform, build_transform, denormalize, mentions_left_right
+from vqa.data.transforms import ImageTransform, build_transform, mentions_left_right
+
+
+def denormalize(x: torch.Tensor, mean, std) -> torch.Tensor:
+    """Undo the normalization: float [..,3,S,S] in 0..1."""
+    return (x * torch.tensor(std).view(-1, 1, 1) + torch.tensor(mean).view(-1, 1, 1)).clamp(0, 1)
 
 
 def test_shape_and_normalization_from_config():

@@ -125,16 +125,11 @@ def run_convert(args: argparse.Namespace) -> int:
 def run_synthetic(args: argparse.Namespace) -> int:
     """`vqa data shapes` / `scenes` / `glyphs` / `corpus`: build the set, then print its counts, answers and
     priors."""
+    from .synthetic import corpus, glyphs, scenes, shapes
     from .synthetic.generator import FAMILIES, generate
 
-    if args.data_command == "shapes":
-        from .synthetic.shapes import SHAPES_SET as spec
-    elif args.data_command == "scenes":
-        from .synthetic.scenes import SCENES_SET as spec
-    elif args.data_command == "glyphs":
-        from .synthetic.glyphs import GLYPHS_SET as spec
-    else:
-        from .synthetic.corpus import CORPUS_SET as spec
+    spec = {"shapes": shapes.SHAPES_SET, "scenes": scenes.SCENES_SET, "glyphs": glyphs.GLYPHS_SET,
+            "corpus": corpus.CORPUS_SET}[args.data_command]
     check_out_folder("--out", args.out)
     t0 = time.perf_counter()
     priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,

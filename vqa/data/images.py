@@ -11,7 +11,8 @@ import io
 import struct
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +99,25 @@ def _decode_file(fp: Any, name: str, limit: int, draft: Draft | None) -> Image.I
     return to_rgb(img)
 
 
-def _open(path: Any, limit: int) -> Image.Image:
-    """Image.open with PIL's own decompression-bomb guard set to `limit` for this call only (restored after,
-    under a lock, so other code and threads keep PIL's default); its warning is an error, so a picture over
-    `limit` is refused whichever of PIL's two thresholds it crosses."""
+@contextmanager
+def _pil_limit(limit: int | None) -> Iterator[None]:
+    """PIL's decompression-bomb guard set to `limit` (None: off) for this block only, restored after under a
+    lock, so other code and threads keep PIL's default."""
     with _OPEN_LOCK:
         saved = Image.MAX_IMAGE_PIXELS
         Image.MAX_IMAGE_PIXELS = limit
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                return Image.open(path)
+            yield
         finally:
             Image.MAX_IMAGE_PIXELS = saved
+
+
+def _open(path: Any, limit: int) -> Image.Image:
+    """Image.open under a guard of `limit`; its warning is an error, so a picture over `limit` is refused
+    whichever of PIL's two thresholds it crosses."""
+    with _pil_limit(limit), warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        return Image.open(path)
 
 
 def _header_size(fp: Any) -> tuple[int, int] | None:
@@ -118,14 +125,8 @@ def _header_size(fp: Any) -> tuple[int, int] | None:
     try:
         if hasattr(fp, "seek"):
             fp.seek(0)
-        with _OPEN_LOCK:
-            saved = Image.MAX_IMAGE_PIXELS
-            Image.MAX_IMAGE_PIXELS = None
-            try:
-                with Image.open(fp) as im:
-                    return im.size
-            finally:
-                Image.MAX_IMAGE_PIXELS = saved
+        with _pil_limit(None), Image.open(fp) as im:
+            return im.size
     except Exception:  # noqa: BLE001 -- only a better message is lost
         return None
 

@@ -14,7 +14,7 @@ that reads all of them (grouping by image, the tokenizer's corpus, `vqa data inf
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,26 +92,31 @@ def _take(col: np.ndarray | list, idx: np.ndarray) -> np.ndarray | list:
     return col[idx] if isinstance(col, np.ndarray) else [col[int(i)] for i in idx]
 
 
-class Images:
+class Images(Strings):
     """The distinct image files of a split (shared by its VQA and caption tables), as strings."""
 
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self._ids: dict[str, int] = {}
+    def id(self, path: Path | str) -> int:  # type: ignore[override]
+        return super().id(str(path))
 
-    def id(self, path: Path | str) -> int:
-        key = str(path)
-        i = self._ids.get(key)
-        if i is None:
-            i = self._ids[key] = len(self.paths)
-            self.paths.append(key)
-        return i
-
-    def __len__(self) -> int:
-        return len(self.paths)
+    @property
+    def paths(self) -> list[str]:
+        return self.items
 
 
-class VQATable(Sequence):
+class _Table(Sequence):
+    """`table[i]` builds row i's record (`_row`), a slice a list of them; iterating gives every record."""
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._row(i)
+
+
+class VQATable(_Table):
     """The VQA rows of a split, in columns. `table[i]` is a VQARecord; iterate for all of them."""
 
     def __init__(self, images: Images, strings: Strings, image: np.ndarray, question: np.ndarray,
@@ -143,13 +148,7 @@ class VQATable(Sequence):
         s = self.strings.items
         return [s[a] for a in self.answers[self.ans_start[i] : self.ans_start[i + 1]].tolist()]
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
+    def _row(self, i: int) -> VQARecord:
         s = self.strings.items
         return VQARecord(
             image=Path(self.images.paths[self.image[i]]), question=s[self.question[i]], answers=self.answers_of(i),
@@ -157,9 +156,6 @@ class VQATable(Sequence):
             answer_type=s[self.answer_type[i]], question_type=s[self.question_type[i]],
             multiple_choice_answer=s[self.mc[i]],
         )
-
-    def __iter__(self) -> Iterator[VQARecord]:
-        return (self[i] for i in range(len(self)))
 
     def select(self, keep: np.ndarray) -> VQATable:
         """The rows at the indices `keep` (in that order)."""
@@ -174,7 +170,7 @@ class VQATable(Sequence):
                         self.answer_type[keep], self.question_type[keep], self.mc[keep])
 
 
-class CaptionTable(Sequence):
+class CaptionTable(_Table):
     """The caption rows of a split, in columns. `table[i]` is a CaptionRecord."""
 
     def __init__(self, images: Images, image: np.ndarray, caption: list[str], image_id, caption_id):
@@ -196,18 +192,9 @@ class CaptionTable(Sequence):
     def __len__(self) -> int:
         return len(self.caption)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
+    def _row(self, i: int) -> CaptionRecord:
         return CaptionRecord(Path(self.images.paths[self.image[i]]), self.caption[i], _get(self.image_id, i),
                              _get(self.caption_id, i))
-
-    def __iter__(self) -> Iterator[CaptionRecord]:
-        return (self[i] for i in range(len(self)))
 
 
 class VQABuilder:

@@ -177,12 +177,5 @@ def build_transform(cfg: ModelConfig, train: bool, allow_hflip: bool = False,
                           resize=cfg.vit_resize, resample=cfg.vit_resample, max_pixels=max_pixels)
 
 
-def denormalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """Undo the normalization (for display): float [..,3,S,S] in 0..1."""
-    m = torch.tensor(mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)
-    s = torch.tensor(std, dtype=x.dtype, device=x.device).view(-1, 1, 1)
-    return (x * s + m).clamp(0, 1)
-
-
-__all__ = ["ImageTransform", "ImageNormalizer", "build_transform", "denormalize", "mentions_left_right",
+__all__ = ["ImageTransform", "ImageNormalizer", "build_transform", "mentions_left_right",
            "normalize_images"]

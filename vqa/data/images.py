@@ -55,7 +55,7 @@ def load_image(src: Any, max_pixels: int | None = None, draft: Draft | None = No
         return _decode_file(path, str(path), limit, draft)
     if isinstance(src, (bytes, bytearray, memoryview)):
         return _decode_file(io.BytesIO(src), name or "the image bytes", limit, draft)
-    if _is_array(src):
+    if isinstance(src, np.ndarray) or (type(src).__module__.startswith("torch") and hasattr(src, "numpy")):
         img = _from_array(src)
         _check_pixels(img.size, limit, "the image array")
         return to_rgb(img)
@@ -129,13 +129,6 @@ def _header_size(fp: Any) -> tuple[int, int] | None:
             return im.size
     except Exception:  # noqa: BLE001 -- only a better message is lost
         return None
-
-
-def _is_array(src: Any) -> bool:
-    if isinstance(src, np.ndarray):
-        return True
-    mod = type(src).__module__
-    return mod.startswith("torch") and hasattr(src, "numpy")
 
 
 def _from_array(src: Any) -> Image.Image:

@@ -164,13 +164,6 @@ def _stats_count(url: str) -> int | None:
         return None
 
 
-def _count_tar(url: str) -> int:
-    n = 0
-    for _ in _tar_groups(url):
-        n += 1
-    return n
-
-
 def _count(url: str) -> Shard:
     if url.endswith(".parquet"):
         _needs("pyarrow")
@@ -183,7 +176,7 @@ def _count(url: str) -> Shard:
         groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
         return Shard(url, "parquet", int(meta.num_rows), groups)
     n = _stats_count(url)
-    return Shard(url, "tar", n if n is not None else _count_tar(url))
+    return Shard(url, "tar", n if n is not None else sum(1 for _ in _tar_groups(url)))
 
 
 @dataclass

@@ -55,10 +55,6 @@ def short_name(objs: list[dict], o: dict) -> str | None:
     return None
 
 
-def _counts(objs: list[dict]) -> Counter:
-    return Counter(d for o in objs for d in ((o["color"], None), (None, o["kind"]), (o["color"], o["kind"])))
-
-
 def _desc(colour: str | None, kind: str | None, plural: bool = False) -> str:
     noun = (PLURAL[kind] if plural else kind) if kind else ("objects" if plural else "object")
     return " ".join(w for w in (colour, noun) if w)
@@ -97,7 +93,7 @@ def candidates(scene: dict, side: int, rng: np.random.Generator) -> dict[str, li
     """Every valid (question, answer) per family for a scene (one random template each)."""
     objs = scene["objects"]
     cands: dict[str, list[tuple[str, str]]] = {f: [] for f in FAMILIES}
-    count = _counts(objs)
+    count = Counter(d for o in objs for d in ((o["color"], None), (None, o["kind"]), (o["color"], o["kind"])))
     for o in objs:
         if count[None, o["kind"]] == 1:
             cands["attribute_color"].append((COLOUR_Q[rng.integers(2)].format(o["kind"]), o["color"]))

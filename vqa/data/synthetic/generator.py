@@ -286,15 +286,6 @@ def mirror_safe(folder: str | Path) -> bool:
     return True
 
 
-def check_sizes(spec: SyntheticSet, n_train: int, n_val: int, size: int, per_family: int) -> None:
-    if not 1 <= per_family <= 10:
-        raise ConfigError(f"--questions-per-family must be 1..10, not {per_family}")
-    if size < 32:
-        raise ConfigError(f"--size {size} is too small for {spec.name}; use 32 px or more")
-    if n_train < 1 or n_val < 0 or max(n_train, n_val) >= 1_000_000:
-        raise ConfigError(f"need 1 <= --train < 1e6 and 0 <= --val < 1e6 images (got {n_train}, {n_val})")
-
-
 def generate(
     spec: SyntheticSet, out_dir: str | Path, n_train: int = 10000, n_val: int = 1000, size: int = 64, seed: int = 0,
     progress: bool = True, workers: int | None = None, questions_per_family: int = 1,
@@ -303,7 +294,12 @@ def generate(
     {split: {family: {questions, prior_accuracy, majority_accuracy}}}: train scored in-sample, val with the
     priors learned on train. Counts and answer histograms go to `<prefix>_info.json`. Images are rendered by
     `workers` processes (default: CPU count, max 8) while the questions are built, from PARALLEL_FROM images."""
-    check_sizes(spec, n_train, n_val, size, questions_per_family)
+    if not 1 <= questions_per_family <= 10:
+        raise ConfigError(f"--questions-per-family must be 1..10, not {questions_per_family}")
+    if size < 32:
+        raise ConfigError(f"--size {size} is too small for {spec.name}; use 32 px or more")
+    if n_train < 1 or n_val < 0 or max(n_train, n_val) >= 1_000_000:
+        raise ConfigError(f"need 1 <= --train < 1e6 and 0 <= --val < 1e6 images (got {n_train}, {n_val})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     scenes = {s: make_scenes(spec, s, n, size, seed) for s, n in (("train", n_train), ("val", n_val)) if n}

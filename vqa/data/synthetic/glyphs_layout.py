@@ -36,15 +36,6 @@ MIN_SIZE = 0.24  # a glyph shrinks to fit until its font size is at or under thi
 REPEAT = 0.3  # chance that a new glyph copies the character (and, separately, the ink) of an earlier one
 
 
-def kind_of(char: str) -> str:
-    return next(k for k, chars in KINDS.items() if char in chars)
-
-
-def _draw_char(rng: np.random.Generator, objs: list[dict]) -> tuple[str, str]:
-    kind = list(KINDS)[int(np.searchsorted(np.cumsum(KIND_SHARE), rng.random(), side="right"))]
-    return kind_and_colour(rng, objs, KINDS[kind], tuple(INKS), REPEAT, key="char")  # repeats: counts above one
-
-
 def _place(rng: np.random.Generator, objs: list[dict], w: float, h: float, side: int) -> tuple[float, float] | None:
     """A centre for a w x h ink box clear of the border and of every other box (None: no room found)."""
     border, gap = max(3.0, 0.05 * side), max(2.0, 0.03 * side)
@@ -59,10 +50,12 @@ def _place(rng: np.random.Generator, objs: list[dict], w: float, h: float, side:
 
 
 def _glyph(rng: np.random.Generator, objs: list[dict], side: int) -> dict:
-    char, ink = _draw_char(rng, objs)
+    kind = list(KINDS)[int(np.searchsorted(np.cumsum(KIND_SHARE), rng.random(), side="right"))]
+    char, ink = kind_and_colour(rng, objs, KINDS[kind], tuple(INKS), REPEAT, key="char")  # repeats: counts above one
     style, angle = STYLES[rng.integers(len(STYLES))], round(float(rng.uniform(-MAX_TURN, MAX_TURN)), 1)
     size = int(rng.uniform(*FONT_SIZE) * side * K)  # supersampled pixels: the font takes whole pixels
-    return dict(char=char, kind=kind_of(char), color=ink, style=style, size=size, angle=angle)
+    kind = next(k for k, chars in KINDS.items() if char in chars)  # a copied character's own kind
+    return dict(char=char, kind=kind, color=ink, style=style, size=size, angle=angle)
 
 
 def _scatter(rng: np.random.Generator, n: int, side: int) -> list[dict]:

@@ -54,11 +54,6 @@ def _turn(points: list[tuple[float, float]], cx: float, cy: float, r: float, ang
     return [(cx + r * (c * x - s * y), cy + r * (s * x + c * y)) for x, y in points]
 
 
-def _star() -> list[tuple[float, float]]:
-    return [((1.0 if i % 2 == 0 else 0.45) * math.cos(math.pi * (i / 5 - 0.5)),
-             (1.0 if i % 2 == 0 else 0.45) * math.sin(math.pi * (i / 5 - 0.5))) for i in range(10)]
-
-
 def _heart() -> list[tuple[float, float]]:
     out = []
     for i in range(48):
@@ -70,7 +65,8 @@ def _heart() -> list[tuple[float, float]]:
 
 
 OUTLINES = {
-    "star": _star(),
+    "star": [((1.0 if i % 2 == 0 else 0.45) * math.cos(math.pi * (i / 5 - 0.5)),
+              (1.0 if i % 2 == 0 else 0.45) * math.sin(math.pi * (i / 5 - 0.5))) for i in range(10)],
     "heart": _heart(),
     "cross": [
         (0.3, -1), (0.3, -0.3), (1, -0.3), (1, 0.3), (0.3, 0.3), (0.3, 1),

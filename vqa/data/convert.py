@@ -141,10 +141,8 @@ def write_parquet(samples: Iterator[Sample], out: Path, shard_size: int, id_type
 
 
 def good_samples(split: ShardSplit) -> Iterator[Sample]:
-    bad = 0
     for s in split.iter_all():
         if s.bad:
-            bad += 1
             print(f"vqa data convert: skipped {s.where}: {s.bad}", file=sys.stderr)
             continue
         yield s

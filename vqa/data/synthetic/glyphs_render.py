@@ -20,9 +20,8 @@ CARDS = ((236, 214, 214), (208, 224, 240), (222, 236, 206), (244, 232, 190), (22
 def _smooth_noise(rng: np.random.Generator, n: int, cells: int) -> np.ndarray:
     """[n, n, 3] noise in -1..1, smooth over n / cells pixels: a coarse random grid, bilinearly enlarged."""
     coarse = rng.uniform(-1, 1, size=(cells + 1, cells + 1, 3)).astype(np.float32)
-    img = np.stack([np.asarray(Image.fromarray(coarse[..., c], "F").resize((n, n), Image.Resampling.BILINEAR))
-                    for c in range(3)], axis=-1)
-    return img
+    return np.stack([np.asarray(Image.fromarray(coarse[..., c], "F").resize((n, n), Image.Resampling.BILINEAR))
+                     for c in range(3)], axis=-1)
 
 
 def page(scene: dict, n: int) -> np.ndarray:

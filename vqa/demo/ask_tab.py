@@ -1,7 +1,7 @@
 """The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption, Find
 and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the
-decoding controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
-them to the handlers, `vqa.demo.app` assembles the page.
+decoding controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.app`
+assembles the page and wires them to the handlers.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Char
 tokenizer's vocabulary (emoji, scripts absent from training) are spelled in their UTF-8 bytes (byte
 fallback, `vqa.tokenizer`); a tokenizer made before byte fallback gives them as <unk>: the model still answers.
 
-Encodings. The image encoder runs once per distinct picture (by content: `vqa.inference.encoding_cache`), so a
+Encodings. The image encoder runs once per distinct picture (by content: `vqa.inference.picture_inputs`), so a
 second question about the same picture only runs the decoder.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
@@ -69,8 +69,7 @@ from ..errors import InputError
 from ..identity import checkpoint_identity
 from ..weights.checkpoint import load as load_checkpoint
 from ..weights.checkpoint import resolve as resolve_checkpoint
-from .encoding_cache import EncodingCache
-from .picture_inputs import PictureInputs
+from .picture_inputs import EncodingCache, PictureInputs
 from .pointing import Point, locate
 from .results import Answer, Caption, answers_from_beams, ranked_candidates
 
@@ -88,7 +87,7 @@ class Predictor(PictureInputs):
         torch.bfloat16, "fp32", "bf16", ...). `compile`: decode through the torch.compile'd step
         (`vqa.decoding.compiled`; on a CPU in float32 it pays for long-running use, after seconds of compiling
         per batch shape). Their defaults: `vqa.decoding.precision`. `cache_size`: pictures whose encodings
-        are kept (`vqa.inference.encoding_cache`). `answer_vocab`: texts whose tokens are the only ones an
+        are kept (`vqa.inference.picture_inputs.EncodingCache`). `answer_vocab`: texts whose tokens are the only ones an
         answer may use (see `set_answer_vocab`)."""
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()

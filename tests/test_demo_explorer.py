@@ -148,8 +148,7 @@ def test_a_llama_layout_model_gets_each_view_its_own_layers_by_the_language_mode
     from llama_fixtures import save_tiny_llama
     from lm_fixtures import VIT
 
-    from vqa.demo.explorer import cross_choices
-    from vqa.demo.explorer_tab import build_tab
+    from vqa.demo.explorer import build_tab, cross_choices
     from vqa.inference.predict import Predictor
     from vqa.tokenizer import Tokenizer
     from vqa.weights.language_model import build_model, model_preset

@@ -1,4 +1,4 @@
-"""The demo's Find tab called directly (`vqa.demo.find.Finder`): the picture comes back marked where
+"""The demo's Find tab called directly (`vqa.demo.handlers.Finder`): the picture comes back marked where
 `Predictor.point` says the object is (changed on the box's outline and around the point, unchanged elsewhere),
 with the line that says where; "no" gives the model's word and the picture unmarked; no picture or no object
 named is a gr.Error. The /point endpoint through a server: tests/test_app.py, tests/test_demo_api.py."""
@@ -13,7 +13,7 @@ from predict_fixtures import DEMO_WARNINGS, draw
 
 gr = pytest.importorskip("gradio", reason="gradio is not installed (pip install -e '.[dev]')")
 
-from vqa.demo.find import MARK, Finder, mark_sizes  # noqa: E402
+from vqa.demo.handlers import MARK, Finder, mark_sizes  # noqa: E402
 
 pytestmark = DEMO_WARNINGS
 

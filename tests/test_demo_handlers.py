@@ -215,8 +215,7 @@ def test_the_card_says_what_the_model_was_trained_on(pred, shapes_dir):
 
 def test_the_examples_and_the_decoding_controls():
     from vqa.config import GenerationConfig
-    from vqa.demo.ask_tab import decoding_controls
-    from vqa.demo.examples import examples
+    from vqa.demo.ask_tab import decoding_controls, examples
 
     ex = examples()
     assert len(ex) >= 6 and all(os.path.isfile(p) and q.endswith("?") for p, q in ex)

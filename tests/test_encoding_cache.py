@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from vqa.data.preprocess import Preprocess
-from vqa.inference.encoding_cache import EncodingCache, encoding_key
+from vqa.inference.picture_inputs import EncodingCache, encoding_key
 
 
 def picture(value: int) -> torch.Tensor:

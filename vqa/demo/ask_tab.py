@@ -1,21 +1,45 @@
 """The "Ask and caption" tab's components (`build_tab`: the picture and its examples; the Ask, Caption, Find
-and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`, and the
-decoding controls shown for each method (`decoding_controls`, `shown_for`). Components only: `vqa.demo.events` wires
-them to the handlers, `vqa.demo.app` assembles the page.
+and Model card tabs; the heatmap and its word / layer / head selectors), returned as an `AskTab`; the
+decoding controls shown for each method (`decoding_controls`, `shown_for`); the example pictures (`examples`:
+the samples shipped inside the package, then Shapes scenes when `data/shapes` is built; the server lets the
+page read these two folders and no other). Components only: `vqa.demo.app` assembles the page and wires them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
 from ..config import DECODING_METHODS, GenerationConfig
-from .examples import examples
+from ..data.samples import SAMPLES, sample_entries
 from .handlers import MAX_QUESTION_CHARS, MEAN, ui_fields
 from .uploads import picture_input
 
 MAX_TOP_K = GenerationConfig.ui_bounds("num_beams")[1]  # answers listed at most: beams (the top-k slider)
+SHAPES = Path("data") / "shapes"  # relative: the folder the demo is started from, as for runs/tiny
+
+
+def examples() -> list[list[str]]:
+    """[image path, question] pairs: the sample pictures, then a few Shapes val images if the set is built."""
+    out = [[str(SAMPLES / e["file"]), e["question"]] for e in sample_entries()]
+    shapes = SHAPES.resolve()
+    qfile = shapes / "v2_OpenEnded_mscoco_val_questions.json"
+    if qfile.is_file():
+        try:
+            seen = set()
+            for q in json.loads(qfile.read_text())["questions"]:
+                path = shapes / "val" / f"COCO_val_{q['image_id']:012d}.png"
+                if q["image_id"] not in seen and path.is_file():
+                    seen.add(q["image_id"])
+                    out.append([str(path), q["question"]])
+                if len(seen) >= 6:
+                    break
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a half-built set: no Shapes examples
+    return out
 
 
 def shown_for(method: str) -> list[bool]:

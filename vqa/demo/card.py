@@ -26,30 +26,31 @@ def training_data(card: dict) -> tuple[str, Path | None]:
     folder = Path(str(data))
     split = card.get("train_split") or "train"
     here = folder if folder.is_dir() else None
-    if (folder / "shapes_info.json").is_file() or (here is None and folder.name == "shapes"):
+    for name in ("shapes", "scenes", "glyphs"):
+        if (folder / f"{name}_info.json").is_file() or (here is None and folder.name == name):
+            pictures, asked = _built_in(name)
+            return (f"the built-in **{name.title()}** set (`{data}`, split {split}): synthetic 64 px {pictures}, with "
+                    f"questions about colour, {asked}, existence, counting, position and comparison. It has seen "
+                    "nothing else: about photographs or other drawings its answers are guesses"), here
+    return f"`{data}` (split {split})", here
+
+
+def _built_in(name: str) -> tuple[str, str]:
+    """A built-in set's pictures in words, and what its questions ask beside colour."""
+    if name == "shapes":
         from ..data.synthetic import shapes_layout as scene
 
-        what = (f"the built-in **Shapes** set (`{data}`, split {split}): synthetic 64 px scenes of 1 to 6 flat "
-                f"objects ({', '.join(scene.SHAPES)}; {len(scene.COLORS)} colours, 2 sizes) on grey backgrounds, with "
-                "questions about colour, shape, existence, counting, position and comparison. It has seen "
-                "nothing else: about photographs or other drawings its answers are guesses")
-    elif (folder / "scenes_info.json").is_file() or (here is None and folder.name == "scenes"):
+        return (f"scenes of 1 to 6 flat objects ({', '.join(scene.SHAPES)}; {len(scene.COLORS)} colours, 2 sizes) on "
+                "grey backgrounds"), "shape"
+    if name == "scenes":
         from ..data.synthetic import scenes_layout as scene
 
-        what = (f"the built-in **Scenes** set (`{data}`, split {split}): synthetic 64 px scenes of 1 to 6 outlined "
-                f"objects ({', '.join(scene.KINDS)}; {len(scene.COLOURS)} colours) on patterned backgrounds, with "
-                "questions about colour, kind, existence, counting, position and comparison. It has seen "
-                "nothing else: about photographs or other drawings its answers are guesses")
-    elif (folder / "glyphs_info.json").is_file() or (here is None and folder.name == "glyphs"):
-        from ..data.synthetic import glyphs_layout as scene
+        return (f"scenes of 1 to 6 outlined objects ({', '.join(scene.KINDS)}; {len(scene.COLOURS)} colours) on "
+                "patterned backgrounds"), "kind"
+    from ..data.synthetic import glyphs_layout as scene
 
-        what = (f"the built-in **Glyphs** set (`{data}`, split {split}): synthetic 64 px pictures of 1 to 4 written "
-                f"characters (A-Z, 0-9, {', '.join(scene.SYMBOLS)}; {len(scene.INKS)} inks, Pillow's built-in font) "
-                "on paper-like pages, with questions about colour, character, existence, counting, position and "
-                "comparison. It has seen nothing else: about photographs or other drawings its answers are guesses")
-    else:
-        what = f"`{data}` (split {split})"
-    return what, here
+    return (f"pictures of 1 to 4 written characters (A-Z, 0-9, {', '.join(scene.SYMBOLS)}; {len(scene.INKS)} inks, "
+            "Pillow's built-in font) on paper-like pages"), "character"
 
 
 def vit_kind(cfg) -> str:

@@ -1,6 +1,6 @@
-"""The attention explorer's logic: its handlers (`Explorer`, callable without a server), the user's handle to
-an explanation (`Explained`) and the views drawn from one. The tab's components are `vqa.demo.explorer_tab`'s,
-their wiring `vqa.demo.events`'.
+"""The attention explorer tab: its handlers (`Explorer`, callable without a server), the user's handle to an
+explanation (`Explained`), the views drawn from one and the tab's components (`build_tab`, an `ExplorerTab`),
+which `vqa.demo.app` wires to the handlers.
 
 It explains the user's last answer or caption with the model's own attention weights, read on a separate
 pass (`Predictor.explain`): the masked self-attention matrix, the chosen token's cross-attention in every
@@ -18,15 +18,27 @@ import tempfile
 import threading
 import weakref
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 
 from ..config.generation import in_range
 from ..errors import VQAError
+from ..inference import figures as af
 from .handlers import MEAN, display_image
 from .uploads import fail
 
+EXPLORER_INTRO = """
+### How the model read the picture
+Ask a question or caption a picture first; this tab then explains that last answer with the model's own
+attention weights, read on a separate pass. **Masked self-attention**: how each token of the prompt and the
+answer reads the tokens before it (rows: the reading token; the grey triangle is masked). **Cross-attention**:
+where a generated word looks in the picture, in every decoder layer and head. **Query against the keys**: the
+two steps of attention for that word: the raw scores q.k/sqrt(d), then the softmax. **ViT**: where one image
+patch looks inside the image encoder (by default the patch the word looks at most), so it can be followed
+into the ViT and out to the word. Export writes the pictures as PNG and every array as `.npz`.
+"""
 EMPTY_HINT = "*Ask a question or caption a picture first; this tab then explains the answer.*"
 # export folders kept on disk, from all users: gradio serves its own copy of each file (in its cache, which
 # delete_cache empties), so a folder is needed only until its export has been handed over; older ones go
@@ -36,34 +48,23 @@ EXPORTS_KEPT = 8
 EXPLANATIONS_KEPT = 8
 
 
-def explorer_views(e, token: int, layer: int, head: int, row: int, col: int, cross: int) -> tuple:
-    """The four pictures: self-attention of decoder layer `layer`, the token's cross-attention grid, its query
-    against the keys in cross-attention layer `cross`, the ViT patch's attention (`head` MEAN: every head and
-    the mean; the query/keys figure then shows head 0)."""
-    from ..inference import figures as af
-
-    head_one = None if head == MEAN else head
-    return (af.self_attention_figure(e, layer, head_one), af.cross_attention_grid(e, token),
-            af.query_keys_figure(e, token, cross, 0 if head == MEAN else head), af.vit_patch_figure(e, row, col))
-
-
 def cross_choices(cfg) -> list[tuple[str, int]]:
     """The cross-attention layers, each named by the decoder layer it belongs to (the llama layout has one
     before every dec_cross_every-th layer of the language model)."""
     return [(f"layer {i + 1}", j) for j, i in enumerate(cfg.cross_layer_ids)]
 
 
-def explorer_choices(e) -> list[tuple[str, int]]:
-    return [(f"{i + 1}. {t}", i) for i, t in enumerate(e.generated)]
-
-
-def _user_errors(method):
-    """`method` with a bad control value (one no control offers: an API caller's) as the page's message."""
+def _explained(method):
+    """`method` given the user's Explanation (none yet: a message saying so), with a bad control value (one no
+    control offers: an API caller's) as the page's message."""
 
     @functools.wraps(method)
     def guarded(self, e, *args):
+        if e is None:
+            raise gr.Error("Open this tab after asking a question or captioning a picture.",
+                           title="Nothing to explain yet", print_exception=False)
         try:
-            return method(self, e, *args)
+            return method(self, self.explanation(e), *args)
         except gr.Error:
             raise
         except (VQAError, IndexError, ValueError, TypeError, OverflowError) as err:
@@ -80,12 +81,6 @@ class Explained:
 
     def __init__(self, state: dict):
         self.state = state
-
-
-def _check(e):
-    if e is None:
-        raise gr.Error("Open this tab after asking a question or captioning a picture.",
-                       title="Nothing to explain yet", print_exception=False)
 
 
 def controls(e, token, layer, head, cross=None) -> tuple[int, int, int, int]:
@@ -126,8 +121,6 @@ class Explorer:
     def explain(self, state):
         """Explain the user's last answer or caption: the user's handle to it (`Explained`), the controls
         set for it, the views."""
-        from ..inference.figures import top_patch
-
         cfg = self.pred.cfg
         if not state or state.get("result") is None:  # opened before any question: say what to do
             return (None, gr.Dropdown(choices=[], value=None), gr.Dropdown(), gr.Dropdown(), gr.Slider(),
@@ -135,14 +128,17 @@ class Explorer:
         handle = Explained(state)
         e = self.explanation(handle)
         layer, head, cross = cfg.dec_depth - 1, MEAN, cfg.cross_layers - 1
-        row, col = top_patch(e, 0)
-        views = explorer_views(e, 0, layer, head, row, col, cross)
+        row, col = af.top_patch(e, 0)
+        # every head and their mean; the query/keys figure: head 0
+        views = (af.self_attention_figure(e, layer), af.cross_attention_grid(e, 0),
+                 af.query_keys_figure(e, 0, cross, 0), af.vit_patch_figure(e, row, col))
         what = f'"{e.question}" → "{e.text}"' if e.question is not None else f'caption: "{e.text}"'
         crossed = ("" if cfg.cross_layers == cfg.dec_depth else
                    f" ({cfg.cross_layers} with cross-attention: layers {', '.join(n for n, _ in cross_choices(cfg))})")
         info = (f"Explaining {what}: {len(e.tokens)} tokens ({e.prompt_len} of prompt), {cfg.dec_depth} decoder "
                 f"layers{crossed} x {cfg.dec_heads} heads, a {e.grid}x{e.grid} patch grid.")
-        token = gr.Dropdown(choices=explorer_choices(e), value=0 if e.generated else None)
+        token = gr.Dropdown(choices=[(f"{i + 1}. {t}", i) for i, t in enumerate(e.generated)],
+                            value=0 if e.generated else None)
         return (handle, token, gr.Dropdown(value=layer), gr.Dropdown(value=head), gr.Slider(value=row + 1),
                 gr.Slider(value=col + 1), info, *views, gr.Dropdown(value=cross))
 
@@ -167,44 +163,30 @@ class Explorer:
                 self._recent.popitem(last=False)
         return built
 
-    @_user_errors
+    @_explained
     def redraw_self(self, e, token, layer, head, cross=None):
         """A new layer, head or cross-attention layer: (self-attention, query against the keys)."""
-        from ..inference import figures as af
-
-        _check(e)
-        e = self.explanation(e)
         token, layer, head, cross = controls(e, token, layer, head, cross)
         qk = af.query_keys_figure(e, token, cross, 0 if head == MEAN else head)
         return af.self_attention_figure(e, layer, None if head == MEAN else head), qk
 
-    @_user_errors
+    @_explained
     def redraw_token(self, e, token, layer, head, cross=None):
         """A new token: its cross-attention grid, its query against the keys, and the ViT from its top patch."""
-        from ..inference import figures as af
-
-        _check(e)
-        e = self.explanation(e)
         token, layer, head, cross = controls(e, token, layer, head, cross)
         row, col = af.top_patch(e, token)
         return (af.cross_attention_grid(e, token), af.query_keys_figure(e, token, cross, 0 if head == MEAN else head),
                 af.vit_patch_figure(e, row, col), gr.Slider(value=row + 1), gr.Slider(value=col + 1))
 
-    @_user_errors
+    @_explained
     def redraw_patch(self, e, row, col):
         """A new ViT patch (row and column counted from 1)."""
-        from ..inference import figures as af
-
-        _check(e)
-        e = self.explanation(e)
         return af.vit_patch_figure(e, *patch(e, row, col))
 
-    @_user_errors
+    @_explained
     def export(self, e, token, layer, head, row, col, cross=None):
         """The pictures as PNG and the arrays as .npz, in a new temporary folder: their paths. Only the last
         `keep` folders are kept (gradio has copied the older ones into its cache by then)."""
-        _check(e)
-        e = self.explanation(e)
         (token, layer, head, cross), where = controls(e, token, layer, head, cross), patch(e, row, col)
         folder = Path(tempfile.mkdtemp(prefix="vqa-attention-"))
         try:
@@ -224,3 +206,61 @@ def _remove(folders) -> None:
     for folder in list(folders):
         shutil.rmtree(folder, ignore_errors=True)
 
+
+# ------------------------------------------------------------------------------------------- the tab
+
+
+@dataclass
+class ExplorerTab:
+    """The tab and its components."""
+
+    tab: gr.Tab
+    token: gr.Dropdown
+    layer: gr.Dropdown
+    head: gr.Dropdown
+    cross: gr.Dropdown
+    row: gr.Slider
+    col: gr.Slider
+    explain_btn: gr.Button
+    export_btn: gr.Button
+    info: gr.Markdown
+    self_img: gr.Image
+    cross_img: gr.Image
+    qk_img: gr.Image
+    vit_img: gr.Image
+    files: gr.File
+
+
+def build_tab(cfg, grid: int) -> ExplorerTab:
+    """The "Attention explorer" tab, inside the page's gr.Tabs, for a decoder of `cfg` and a `grid` x `grid`
+    patch grid."""
+    with gr.Tab("Attention explorer", id="explorer", elem_id="explorer-tab") as tab:
+        gr.Markdown(EXPLORER_INTRO)
+        with gr.Row(equal_height=True):
+            token = gr.Dropdown([], label="Generated token (its query)", elem_id="ex-token", scale=2)
+            layer = gr.Dropdown([(f"layer {i + 1}", i) for i in range(cfg.dec_depth)],
+                                value=cfg.dec_depth - 1, label="Decoder layer (self-attention)", elem_id="ex-layer")
+            cross = gr.Dropdown(cross_choices(cfg), value=cfg.cross_layers - 1,
+                                label="Cross-attention layer (query against the keys)", elem_id="ex-cross")
+            head = gr.Dropdown([("every head and the mean", MEAN)]
+                               + [(f"head {i + 1}", i) for i in range(cfg.dec_heads)],
+                               value=MEAN, label="Head", elem_id="ex-head")
+            row = gr.Slider(1, grid, value=1, step=1, label="ViT: patch row", elem_id="ex-row")
+            col = gr.Slider(1, grid, value=1, step=1, label="ViT: patch column", elem_id="ex-col")
+        with gr.Row():
+            explain_btn = gr.Button("Explain the last answer", variant="primary", elem_id="explain-button")
+            export_btn = gr.Button("Export (PNG + .npz)", elem_id="export-button")
+        info = gr.Markdown(elem_id="explorer-info")
+        with gr.Row():
+            self_img = gr.Image(label="Masked self-attention (prompt + generated tokens)", type="pil",
+                                format="png", interactive=False, show_label=False, elem_id="self-attention")
+            cross_img = gr.Image(label="Cross-attention of the token: layers x heads", type="pil",
+                                 format="png", interactive=False, show_label=False, elem_id="cross-grid")
+        qk_img = gr.Image(label="The token's query against every image key: scores, then softmax",
+                          type="pil", format="png", interactive=False, show_label=False, elem_id="query-keys")
+        with gr.Row():
+            vit_img = gr.Image(label="Inside the ViT: self-attention from one patch", type="pil",
+                               format="png", interactive=False, show_label=False, elem_id="vit-attention")
+            files = gr.File(label="Export", file_count="multiple", interactive=False, elem_id="export")
+    return ExplorerTab(tab, token, layer, head, cross, row, col, explain_btn, export_btn, info, self_img, cross_img,
+                       qk_img, vit_img, files)

@@ -13,8 +13,7 @@ leave-one-out nearest-neighbour distance), with a 25% margin: a picture farther 
 than 1.25 x the farthest any training picture lies from the rest gets ratio > 1. This is the deep nearest-
 neighbour test of Sun et al. (2022, "Out-of-distribution detection with deep nearest neighbors") with the
 threshold taken from the reference itself. It is a warning, not a guarantee: a drawing close to the
-training style (a red ball and a blue box on a table, for a Shapes model) may pass, as the demo's still life
-does (ratio 0.84) where its photo-like samples are warned (4.5 and 6.8).
+training style (a red ball and a blue box on a table, for a Shapes model) may pass.
 """
 
 from __future__ import annotations

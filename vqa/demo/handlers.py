@@ -1,4 +1,4 @@
-"""The Ask and Caption tabs' handlers, callable without a Gradio server.
+"""The Ask, Caption and Find tabs' handlers, callable without a Gradio server.
 
 `Handlers(pred, server)` holds a `vqa.Predictor` and the batching layer in front of it
 (`vqa.inference.serving.SharedPredictor`); its methods take the page's inputs and return its outputs:
@@ -7,6 +7,12 @@
     answer, top_answers, word_radio, note, state = h.ask("photo.png", "what color is it?", 3, None)
     text, details, word_radio, state = h.caption("photo.png", "greedy", *control_values, None)
     picture = h.heatmap(0, MEAN, MEAN, state)            # where the model looked for word 0
+    picture, line = Finder(pred).find("photo.png", "the red star")   # the Find tab's /point
+
+`streamed_ask` / `streamed_caption` are /ask and /caption as generators: the text as it is decoded
+(`vqa.inference.streaming.run_streamed`, through the batch's `on_tokens` hook), then the same outputs, so
+streaming changes no result and requests still share batched calls; a page that leaves stops reading while
+its batch finishes for the others.
 
 Bad input (no picture, an empty question, an unreadable or oversized picture, a decoding setting or top-k
 outside the bounds its control shows, which an API caller is held to as well) raises a `gr.Error` with the message the
@@ -18,16 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gradio as gr
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from ..config import DECODING_METHODS, GenerationConfig
 from ..config.generation import in_range
 from ..errors import ConfigError, VQAError
+from ..inference.pointing import Point, object_words
 from ..inference.serving import Busy
+from ..inference.streaming import run_streamed
 from .uploads import DECODING, DecodeBudget, decoded_bytes, fail
 
 MAX_QUESTION_CHARS = 1000  # longer questions are cut here, then to the model's context by the tokenizer
@@ -35,6 +45,7 @@ DISPLAY_SIDE = 480  # heatmaps are drawn on a copy of the picture this big (long
 DISPLAY_QUALITY = 90  # a user keeps its display copy as a JPEG of this quality, a fraction of its raw pixels
 MEAN = -1  # the layer / head selector value meaning "average them all"
 NO_PICTURE = "Please upload a picture or pick an example first."
+MARK = (255, 0, 255)  # the Find tab's marks, magenta: rare in photos and in the Shapes / Scenes colours
 
 
 def busy(e: Exception) -> gr.Error:
@@ -43,6 +54,17 @@ def busy(e: Exception) -> gr.Error:
 
 def no_picture() -> gr.Error:
     return gr.Error(NO_PICTURE, title="No picture", print_exception=False)
+
+
+@contextmanager
+def page_errors(image: Any, also: tuple = ()) -> Iterator[None]:
+    """Busy, a VQAError and the `also` exceptions as the page's message about `image` (without server paths)."""
+    try:
+        yield
+    except Busy as e:
+        raise busy(e) from None
+    except (VQAError, *also) as e:
+        raise fail(e, image) from None
 
 
 def check_question(question: Any) -> tuple[str, list[str]]:
@@ -64,8 +86,9 @@ def display_copy(img: Image.Image) -> Image.Image:
     return img.resize(size, Image.Resampling.BICUBIC)
 
 
-def word_choices(words: list[str]) -> list[tuple[str, int]]:
-    return [(f"{i + 1}. {w}", i) for i, w in enumerate(words)]
+def word_radio(words: list[str]) -> gr.Radio:
+    """The word selector of a new answer or caption, its first word chosen."""
+    return gr.Radio(choices=[(f"{i + 1}. {w}", i) for i, w in enumerate(words)], value=0 if words else None)
 
 
 def display_image(pred, state: dict, budget: DecodeBudget = DECODING) -> Image.Image:
@@ -155,21 +178,15 @@ class Handlers:
 
     def ask(self, image, question, top_k, state, on_tokens=None):
         """(answer, {answer: probability}, the word selector, notes in markdown, the new state). `on_tokens`:
-        the batch's streaming hook (`SharedPredictor.answer`; `vqa.demo.streaming`)."""
+        the batch's streaming hook (`SharedPredictor.answer`; `streamed_ask`)."""
         pred = self.pred
         if image is None:
             raise no_picture()
         question, notes = check_question(question)
         top_k = answers_to_list(top_k)
-        try:
-            with self.budget.hold(decoded_bytes(image)):
-                pixels = pred.model_input(image)  # the decoded picture is let go here: the model reads pixels
-            res, ratio = self.server.answer(pixels, question, top_k, **_hook(on_tokens))
+        with page_errors(image):
+            res, ratio = self.server.answer(self._pixels(image), question, top_k, **_hook(on_tokens))
             state = state_from(image, res)
-        except Busy as e:
-            raise busy(e) from None
-        except VQAError as e:
-            raise fail(e, image) from None
         notes += unfamiliar_note(ratio)
         if res.truncated:
             notes.append("The question was too long for the model: only its first "
@@ -178,8 +195,7 @@ class Handlers:
             notes.append("Some characters (emoji, or a script the model never saw) are unknown to this model "
                          "and were read as `<unk>`.")
         label = {a or "(empty)": p for a, p in res.top_k}
-        words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
-        return res.answer, label, words, "\n\n".join(notes), state
+        return res.answer, label, word_radio(state["words"]), "\n\n".join(notes), state
 
     def caption(self, image, method, *values, on_tokens=None):
         """`values`: the decoding controls (GenerationConfig's `ui` fields, in order), then the state.
@@ -191,29 +207,97 @@ class Handlers:
             settings = decoding_settings(method, values)
         except (ConfigError, TypeError, ValueError) as e:
             raise gr.Error(f"Bad decoding setting: {e}", title="Bad setting", print_exception=False) from None
-        try:
-            with self.budget.hold(decoded_bytes(image)):
-                pixels = self.pred.model_input(image)
-            res, ratio = self.server.caption(pixels, settings, **_hook(on_tokens))
+        with page_errors(image):
+            res, ratio = self.server.caption(self._pixels(image), settings, **_hook(on_tokens))
             state = state_from(image, res)
-        except Busy as e:
-            raise busy(e) from None
-        except VQAError as e:
-            raise fail(e, image) from None
         if res.beams:
             details = "\n".join(f"{i}. {c or '(empty)'} — log-prob {s:.2f}" for i, (c, s) in enumerate(res.beams, 1))
         else:
             details = f"log-prob {res.log_prob:.2f} ({settings.method}" + (
                 f", seed {settings.seed})" if DECODING_METHODS[settings.method].random else ")")
         details = "\n\n".join([details, *unfamiliar_note(ratio)])
-        words = gr.Radio(choices=word_choices(state["words"]), value=0 if state["words"] else None)
-        return res.caption, details, words, state
+        return res.caption, details, word_radio(state["words"]), state
 
     def heatmap(self, word, layer, head, state):
         """The heatmap of word `word` (its index) in decoder layer `layer` and head `head` (MEAN: all)."""
-        try:
+        with page_errors((state or {}).get("source"), (ValueError, TypeError, IndexError)):
             return draw_heatmap(self.pred, state, word, layer, head, self.budget)
-        except Busy as e:
-            raise busy(e) from None
-        except (VQAError, ValueError, TypeError, IndexError) as e:
-            raise fail(e, (state or {}).get("source")) from None
+
+    def streamed_ask(self, image, question, top_k, state):
+        """/ask as a generator: the answer as it is decoded, then `ask`'s outputs."""
+        yield from self._streamed(lambda hook: self.ask(image, question, top_k, state, on_tokens=hook), 4)
+
+    def streamed_caption(self, image, method, *values):
+        """/caption as a generator: the caption as it is decoded, then `caption`'s outputs."""
+        yield from self._streamed(lambda hook: self.caption(image, method, *values, on_tokens=hook), 3)
+
+    def _streamed(self, call, skipped: int):
+        """(text so far, `skipped` x gr.skip()) as the tokens come, then `call(hook)`'s own outputs."""
+        outputs, _ = yield from run_streamed(call, self.pred.tokenizer.decode,
+                                             lambda text: (text, *[gr.skip()] * skipped), stop_early=False)
+        yield outputs
+
+    def _pixels(self, image):
+        """The model's input of `image`; its decoded picture is held within the budget until then."""
+        with self.budget.hold(decoded_bytes(image)):
+            return self.pred.model_input(image)
+
+
+# ------------------------------------------------------------------------------------------- the Find tab
+
+
+def mark_sizes(size: tuple[int, int]) -> tuple[int, int]:
+    """(line width, ring radius) in pixels for a picture of `size`: visible at any size once scaled to fit."""
+    side = max(size)
+    return max(2, round(side / 160)), max(4, round(side / 40))
+
+
+def marked(picture: Image.Image, found: Point) -> Image.Image:
+    """A copy of `picture` with `found` drawn on it (its box's outline, a ring at its point); unmarked when
+    the model says there is none."""
+    out = picture.copy()
+    if not found.found:
+        return out
+    width, radius = mark_sizes(out.size)
+    left, top, right, bottom = (round(v) for v in found.box)
+    draw = ImageDraw.Draw(out)
+    draw.rectangle((left, top, max(left, right - 1), max(top, bottom - 1)), outline=MARK, width=width)
+    x, y = found.point
+    draw.ellipse((x - radius, y - radius, x + radius, y + radius), outline=MARK, width=width)
+    return out
+
+
+def found_line(found: Point) -> str:
+    """What the page says of `found`, in markdown."""
+    if not found.found:
+        return f"The model says there is no {object_words(found.phrase)}."
+    (x, y), (left, top, right, bottom) = found.point, found.box
+    return (f"**{object_words(found.phrase)}**: found at ({x:.0f}, {y:.0f}), in the box ({left:.0f}, {top:.0f}) to "
+            f"({right:.0f}, {bottom:.0f}), in the picture's pixels. The model's colour for it: {found.colour}.")
+
+
+def check_object(phrase: Any) -> str:
+    """The object to find, cut to MAX_QUESTION_CHARS; none named: a gr.Error."""
+    if not isinstance(phrase, str) or not phrase.strip() or not object_words(phrase):
+        raise gr.Error('Please name the object to find, e.g. "the red circle".', title="Nothing to find",
+                       print_exception=False)
+    return phrase[:MAX_QUESTION_CHARS]
+
+
+class Finder:
+    """The Find tab's `find` around `pred` (a `vqa.Predictor`): where the model says a named object is
+    (`Predictor.point`), marked on a copy of the user's picture in its own pixels (the box's outline, a ring at
+    the point), or that it says there is none (unmarked). The upload is held within `budget` until drawn on."""
+
+    def __init__(self, pred, budget: DecodeBudget = DECODING):
+        self.pred, self.budget = pred, budget
+
+    def find(self, image: Any, phrase: Any) -> tuple[Image.Image, str]:
+        """(the picture marked where the model says `phrase` is, the line that says so)."""
+        if image is None:
+            raise no_picture()
+        phrase = check_object(phrase)
+        with page_errors(image), self.budget.hold(decoded_bytes(image)):
+            picture = self.pred.load(image)
+            found = self.pred.point(picture, phrase)
+            return marked(picture, found), found_line(found)

@@ -24,11 +24,6 @@ def queue_sizes(max_batch: int = MAX_BATCH, concurrency: int | None = None,
     return concurrency, queue_size
 
 
-def _env_port() -> int | None:
-    value = os.environ.get("GRADIO_SERVER_PORT", "").strip()
-    return int(value) if value.isdigit() else None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, metavar="RUN",
                    help=f"a run or checkpoint folder (default: {DEFAULT_RUN} if it holds one), or a Hugging Face "
@@ -64,9 +59,10 @@ def check(args: argparse.Namespace) -> str | None:
     if args.host is None:
         args.host = os.environ.get("GRADIO_SERVER_NAME", "").strip() or DEFAULT_HOST
     if args.port is None:
-        if os.environ.get("GRADIO_SERVER_PORT", "").strip() and _env_port() is None:
+        value = os.environ.get("GRADIO_SERVER_PORT", "").strip()
+        if value and not value.isdigit():
             return f"GRADIO_SERVER_PORT must be a port number, got {os.environ['GRADIO_SERVER_PORT']!r}"
-        args.port = _env_port()
+        args.port = int(value) if value else None
     if args.max_batch < 1 or args.batch_wait < 0:
         return "--max-batch must be at least 1 and --batch-wait at least 0"
     if args.port is not None and not 1 <= args.port <= 65535:

@@ -18,8 +18,7 @@ from ..errors import VQAError
 from ..inference.warmup import BackgroundWarmUp, warm_up
 from ..logs import get_logger
 from .app import USERS_KEPT, build_app
-from .ask_tab import MAX_TOP_K
-from .examples import SAMPLES, SHAPES
+from .ask_tab import MAX_TOP_K, SAMPLES, SHAPES
 from .options import DEFAULT_HOST, DEFAULT_RUN, MAX_BATCH, add_arguments, check, queue_sizes
 from .uploads import give_back_decoded_memory
 

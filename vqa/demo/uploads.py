@@ -95,11 +95,9 @@ def check_pixels(path: Any, shown: str = "the uploaded file") -> None:
     limit = images.MAX_PIXELS
     try:
         size = picture_size(path)
-    except Image.DecompressionBombError:
-        size = None
-        what = f"{shown} is"
-    else:
         what = f"{shown} is {size[0]}x{size[1]} = {size[0] * size[1]:,} pixels," if size else ""
+    except Image.DecompressionBombError:
+        size, what = None, f"{shown} is"
     if what and (size is None or size[0] * size[1] > limit):
         raise gr.Error(f"{what} over the demo's limit of {limit:,} pixels. Please upload a smaller picture.",
                        title="Picture too large", print_exception=False)

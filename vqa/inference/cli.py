@@ -132,37 +132,29 @@ def run(args) -> int:
             (x, y), box = found.point, found.box
             print(f"point {x:.0f} {y:.0f}  box {box[0]:.0f} {box[1]:.0f} {box[2]:.0f} {box[3]:.0f}")
         return 0
-    if args.command == "ask":
-        settings = pred.answer_settings(args.top_k, changes=given(args, GenerationConfig, ASK_RENAME))
-        if _streams(args):
-            res = print_stream(pred.stream(args.image, args.question, args.top_k, settings), sys.stdout)
-        else:
-            res = pred.answer(args.image, args.question, top_k=args.top_k, generation=settings)
-        written = _attention_out(pred, args, res)
-        if args.json:
-            print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
-            return 0
-        if not _streams(args):
-            print(res.answer)
-        if args.top_k > 1:
-            width = max(len(a) for a, _ in res.top_k)
-            for i, (a, p) in enumerate(res.top_k, 1):
-                print(f"  {i}. {a:<{width}}  {100 * p:5.1f}%")
-        if res.truncated:
-            print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens "
-                  "to fit the model)")
-        _say_cut(res, "answer")
-        return 0
+    ask = args.command == "ask"  # an answer or a caption, printed as it is decoded on a terminal
+    kw = given(args, GenerationConfig, ASK_RENAME if ask else None)
+    if ask:
+        kw = dict(question=args.question, top_k=args.top_k, generation=pred.answer_settings(args.top_k, changes=kw))
     if _streams(args):
-        res = print_stream(pred.stream(args.image, **given(args, GenerationConfig)), sys.stdout)
+        res = print_stream(pred.stream(args.image, **kw), sys.stdout)
     else:
-        res = pred.caption(args.image, **given(args, GenerationConfig))
+        res = (pred.answer if ask else pred.caption)(args.image, **kw)
     written = _attention_out(pred, args, res)
     if args.json:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
+        if ask:
+            return 0
     elif not _streams(args):
-        print(res.caption)
-    _say_cut(res, "caption")
+        print(res.answer if ask else res.caption)
+    if ask and args.top_k > 1:
+        width = max(len(a) for a, _ in res.top_k)
+        for i, (a, p) in enumerate(res.top_k, 1):
+            print(f"  {i}. {a:<{width}}  {100 * p:5.1f}%")
+    if ask and res.truncated:
+        print(f"(the question was cut to {pred.tokenizer.max_question_tokens(pred.cfg.dec_max_len)} tokens to fit "
+              "the model)")
+    _say_cut(res, "answer" if ask else "caption")
     return 0
 
 

@@ -105,27 +105,34 @@ def self_attention_figure(e, layer: int, head: int | None = None) -> Image.Image
     return to_image(fig)
 
 
+def _map_grid(e, maps, heads: list[int], title, thumb: int, mark=None):
+    """A figure of `maps` [L, H, grid, grid] over the picture: a row per layer, a column per head in `heads` and
+    one for the mean over all heads, each map on its own scale with the patch grid drawn (and `mark` outlined);
+    `title(layer, name, map)` names a panel."""
+    small = _thumb(e, thumb)
+    aspect = small.height / small.width
+    fig = _figure(1.75 * (len(heads) + 1) + 0.3, 1.75 * aspect * maps.shape[0] + 0.9)
+    for layer in range(maps.shape[0]):
+        for j, h in enumerate([*heads, None]):
+            m = maps[layer, h] if h is not None else maps[layer].mean(0)
+            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size, resize=e.resize), e.grid,
+                                  e.image_size, mark=mark, resize=e.resize)
+            ax = fig.add_subplot(maps.shape[0], len(heads) + 1, layer * (len(heads) + 1) + j + 1)
+            ax.imshow(img)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(title(layer, f"head {h + 1}" if h is not None else "mean of heads", m), fontsize=7)
+    return fig
+
+
 def cross_attention_grid(e, token: int, thumb: int = 150) -> Image.Image:
     """Generated token `token`'s cross-attention over the picture, every layer (rows) x head (columns) and
     the mean over heads (last column), each map scaled to its own range, with the patch grid drawn."""
     if not e.generated:
         return _message("Nothing was generated, so there is no word to follow.")
     maps = e.cross_maps()[token]  # [L, H, grid, grid]
-    n_layers, n_heads = maps.shape[:2]
-    small = _thumb(e, thumb)
-    aspect = small.height / small.width
-    fig = _figure(1.75 * (n_heads + 1) + 0.3, 1.75 * aspect * n_layers + 0.9)
-    for layer in range(n_layers):
-        for h in range(n_heads + 1):
-            m = maps[layer, h] if h < n_heads else maps[layer].mean(0)
-            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size, resize=e.resize), e.grid,
-                                  e.image_size, resize=e.resize)
-            ax = fig.add_subplot(n_layers, n_heads + 1, layer * (n_heads + 1) + h + 1)
-            ax.imshow(img)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            name = f"head {h + 1}" if h < n_heads else "mean of heads"
-            ax.set_title(f"L{e.cross_layer_number(layer)} {name}\nmax {m.max():.2f}, sum {m.sum():.2f}", fontsize=7)
+    fig = _map_grid(e, maps, list(range(maps.shape[1])), thumb=thumb, title=lambda layer, name, m: (
+        f"L{e.cross_layer_number(layer)} {name}\nmax {m.max():.2f}, sum {m.sum():.2f}"))
     fig.suptitle(f'Cross-attention of "{e.generated[token]}" (token {token + 1}) over the picture\ndecoder '
                  "layers (rows) x heads (columns); red = most, each map on its own scale", fontsize=9)
     return to_image(fig)
@@ -184,22 +191,8 @@ def vit_patch_figure(e, row: int, col: int, thumb: int = 150, max_heads: int = 1
     if e.vit_weights.ndim != 4:
         return _message("The ViT's attention could not be read for this model.")
     maps = e.vit_patch_attention(row, col)  # [Lv, Hv, grid, grid]
-    n_layers, n_heads = maps.shape[:2]
-    shown = list(range(min(n_heads, max_heads)))
-    small = _thumb(e, thumb)
-    aspect = small.height / small.width
-    fig = _figure(1.75 * (len(shown) + 1) + 0.3, 1.75 * aspect * n_layers + 0.9)
-    for layer in range(n_layers):
-        for j, h in enumerate([*shown, None]):
-            m = maps[layer, h] if h is not None else maps[layer].mean(0)
-            img = draw_patch_grid(attention_heatmap(small, m, image_size=e.image_size, resize=e.resize), e.grid,
-                                  e.image_size, mark=(row, col), resize=e.resize)
-            ax = fig.add_subplot(n_layers, len(shown) + 1, layer * (len(shown) + 1) + j + 1)
-            ax.imshow(img)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            name = f"head {h + 1}" if h is not None else "mean of heads"
-            ax.set_title(f"ViT L{layer + 1} {name}", fontsize=7)
+    fig = _map_grid(e, maps, list(range(min(maps.shape[1], max_heads))), thumb=thumb, mark=(row, col),
+                    title=lambda layer, name, m: f"ViT L{layer + 1} {name}")
     fig.suptitle(f"ViT self-attention from patch (row {row + 1}, column {col + 1}, outlined)\nencoder layers "
                  "(rows) x heads (columns); red = most", fontsize=9)
     return to_image(fig)

@@ -62,13 +62,10 @@ def attention_heatmap(image: Any, maps, layer: int | None = None, head: int | No
     """`image` (as the user gave it) with an attention map laid over it, same size as the image.
 
     `maps` is [L, H, grid, grid] (averaged over layers and heads unless `layer` / `head` picks one, 0-based)
-    or a single [grid, grid] map. The map covers the letterboxed square the model saw (`image_size` px, by
-    default grid * 8 — pass the model's `vit_image_size` for exact placement); only the part over the picture
-    is kept, stretched back onto it with bilinear interpolation. Values are scaled to 0..1 (min to max over
-    the picture) before the colormap (turbo: dark red = most), so the picture shows where attention is
-    relatively high; the overlay's opacity is `alpha` there and fades to a quarter of it where attention is
-    lowest, so the picture stays visible. `resize`: the model's vit_resize ("squash": the map covers the whole
-    picture)."""
+    or a single [grid, grid] map over the letterboxed square the model saw (`image_size` px, by default
+    grid * 8: pass the model's `vit_image_size` and `resize` for exact placement); the part over the picture is
+    stretched back onto it. The colours show where attention is relatively high (min to max over the picture,
+    turbo: dark red = most); the overlay's opacity `alpha` fades to a quarter of it where attention is lowest."""
     img = image if isinstance(image, Image.Image) and image.mode == "RGB" else load_image(image)
     m = select_map(maps, layer, head)
     up = upsample_map(m, img.width, img.height, image_size or m.shape[-1] * 8, resize)

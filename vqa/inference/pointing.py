@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from ..data.images import load_image
 from ..errors import InputError
 from ..evaluation.pointing import EXISTS_Q, PROBE_Q, peak_patch
 from .heatmaps import letterbox_box, patch_box
@@ -54,15 +53,9 @@ def on_picture(width: int, height: int, grid: int, size: int, resize: str) -> np
     return ((lo < bottom) & (hi > top))[:, None] & ((lo < right) & (hi > left))[None, :]
 
 
-def point_batch(predictor, images: Sequence[Any], phrases: Sequence[str], **changes) -> list[Point]:
-    """`Predictor.point` for each (image, phrase) pair, in one batched decoding."""
-    pictures = [load_image(img) for img in images]
-    return locate(predictor, pictures, [p.size for p in pictures], phrases, **changes)
-
-
 def locate(predictor, inputs: Sequence[Any], sizes: Sequence[tuple[int, int]], phrases: Sequence[str],
            generation=None, **changes) -> list[Point]:
-    """`point_batch` of pictures already read: `inputs` as `answer_batch` takes them (a picture or its model
+    """`Predictor.point_batch` of pictures already read: `inputs` as `answer_batch` takes them (a picture or its model
     input, as a collection's loader makes it), `sizes` each picture's (width, height), where the points go."""
     names = [object_words(p) for p in phrases]
     questions = [EXISTS_Q.format(n) for n in names] + [PROBE_Q.format(n) for n in names]
@@ -82,4 +75,4 @@ def locate(predictor, inputs: Sequence[Any], sizes: Sequence[tuple[int, int]], p
     return out
 
 
-__all__ = ["Point", "locate", "object_words", "on_picture", "point_batch"]
+__all__ = ["Point", "locate", "object_words", "on_picture"]

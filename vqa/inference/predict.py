@@ -33,10 +33,8 @@ end (`Tokenizer.max_question_tokens`) and the result's `truncated` says so. Char
 tokenizer's vocabulary (emoji, scripts absent from training) are spelled in their UTF-8 bytes (byte
 fallback, `vqa.tokenizer`); a tokenizer made before byte fallback gives them as <unk>: the model still answers.
 
-Encodings. The image encoder runs once per distinct image: encodings are kept in a small LRU cache keyed by
-the SHA-1 of the preprocessing (`Preprocess.key`) and the uint8 model input (`vqa.inference.encoding_cache`),
-so a second question about the same picture (from a path, a PIL image or an array alike) only runs the
-decoder. Batched calls encode each distinct image once.
+Encodings. The image encoder runs once per distinct picture (by content: `vqa.inference.picture_inputs`), so a
+second question about the same picture only runs the decoder.
 
 Attention maps. With `return_attention=True` a result carries `attention` [G, L, H, grid, grid]: for each of
 the G generated tokens, every decoder layer's and head's cross-attention weights over the image patches
@@ -44,11 +42,8 @@ the G generated tokens, every decoder layer's and head's cross-attention weights
 one over the original image, undoing the letterbox. Batched calls compute the maps of all rows in one
 teacher-forced pass.
 
-Explaining. `explain(image, question)` (or `explain(image)` for a caption, or `result=` an answer already
-computed) returns a `vqa.inference.explain.Explanation`: every decoder layer's masked self-attention and
-cross-attention weights, the raw scores q.k / sqrt(d) before the softmax, and the ViT's self-attention over
-the patches, read on a separate unfused pass so answering stays on the fused kernels. `image_features`
-gives each picture's pooled encoding, for `vqa.demo.familiarity`.
+Explaining. `explain(image, question)` returns every attention weight behind the answer (`explain(image)`: the
+caption), read on a separate unfused pass. `image_features` gives each picture's pooled encoding.
 """
 
 from __future__ import annotations
@@ -64,6 +59,7 @@ import torch
 from PIL import Image
 
 from ..config import DECODING_METHODS, GenerationConfig, ranking_methods
+from ..data.images import load_image
 from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate, generation_config, patch_maps, score_candidates
@@ -73,9 +69,8 @@ from ..errors import InputError
 from ..identity import checkpoint_identity
 from ..weights.checkpoint import load as load_checkpoint
 from ..weights.checkpoint import resolve as resolve_checkpoint
-from .encoding_cache import EncodingCache
-from .picture_inputs import PictureInputs
-from .pointing import Point, point_batch
+from .picture_inputs import EncodingCache, PictureInputs
+from .pointing import Point, locate
 from .results import Answer, Caption, answers_from_beams, ranked_candidates
 
 # ----------------------------------------------------------------------------------------------- predictor
@@ -92,7 +87,7 @@ class Predictor(PictureInputs):
         torch.bfloat16, "fp32", "bf16", ...). `compile`: decode through the torch.compile'd step
         (`vqa.decoding.compiled`; on a CPU in float32 it pays for long-running use, after seconds of compiling
         per batch shape). Their defaults: `vqa.decoding.precision`. `cache_size`: pictures whose encodings
-        are kept (`vqa.inference.encoding_cache`). `answer_vocab`: texts whose tokens are the only ones an
+        are kept (`vqa.inference.picture_inputs.EncodingCache`). `answer_vocab`: texts whose tokens are the only ones an
         answer may use (see `set_answer_vocab`)."""
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
@@ -182,15 +177,19 @@ class Predictor(PictureInputs):
     def _reached_budget(self, prompt, ids, settings: GenerationConfig) -> bool:
         return len(ids) >= settings.budget(self.cfg.dec_max_len - len(prompt))
 
+    def _attach_maps(self, results: list, memory, index: list[int], prompts) -> None:
+        """Each result's attention maps, all rows in one teacher-forced pass."""
+        for res, m in zip(results, patch_maps(self.model, memory, index, prompts, [r.ids for r in results]),
+                          strict=True):
+            res.attention = m
+
     def _pieces(self, ids: list[int]) -> list[str]:
         return self.tokenizer.pieces(ids)  # word starts keep their space, whatever the tokenizer's marker
 
     def image_features(self, images: Any, cache: bool = True) -> np.ndarray:
         """[B, D]: each image's encoded tokens averaged, L2-normalised (`vqa.demo.familiarity`). With `cache`, the
         encodings come from (and go to) the answer cache; without, they are computed and forgotten."""
-        if _is_single_image(images):
-            images = [images]
-        images = list(images)
+        images = _as_list(images)
         if cache:
             with self._lock:
                 memory, index = self._encode(images)
@@ -251,9 +250,7 @@ class Predictor(PictureInputs):
                      watch=None, **changes) -> list[Answer]:
         """`answer` for each (image, question) pair in one batched decoding; a single image (not in a list)
         is asked every question. Each distinct image is encoded once. `watch`: `generate`'s (streaming)."""
-        if _is_single_image(images):
-            images = [images] * len(questions)
-        images, questions = list(images), list(questions)
+        images, questions = _as_list(images, len(questions)), list(questions)
         if len(images) != len(questions):
             raise InputError(f"{len(images)} images for {len(questions)} questions")
         if not questions:
@@ -277,21 +274,18 @@ class Predictor(PictureInputs):
                                       prompt_ids=list(prompts[b]), ids=list(best),
                                       cut=self._reached_budget(prompts[b], best, settings)))
             if return_attention:
-                maps = patch_maps(self.model, memory, index, prompts, [r.ids for r in results])
-                for res, m in zip(results, maps, strict=True):
-                    res.attention = m
+                self._attach_maps(results, memory, index, prompts)
         return results
 
     def point(self, image: Any, phrase: str, **changes) -> Point:
         """Where the object `phrase` names ("the red star") is in `image`: a point and a box in the picture's
         pixels, or found=False when the model says there is none (`vqa.inference.pointing`)."""
-        return point_batch(self, [image], [phrase], **changes)[0]
+        return self.point_batch([image], [phrase], **changes)[0]
 
     def point_batch(self, images: Sequence[Any], phrases: Sequence[str], **changes) -> list[Point]:
         """`point` for each (image, phrase) pair in one batched decoding."""
-        if _is_single_image(images):
-            images = [images] * len(phrases)
-        return point_batch(self, list(images), list(phrases), **changes)
+        pictures = [load_image(img) for img in _as_list(images, len(phrases))]
+        return locate(self, pictures, [p.size for p in pictures], list(phrases), **changes)
 
     def rank(self, image: Any, question: str, candidates: Sequence[str]) -> list[tuple[str, float]]:
         """The candidate answers sorted by likelihood, with probabilities softmaxed over the candidates."""
@@ -319,9 +313,7 @@ class Predictor(PictureInputs):
     def caption_batch(self, images: Sequence[Any], generation: GenerationConfig | None = None,
                       return_attention: bool = False, watch=None, **changes) -> list[Caption]:
         """`caption` for each image in one batched decoding. `watch`: `generate`'s (streaming)."""
-        if _is_single_image(images):
-            images = [images]
-        images = list(images)
+        images = _as_list(images)
         if not images:
             return []
         settings = self.caption_settings(generation, changes)
@@ -338,9 +330,7 @@ class Predictor(PictureInputs):
                                        beams=beams, tokens=self._pieces(seq), prompt_ids=list(prompt), ids=list(seq),
                                        cut=self._reached_budget(prompt, seq, settings)))
             if return_attention:
-                maps = patch_maps(self.model, memory, index, [prompt] * len(results), [r.ids for r in results])
-                for res, m in zip(results, maps, strict=True):
-                    res.attention = m
+                self._attach_maps(results, memory, index, [prompt] * len(results))
         return results
 
     def stream(self, image: Any, question: str | None = None, top_k: int = 1,
@@ -386,8 +376,10 @@ def _at_least_one_token(settings: GenerationConfig) -> GenerationConfig:
     return settings if settings.min_new_tokens >= 1 else settings.replace(min_new_tokens=1)
 
 
-def _is_single_image(x: Any) -> bool:
-    return isinstance(x, (str, Path, Image.Image, np.ndarray)) or torch.is_tensor(x)
+def _as_list(images: Any, n: int = 1) -> list:
+    """`images` as a list: a single image (not in a list) `n` times."""
+    single = isinstance(images, (str, Path, Image.Image, np.ndarray)) or torch.is_tensor(images)
+    return [images] * n if single else list(images)
 
 
 __all__ = ["Predictor", "Answer", "Caption"]

@@ -32,11 +32,7 @@ class _Generated:
             else:
                 text, idx = groups[-1]
                 groups[-1] = (text + piece, idx + [i])
-        out = []
-        for text, idx in groups:
-            maps = None if self.attention is None else self.attention[idx].mean(0)
-            out.append((text or "·", maps))
-        return out
+        return [(text or "·", None if self.attention is None else self.attention[idx].mean(0)) for text, idx in groups]
 
 
 @dataclass

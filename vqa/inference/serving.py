@@ -5,18 +5,15 @@
 
 As in LitServe (`max_batch_size`, `batch_timeout`): one worker thread takes the first waiting request, waits
 at most `max_wait` seconds for more (or until `max_batch` are there), then calls `run_batch(key, items)` once
-per distinct `key` among them (requests with different decoding settings cannot share a call) and hands each
-caller its own result. While a batch runs, new requests gather, so under load the next batch forms with no
-wait at all. Unlike Gradio's own `batch=True`, a batch waits briefly for company, and one bad request fails
-alone: when a batched call raises, its requests are retried one by one, so each caller gets its own result or
-its own error.
-
-`max_pending` bounds the requests waiting here; one more is refused at once with `Busy` (a message meant for
-a person), never queued without bound.
+per distinct `key` among them (requests with different decoding settings cannot share a call). Unlike
+Gradio's own `batch=True`, a batch waits briefly for company, and one bad request fails alone: a batched call
+that raises is retried one request at a time. `max_pending` bounds the requests waiting; one more is refused
+at once with `Busy`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -25,7 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import DECODING_METHODS
+from ..config import DECODING_METHODS, GenerationConfig
 from ..errors import VQAError
 
 
@@ -148,8 +145,6 @@ class SharedPredictor:
     def caption(self, image: Any, generation=None, on_tokens=None) -> tuple[Any, float | None]:
         """(`Predictor.caption(image, generation, return_attention=...)`, familiarity ratio); `on_tokens`: as
         `answer`'s."""
-        from ..config import GenerationConfig
-
         settings = generation or GenerationConfig.for_task("caption")
         return self.batcher(_key("caption", settings), (image, settings, on_tokens))
 
@@ -177,15 +172,8 @@ def _key(kind: str, settings) -> tuple:
     """The batching key of a request: its kind and decoding settings. A request decoded by a random method
     (sampling) gets a key of its own, so a call and a random generator of its own: its draws (seeded or not)
     never depend on what else was in the batch."""
-    key = (kind, _hashable(settings))
+    key = (kind, dataclasses.astuple(settings))  # a GenerationConfig is a mutable dataclass: its field values
     return key + (object(),) if DECODING_METHODS[settings.method].random else key
-
-
-def _hashable(settings) -> tuple:
-    """A GenerationConfig (a mutable dataclass) as a batching key: its field values."""
-    import dataclasses
-
-    return dataclasses.astuple(settings)
 
 
 __all__ = ["RequestBatcher", "SharedPredictor", "Busy"]

@@ -3,21 +3,17 @@
     for text in p.stream("photo.jpg", "what is on the table?"):   # or p.stream("photo.jpg") for a caption
         print(text)                                                  # the text so far, each time it changes
 
-The decoding runs in a thread of its own through the same `answer_batch` / `caption_batch` as `answer` /
-`caption`, with `generate(watch=)` reporting each step's tokens; the generator yields the decoded text so
-far whenever it changes, and last the result's own text, so the final text always equals the one `answer` /
-`caption` return (their Answer / Caption is the generator's return value). Greedy decoding and sampling grow
-by one token a step; beam search shows its best hypothesis so far (an ended one, or the top live beam),
-which a later step may replace, and for an answer the final text is the answer of the most probable text
-(`vqa.inference.results`). Closing the generator (a consumer that stops reading, a page that is left)
-stops the decoding at its next step.
+The decoding runs in a thread of its own (`run_streamed`) through the same `answer_batch` / `caption_batch` as
+`answer` / `caption`, with `generate(watch=)` reporting each step's tokens; the last text yielded is the
+result's own, and the result (Answer / Caption) is the generator's return value. Beam search shows its best
+hypothesis so far, which a later step may replace. Closing the generator stops the decoding at its next step.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .results import Answer, Caption
@@ -27,53 +23,60 @@ class _Stopped(Exception):
     """Raised inside the decoding when the reader has gone."""
 
 
-def stream(pred, image: Any, question: str | None = None, top_k: int = 1, generation=None,
-           **changes) -> Generator[str, None, Answer | Caption]:
-    """`Predictor.stream`'s generator (see the module docstring)."""
+def run_streamed(call: Callable, decode: Callable[[list[int]], str], show: Callable = lambda text: text,
+                 stop_early: bool = True) -> Generator[Any, None, tuple[Any, str | None]]:
+    """Run `call(hook)` in a thread of its own, `hook(ids)` called with the tokens so far at every step; yield
+    `show(text)` whenever the decoded text changes (a slow reader gets the latest only) and return (`call`'s
+    result, the last text shown), or raise its error. `stop_early`: a reader that leaves stops the decoding at
+    its next step (a shared batch, whose other rows go on, passes False)."""
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
 
-    def watch(rows: list[list[int]]) -> None:
-        if stop.is_set():
-            raise _Stopped
-        events.put(("text", rows[0]))
+    def hook(ids: list[int]) -> None:
+        if stop_early and stop.is_set():
+            raise _Stopped  # nobody reads the error it becomes
+        events.put(("text", list(ids)))
 
     def work() -> None:
         try:
-            if question is None:
-                res = pred.caption_batch([image], generation, watch=watch, **changes)[0]
-            else:
-                res = pred.answer_batch([image], [question], top_k, generation, watch=watch, **changes)[0]
-            events.put(("done", res))
-        except _Stopped:
-            events.put(("stopped", None))
+            events.put(("done", call(hook)))
         except BaseException as e:  # the caller's error, raised where it reads
             events.put(("error", e))
 
-    worker = threading.Thread(target=work, name="vqa-stream", daemon=True)
-    worker.start()
+    threading.Thread(target=work, name="vqa-stream", daemon=True).start()
     shown = None
     try:
         while True:
             kind, value = events.get()
-            while kind == "text" and not events.empty():  # a slow reader gets the latest text only
+            while kind == "text" and not events.empty():
                 kind, value = events.get_nowait()
-            if kind == "text":
-                text = pred.tokenizer.decode(value)
-                if text and text != shown:
-                    shown = text
-                    yield text
-            elif kind == "done":
-                final = value.answer if isinstance(value, Answer) else value.caption
-                if final != shown:
-                    yield final
-                return value
-            elif kind == "error":
+            if kind == "error":
                 raise value
-            else:
-                return None
+            if kind == "done":
+                return value, shown
+            text = decode(value)
+            if text and text != shown:
+                shown = text
+                yield show(text)
     finally:
-        stop.set()  # a reader that leaves early stops the decoding at its next step
+        stop.set()
+
+
+def stream(pred, image: Any, question: str | None = None, top_k: int = 1, generation=None,
+           **changes) -> Generator[str, None, Answer | Caption]:
+    """`Predictor.stream`'s generator (see the module docstring)."""
+
+    def call(hook):
+        watch = lambda rows: hook(rows[0])  # noqa: E731
+        if question is None:
+            return pred.caption_batch([image], generation, watch=watch, **changes)[0]
+        return pred.answer_batch([image], [question], top_k, generation, watch=watch, **changes)[0]
+
+    res, shown = yield from run_streamed(call, pred.tokenizer.decode)
+    final = res.answer if isinstance(res, Answer) else res.caption
+    if final != shown:
+        yield final
+    return res
 
 
 def print_stream(texts: Generator[str, None, Answer | Caption], out) -> Answer | Caption:
@@ -92,4 +95,4 @@ def print_stream(texts: Generator[str, None, Answer | Caption], out) -> Answer |
         shown = text
 
 
-__all__ = ["stream", "print_stream"]
+__all__ = ["stream", "print_stream", "run_streamed"]

@@ -1,11 +1,7 @@
 """Compiling before the first request: a server that decodes through the compiled step (`Predictor.compile`:
 CUDA by default, int8 on a CPU) builds every graph its traffic can need at start-up, so no user waits for the
-compiler (tens of seconds per batch shape, on a GPU too).
-
-`warm_up` builds them before the server listens (CUDA: a CUDA graph is not captured while other threads launch
-kernels). `BackgroundWarmUp` builds them in a thread while the Predictor answers eagerly, and switches it to the
-compiled step once every shape is built: on a CPU compiling takes minutes for a whole server (the demo's 7
-batch shapes of tiny, more under load), too long to keep the first user waiting.
+compiler: `warm_up` before the server listens (CUDA), `BackgroundWarmUp` in a thread while it answers eagerly
+(a CPU, where compiling a whole server takes minutes).
 
 What a graph depends on: the rows of a decoding padded to a power of two (`vqa.decoding.compiled.bucket`;
 answers run max(top_k, 3) beams a question), the image batch padded the same way, the dtype, whether answers

@@ -111,7 +111,7 @@ def _merge(args) -> int:
 def _run(args, load, collection, output, dist, top_k: int):
     from ...distributed import agree
     from .job import Job
-    from .settings import JobSettings
+    from .output import JobSettings
 
     kind = "point" if getattr(args, "point", False) else args.command
     failure = None

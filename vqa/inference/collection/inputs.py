@@ -24,6 +24,7 @@ says how many it skipped.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -82,11 +83,7 @@ class Collection:
 
     def starts(self) -> list[int]:
         """The first position of each unit."""
-        out, pos = [], 0
-        for u in self.units:
-            out.append(pos)
-            pos += u.n
-        return out
+        return list(itertools.accumulate((u.n for u in self.units[:-1]), initial=0)) if self.units else []
 
     def describe(self) -> str:
         files = sum(1 for u in self.units if isinstance(u, FileItem))
@@ -122,27 +119,22 @@ def _pick(files: list[Path]) -> tuple[list[Path], list[str]]:
     return images, shards
 
 
-def _folder(root: Path) -> tuple[list[Path], list[str]]:
-    """(image files, shard files) under `root`, recursively, sorted; hidden files and folders skipped."""
-    images, shards = [], []
+def _folder(root: Path) -> list[Path]:
+    """The files under `root`, recursively, sorted; hidden files and folders skipped."""
+    out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found = _pick([Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")])
-        images += found[0]
-        shards += found[1]
-    return images, shards
+        out += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
+    return out
 
 
-def _glob(pattern: str) -> tuple[list[Path], list[str]]:
-    """(image files, shard files) a glob matches, in sorted order, by the folder rules: a matched folder is
-    walked, a matched file counts only as a folder's file would (a notes.txt, a metadata .parquet: not inputs)."""
-    images, shards = [], []
+def _glob(pattern: str) -> list[Path]:
+    """The files a glob matches, in sorted order, a matched folder walked; `_pick` then keeps a matched file only
+    as a folder's file would be kept (a notes.txt, a metadata .parquet: not inputs)."""
+    out = []
     for m in sorted(glob.glob(pattern, recursive=True)):
-        p = Path(m)
-        found = _folder(p) if p.is_dir() else _pick([p])
-        images += found[0]
-        shards += found[1]
-    return images, shards
+        out += _folder(Path(m)) if Path(m).is_dir() else [Path(m)]
+    return out
 
 
 def _list_file(path: Path) -> list[Path]:
@@ -175,9 +167,9 @@ def expand(inputs: list[str], question: str | None = None) -> Collection:
     def add_file(p: Path) -> None:
         units.append(FileItem(str(p), str(p), question))
 
-    def add_found(raw: str, found: tuple[list[Path], list[str]], what: str) -> None:
-        """A folder's or a glob's images and shards (the folder rules), or InputError when there are none."""
-        images, shards = found
+    def add_found(raw: str, files: list[Path], what: str) -> None:
+        """A folder's or a glob's images and shards (`_pick`), or InputError when there are none."""
+        images, shards = _pick(files)
         if not images and not shards:
             raise InputError(f"{raw}: {what} no images (by extension: {', '.join(sorted(IMAGE_EXTS)[:6])}, ...) "
                              "and no .tar / .parquet shards")

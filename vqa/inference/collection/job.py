@@ -54,13 +54,12 @@ def _record(kind: str, item: Loaded, res, top_k: int) -> dict:
     if kind == "point":  # what `vqa ask IMAGE OBJECT --point --json` prints
         rec.update(res.to_dict())
         return rec
+    d = res.to_dict()
     if kind == "caption":
-        d = res.to_dict()
         rec.update(caption=d["caption"], log_prob=d["log_prob"])
         if d["beams"]:
             rec["beams"] = d["beams"]
         return rec
-    d = res.to_dict()
     rec.update(answer=d["answer"], probability=d["top_k"][0]["probability"], truncated=d["truncated"])
     if top_k > 1:
         rec["top_k"] = d["top_k"]
@@ -74,7 +73,7 @@ class Job:
     def __init__(self, pred, collection: Collection, output: Output, kind: str, settings: GenerationConfig,
                  top_k: int = 1, batch: int = 32, workers: int = 2, dist: Dist | None = None, progress: bool = True,
                  stamp: str | None = None):
-        """`stamp`: the job's settings digest every record carries (`vqa.inference.collection.settings`)."""
+        """`stamp`: the job's settings digest every record carries (`vqa.inference.collection.output.JobSettings`)."""
         self.pred, self.collection, self.output, self.kind = pred, collection, output, kind
         self.stamp = stamp
         self.settings, self.top_k, self.batch, self.workers = settings, int(top_k), int(batch), int(workers)
@@ -195,12 +194,7 @@ def open_output(output: Output, dist: Dist) -> None:
         output.lock()
     except ConfigError as e:
         err = str(e)
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        errs: list = [None] * dist.world
-        tdist.all_gather_object(errs, err)
-        err = next((e for e in errs if e), None)
+    err = next((e for e in _gathered(dist, err) if e), None)
     if err:
         output.release()
         raise ConfigError(err)
@@ -211,15 +205,20 @@ def open_output(output: Output, dist: Dist) -> None:
         raise
 
 
-def _sum(dist: Dist, values: tuple[int, ...]) -> tuple[int, ...]:
-    """`values` summed over the ranks (every rank gets the sums)."""
+def _gathered(dist: Dist, value) -> list:
+    """`value` of every rank, on every rank."""
     if dist.world == 1:
-        return values
+        return [value]
     import torch.distributed as tdist
 
     every: list = [None] * dist.world
-    tdist.all_gather_object(every, values)
-    return tuple(sum(v) for v in zip(*every, strict=True))
+    tdist.all_gather_object(every, value)
+    return every
+
+
+def _sum(dist: Dist, values: tuple[int, ...]) -> tuple[int, ...]:
+    """`values` summed over the ranks (every rank gets the sums)."""
+    return tuple(sum(v) for v in zip(*_gathered(dist, values), strict=True))
 
 
 __all__ = ["Job", "Summary", "open_output"]

@@ -1,26 +1,21 @@
 """Decoding a collection's images in DataLoader workers while the model runs.
 
-A process (a rank) owns a contiguous range [lo, hi) of the collection's positions, as the training stream
-deals an epoch's sequence to ranks (`vqa.data.stream`): rank r of W gets [r N / W, (r + 1) N / W). The range
-is cut into pieces: a tar shard's positions are one piece (a tar is read from its start, so one reader reads
-it once), a parquet shard's are cut at row groups (where a reader starts without reading what is before),
-and image files make pieces of `batch` positions. The pieces are dealt to the DataLoader workers,
-each to the least loaded so far (every worker computes the same deal); a worker reads its pieces in order and
-yields them as `Chunk`s of at most `batch` consecutive positions, each saying which positions it covers. The
-loader hands the workers' chunks over in turn, so they reach the main process out of position order: the job
-writes their records in position order (`vqa.inference.collection.job`).
+A process (a rank) owns a contiguous range of the collection's positions (`rank_range`, as the training stream
+deals an epoch). The range is cut into pieces (`ChunkSource._pieces`: a tar shard whole, a parquet shard at row
+groups, image files `batch` at a time), dealt to the workers, each to the least loaded so far; a worker yields
+its pieces as `Chunk`s of at most `batch` consecutive positions, which reach the main process out of position
+order (the job writes their records in order: `vqa.inference.collection.job`).
 
-A worker makes an image's model input as the Predictor and training do (the Predictor's transform: its
-`prepare` is `vqa.data.preprocess.model_input` with the model's preprocessing and the Predictor's pixel limit),
-uint8 [3, S, S], so a batch reaches the model ready to normalise (for `vqa ask --point`, from the picture read
-whole, as `Predictor.point` reads it, whose size it keeps: the point is in its pixels); an image that cannot be
+A worker makes an image's model input as the Predictor and training do (its transform's `prepare`, uint8
+[3, S, S]; for `vqa ask --point` from the picture read whole, whose size it keeps); an image that cannot be
 decoded becomes an error, never an exception that stops the run. Positions whose key is already written (a
-resumed run) are counted as `skipped` and not read (and as `skipped_errors` when that record is an error).
+resumed run) are counted as `skipped` and not read.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import os
 from collections.abc import Iterator
@@ -48,15 +43,9 @@ class Loaded:
     size: tuple[int, int] | None = None  # the picture's (width, height), read for pointing (`ChunkSource.sizes`)
 
     def ident(self) -> dict:
-        """The record's identifying fields: image, shard, question_id, question."""
-        out: dict = dict(image=self.image)
-        if self.shard is not None:
-            out["shard"] = self.shard
-        if self.question_id is not None:
-            out["question_id"] = self.question_id
-        if self.question is not None:
-            out["question"] = self.question
-        return out
+        """The record's identifying fields: image, and shard, question_id, question when there are."""
+        fields = dict(shard=self.shard, question_id=self.question_id, question=self.question)
+        return dict(image=self.image, **{k: v for k, v in fields.items() if v is not None})
 
     def key(self) -> tuple:
         return record_key(self.ident())
@@ -234,10 +223,8 @@ def _as_is(x):
 
 def _close(fds: tuple[int, ...], worker_id: int) -> None:
     for fd in fds:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def chunk_loader(source: ChunkSource, workers: int, close_fds: tuple[int, ...] = ()) -> DataLoader:

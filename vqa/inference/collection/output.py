@@ -1,27 +1,30 @@
 """The JSON Lines a `vqa caption` / `vqa ask` job writes: one record a line, flushed as it is written, what a
 rerun finds already done, the part files of many processes and their merge.
 
-What this tool writes: every line a JSON object whose first field is "image" (`RECORD_START`), ending with a
-newline. A file that is not that (another program's JSON, whatever its last byte) is refused, never changed.
+What this tool writes: every line a JSON object whose first field is "image" (`RECORD_START`); a file that is
+not that (another program's JSON) is refused, never changed. A rerun skips the records whose key
+(`loader.record_key`) is written, once their `settings` match the run's; a last line cut short by a kill is
+removed (and said so), a malformed line elsewhere stops the job before any work, naming the line. One process
+writes an output at a time (`.NAME.lock` beside it, as `vqa.locks` locks a run folder).
 
-Resuming. A rerun reads the output it is about to append to: every complete line is a record whose key
-(`vqa.inference.collection.loader.record_key`) is skipped, once its `settings` match the run's
-(`vqa.inference.collection.settings`). A last line cut short by a kill (the start of a record) is removed (and said
-so); a malformed line elsewhere stops the job before any work, naming the line. One process writes an
-output at a time: `.NAME.lock` beside it, as `vqa.locks` locks a run folder.
+Many processes: rank r appends to `NAME.part-0000r`, its records carrying their `index` (position in the input
+order); the merge writes the records already in NAME first (a prefix), then the parts' records by index
+without it, replaces NAME at once (a temporary file renamed over it) and removes the parts. `vqa caption
+--merge NAME` does the same by hand, for parts gathered from several machines.
 
-Many processes. Under torchrun (or when part files of an earlier one are there) rank r appends to
-`NAME.part-0000r`, its records carrying their `index` (position in the input order); the merge writes the
-records already in NAME first (a one-process run writes positions in order, so they are a prefix), then the
-parts' records by index, drops `index`, replaces NAME at once (a temporary file renamed over it) and removes
-the parts. `vqa caption --merge NAME` does the same by hand, for parts gathered from several machines.
+`JobSettings`: each record carries as `settings` the digest of the model (`vqa.identity`), its precision, the
+task and the decoding settings; a rerun into an output whose records carry another digest is refused before
+any decoding (it would skip every input and mix two models' records). Batch size, workers, the device and
+compiling change no output beyond float rounding: not part of it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import ConfigError, DataError
@@ -198,4 +201,38 @@ def merge(out: str | Path) -> tuple[int, int]:
     return len(records), sum(1 for r in records if "error" in r)
 
 
-__all__ = ["Output", "merge", "read_records", "part_files", "part_path"]
+# ------------------------------------------------------------------------- what a record's `settings` say
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The settings of one job; `digest` is what its records carry."""
+
+    fields: dict  # {"task" (caption, ask, point), "weights", "precision", "answers" (top-k), GenerationConfig's}
+
+    @classmethod
+    def of(cls, pred, task: str, generation, top_k: int = 1) -> JobSettings:
+        weights = pred.identity or "in-memory"
+        return cls(dict(task=task, weights=weights, precision=pred.precision, answers=int(top_k),
+                        **generation.to_dict()))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.fields, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def describe(self) -> str:
+        g = {k: v for k, v in self.fields.items() if k not in ("task", "weights", "precision", "answers")}
+        shown = ", ".join(f"{k}={v}" for k, v in g.items() if v is not None)
+        return f"{self.fields['task']}, weights {self.fields['weights']}, {self.fields['precision']}, {shown}"
+
+    def check(self, out: Path | None, found: set) -> None:
+        """ConfigError when the records already in `out` carry another digest than this job's."""
+        other = sorted(str(d or "none") for d in found if d != self.digest)
+        if out is None or not other:
+            return
+        raise ConfigError(f"--out {out}: its records were made with other settings (settings {other[0]}; this "
+                          f"run's are {self.digest}: {self.describe()}); another model or other decoding options "
+                          "need another --out")
+
+
+__all__ = ["Output", "merge", "read_records", "part_files", "part_path", "JobSettings"]

@@ -48,13 +48,13 @@ def test_no_is_said_and_the_picture_left_unmarked(finder, pred, pictures, monkey
     def no(images, questions, **kwargs):
         out = real(images, questions, **kwargs)
         for a in out:
-            if a.question.startswith("is there"):
-                a.answer = "no"
+            if a.question.startswith(("is there", "can you see")):
+                a.answer, a.top_k = "no", [("no", 0.8)]
         return out
 
     monkeypatch.setattr(pred, "answer_batch", no)
     picture, line = finder.find(str(pictures["blue_square"]), "the red star")
-    assert line == "The model says there is no red star."
+    assert line == "The model says there is no red star (its probability that there is one: 20%)."
     assert picture.tobytes() == Image.open(pictures["blue_square"]).convert("RGB").tobytes()
 
 

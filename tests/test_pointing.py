@@ -1,6 +1,7 @@
 """`Predictor.point`, `vqa ask --point` and `vqa eval --pointing`: the peak of the attention behind the colour
-probe, read back into the user's picture through the letterbox and never on its padding; "no" to "is there
-a ...?" as not found; the evaluation's counts by hand and its files."""
+probe, read back into the user's picture through the letterbox and never on its padding; not found when the
+mean probability of "yes" over the two existence wordings is below one half; the evaluation's counts by hand and
+its files."""
 
 import json
 
@@ -12,7 +13,7 @@ from PIL import Image
 from vqa.cli import main
 from vqa.data.synthetic.scene_objects import load_scenes
 from vqa.errors import InputError
-from vqa.evaluation.pointing import Pointing, absent_object, named_objects, peak_patch
+from vqa.evaluation.pointing import EXISTS_QS, Pointing, absent_object, named_objects, peak_patch, there
 from vqa.inference.pointing import object_words, on_picture
 from vqa.inference.predict import Predictor
 from vqa.weights import shipped
@@ -24,17 +25,21 @@ def predictor():
     return Predictor(model, tok, card, device="cpu")
 
 
-def answering(predictor, monkeypatch, exists: str, peak: tuple[int, int]):
-    """The predictor, "is there ...?" answered `exists` and the colour probe's attention all on patch `peak`."""
+def answering(predictor, monkeypatch, exists, peak: tuple[int, int]):
+    """The predictor, "is there ...?" and "can you see ...?" answered `exists` (an answer, or one (answer,
+    probability) per wording) and the colour probe's attention all on patch `peak`."""
     real = predictor.answer_batch
     seen = {}
+    said = [(exists, 1.0)] * 2 if isinstance(exists, str) else exists
 
     def fake(images, questions, **kwargs):
         out = real(images, questions, **kwargs)
         seen["questions"] = list(questions)
         for a in out:
-            if a.question.startswith("is there"):
-                a.answer = exists
+            asked = [i for i, q in enumerate(EXISTS_QS) if a.question.startswith(q.split("{")[0])]
+            if asked:
+                a.answer, p = said[asked[0]]
+                a.top_k = [(a.answer, p)]
             else:
                 a.attention = a.attention * 0
                 a.attention[..., peak[0], peak[1]] = 1.0
@@ -55,8 +60,8 @@ def test_the_peak_comes_back_in_the_pictures_pixels(predictor, monkeypatch):
     # patch (row 4, column 2) of the 8 x 8 grid covers 16..24 x 32..40 px of the square
     pred, seen = answering(predictor, monkeypatch, "yes", (4, 2))
     p = pred.point(Image.new("RGB", (120, 80)), "the red star")
-    assert seen["questions"] == ["is there a red star?", "what color is the red star?"]
-    assert p.found and p.exists == "yes"
+    assert seen["questions"] == ["is there a red star?", "can you see a red star?", "what color is the red star?"]
+    assert p.found and p.exists == 1.0
     assert p.box == pytest.approx((30.0, 22 * 80 / 43, 45.0, 30 * 80 / 43), abs=0.01)
     assert p.point == pytest.approx((37.5, 26 * 80 / 43), abs=0.01)
 
@@ -66,6 +71,20 @@ def test_no_is_not_found(predictor, monkeypatch):
     p = pred.point(Image.new("RGB", (64, 64)), "green heart")
     assert (p.found, p.point, p.box) == (False, None, None)
     assert json.loads(json.dumps(p.to_dict()))["found"] is False
+
+
+def test_found_when_the_wordings_mean_probability_of_yes_is_at_least_a_half(predictor, monkeypatch):
+    assert there([("yes", 0.9), ("no", 0.6)]) == pytest.approx(0.65) and there([("maybe", 0.8)]) == 0.5
+    picture = Image.new("RGB", (64, 64))
+    # one wording says no: the other's confident yes still finds it (the mean, 0.65)
+    pred, _ = answering(predictor, monkeypatch, [("no", 0.6), ("yes", 0.9)], (2, 2))
+    p = pred.point(picture, "red star")
+    assert p.found and p.exists == pytest.approx(0.65) and p.box is not None
+    monkeypatch.undo()
+    # a confident no and a hesitant yes: not there (0.35)
+    pred, _ = answering(predictor, monkeypatch, [("yes", 0.6), ("no", 0.9)], (2, 2))
+    p = pred.point(picture, "red star")
+    assert not p.found and p.exists == pytest.approx(0.35) and p.point is None
 
 
 def test_the_padding_is_never_the_point(predictor, monkeypatch):

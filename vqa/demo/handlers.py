@@ -270,7 +270,8 @@ def marked(picture: Image.Image, found: Point) -> Image.Image:
 def found_line(found: Point) -> str:
     """What the page says of `found`, in markdown."""
     if not found.found:
-        return f"The model says there is no {object_words(found.phrase)}."
+        return (f"The model says there is no {object_words(found.phrase)} (its probability that there is one: "
+                f"{found.exists:.0%}).")
     (x, y), (left, top, right, bottom) = found.point, found.box
     return (f"**{object_words(found.phrase)}**: found at ({x:.0f}, {y:.0f}), in the box ({left:.0f}, {top:.0f}) to "
             f"({right:.0f}, {bottom:.0f}), in the picture's pixels. The model's colour for it: {found.colour}.")

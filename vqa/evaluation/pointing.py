@@ -1,8 +1,9 @@
 """`vqa eval --pointing`: does `Predictor.point` find the objects of a Shapes or Scenes picture?
 
 Each val picture is asked, for every object that its kind alone or its colour and kind names and no other
-object fits, and for one colour and kind the picture lacks, the two questions `Predictor.point` asks:
-"is there a X?" and "what color is the X?" (`PROBE_Q`). The point is the centre of the patch the colour
+object fits, and for one colour and kind the picture lacks, the questions `Predictor.point` asks: "is there a
+X?" and "can you see a X?" (`EXISTS_QS`: not there when the mean of its probability of "yes" is below one half,
+`there`) and "what color is the X?" (`PROBE_Q`). The point is the centre of the patch the colour
 answer's cross-attention weighs most (every layer's and head's mean over its tokens, `peak_patch`). Scores
 (`pointing.json`, percentages):
 
@@ -16,6 +17,9 @@ Answers are decoded greedily, whatever the decoding options say (the maps are th
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..config import GenerationConfig
@@ -23,7 +27,20 @@ from ..data.synthetic.scene_objects import SceneFile
 from ..decoding.generate import generate, patch_maps
 from .grounding import box_on_grid, chance
 
-EXISTS_Q, PROBE_Q = "is there a {}?", "what color is the {}?"
+# two wordings of "is it there?": a model fine-tuned on one set's wording can drift on the other
+EXISTS_QS, PROBE_Q = ("is there a {}?", "can you see a {}?"), "what color is the {}?"
+
+
+def yes_probability(answer: str, probability: float) -> float:
+    """The model's probability of "yes" from its answer and that answer's probability: all of it for "yes", the
+    rest for "no", one half for any other answer."""
+    said = answer.strip().lower()
+    return probability if said == "yes" else 1.0 - probability if said == "no" else 0.5
+
+
+def there(answers: Sequence[tuple[str, float]]) -> float:
+    """The probability that an object is there: the mean of `yes_probability` over its `EXISTS_QS` answers."""
+    return sum(yes_probability(a, p) for a, p in answers) / len(answers)
 
 
 def peak_patch(maps: np.ndarray, allowed: np.ndarray | None = None) -> tuple[int, int]:
@@ -82,14 +99,15 @@ class Pointing:
         if not names:
             return
         prompt = lambda q: self.tok.vqa_prompt(q, max_len=self.model.cfg.dec_max_len)  # noqa: E731
-        exists = generate(self.model, [prompt(EXISTS_Q.format(n)) for n in names], memory=memory, image_index=rows,
-                          config=cfg, banned=self.tok.never_generated)
+        asked = [generate(self.model, [prompt(q.format(n)) for n in names], memory=memory, image_index=rows,
+                          config=cfg, banned=self.tok.never_generated) for q in EXISTS_QS]
+        answers = [[(self.tok.decode(g.sequences[i]), math.exp(g.scores[i])) for g in asked] for i in range(len(names))]
         probes = [prompt(PROBE_Q.format(n)) for n in names]
         colour = generate(self.model, probes, memory=memory, image_index=rows, config=cfg,
                           banned=self.tok.never_generated)
         maps = patch_maps(self.model, memory, rows, probes, colour.sequences)
-        for there, m, box in zip(exists.sequences, maps, boxes, strict=True):
-            self.score(self.tok.decode(there).strip().lower() == "no", m.float().numpy(), box)
+        for said, m, box in zip(answers, maps, boxes, strict=True):
+            self.score(there(said) < 0.5, m.float().numpy(), box)
 
     def score(self, says_no: bool, maps: np.ndarray, box) -> None:
         """Counts one object: whether the model says it is not there, the probe's maps [G, L, H, grid, grid],
@@ -119,4 +137,5 @@ def format_pointing(s: dict) -> str:
             f"{s['absent']} absent objects said not there")
 
 
-__all__ = ["EXISTS_Q", "PROBE_Q", "Pointing", "absent_object", "format_pointing", "named_objects", "peak_patch"]
+__all__ = ["EXISTS_QS", "PROBE_Q", "Pointing", "absent_object", "format_pointing", "named_objects", "peak_patch",
+           "there", "yes_probability"]

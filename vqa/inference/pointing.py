@@ -1,8 +1,9 @@
 """`Predictor.point(image, "the red star")`: where the model looks for a named object, in pixels of the user's
 picture.
 
-Two questions in one batch: "is there a red star?" (an answer of "no" means not found) and "what color is the
-red star?", which the model can only answer by looking at the object. The point is the centre of the patch that
+Three questions in one batch: "is there a red star?" and "can you see a red star?" (not found when the mean of
+the model's probability of "yes" is below one half) and "what color is the red star?", which the model can only
+answer by looking at the object. The point is the centre of the patch that
 the cross-attention behind the colour answer weighs most (every layer's and head's mean over its tokens; patches
 that cover only the letterbox's padding left out), read back through the letterbox into the picture's pixels;
 the box is that patch's. How often the point lands in the object's box: `vqa eval --pointing`. Over a collection
@@ -18,23 +19,23 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..evaluation.pointing import EXISTS_Q, PROBE_Q, peak_patch
+from ..evaluation.pointing import EXISTS_QS, PROBE_Q, peak_patch, there
 from .heatmaps import letterbox_box, patch_box
 
 
 @dataclass
 class Point:
     phrase: str  # what was looked for, as given
-    found: bool  # False: the model answers "no" to "is there a ...?"
+    found: bool  # False: `exists` is below one half
     point: tuple[float, float] | None  # (x, y) in pixels of the picture
     box: tuple[float, float, float, float] | None  # (left, top, right, bottom): the patch, in pixels of the picture
-    exists: str  # the model's answer to "is there a ...?"
+    exists: float  # the model's probability that it is there (`vqa.evaluation.pointing.there`)
     colour: str  # its answer to "what color is the ...?", whose attention gives the point
 
     def to_dict(self) -> dict:
         r = lambda v: None if v is None else [round(float(x), 1) for x in v]  # noqa: E731
-        return dict(phrase=self.phrase, found=self.found, point=r(self.point), box=r(self.box), exists=self.exists,
-                    colour=self.colour)
+        return dict(phrase=self.phrase, found=self.found, point=r(self.point), box=r(self.box),
+                    exists=round(self.exists, 4), colour=self.colour)
 
 
 def object_words(phrase: str) -> str:
@@ -58,19 +59,21 @@ def locate(predictor, inputs: Sequence[Any], sizes: Sequence[tuple[int, int]], p
     """`Predictor.point_batch` of pictures already read: `inputs` as `answer_batch` takes them (a picture or its model
     input, as a collection's loader makes it), `sizes` each picture's (width, height), where the points go."""
     names = [object_words(p) for p in phrases]
-    questions = [EXISTS_Q.format(n) for n in names] + [PROBE_Q.format(n) for n in names]
-    answers = predictor.answer_batch(list(inputs) * 2, questions, generation=generation, return_attention=True,
-                                     **changes)
-    exists, probes = answers[: len(names)], answers[len(names):]
+    questions = [q.format(n) for q in (*EXISTS_QS, PROBE_Q) for n in names]
+    answers = predictor.answer_batch(list(inputs) * (len(EXISTS_QS) + 1), questions, generation=generation,
+                                     return_attention=True, **changes)
+    k = len(names)
+    asked, probes = [answers[i * k: (i + 1) * k] for i in range(len(EXISTS_QS))], answers[len(EXISTS_QS) * k:]
+    exists = [there([(a[b].answer, a[b].top_k[0][1]) for a in asked]) for b in range(k)]
     size, resize, grid = predictor.cfg.vit_image_size, predictor.cfg.vit_resize, predictor.grid
     out = []
-    for (w, h), phrase, there, probe in zip(sizes, phrases, exists, probes, strict=True):
-        if there.answer.strip().lower() == "no":
-            out.append(Point(phrase, False, None, None, there.answer, probe.answer))
+    for (w, h), phrase, p_there, probe in zip(sizes, phrases, exists, probes, strict=True):
+        if p_there < 0.5:
+            out.append(Point(phrase, False, None, None, p_there, probe.answer))
             continue
         row, col = peak_patch(probe.attention.float().numpy(), on_picture(w, h, grid, size, resize))
         box = patch_box(w, h, row, col, grid, size, resize)
-        out.append(Point(phrase, True, ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2), box, there.answer,
+        out.append(Point(phrase, True, ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2), box, p_there,
                          probe.answer))
     return out
 

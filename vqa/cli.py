@@ -30,7 +30,6 @@ COMMANDS = {
 # commands whose flags live in a light module apart from the one that runs them (gradio loads only to serve)
 RUNNERS = {"demo": "vqa.demo.server"}
 
-
 # commands whose INPUTs may come after options too (`vqa caption --checkpoint run a.png --batch-size 2 b.png`):
 # their own parser reads the command line with `parse_intermixed_args` (which a parser with subcommands cannot)
 INTERMIXED = ("ask", "caption")
@@ -50,7 +49,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         p = parser.commands[name] = sub.add_parser(name, help=help_, description=help_)
         if name == wanted:  # import only the module of the command being run
             mod = importlib.import_module(module)
-            mod.add_arguments(p, name) if _takes_name(mod.add_arguments) else mod.add_arguments(p)
+            takes_name = mod.add_arguments.__code__.co_argcount >= 2
+            mod.add_arguments(p, name) if takes_name else mod.add_arguments(p)
             p.set_defaults(_module=module)
             _add_quiet(p)
     return parser
@@ -85,10 +85,6 @@ def _add_quiet(p: argparse.ArgumentParser) -> None:
             _add_quiet(sub)
     if not actions:
         p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only; no progress bars")
-
-
-def _takes_name(fn) -> bool:
-    return fn.__code__.co_argcount >= 2
 
 
 def main(argv: list[str] | None = None) -> int:

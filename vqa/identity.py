@@ -74,7 +74,8 @@ def _remember(cache: Path, key: str, digest: str) -> None:
         pass
 
 
-def _sha256(path: str) -> str:
+def sha256(path: str | Path) -> str:
+    """The sha256 of the whole file `path` (hex), read in blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(BLOCK), b""):
@@ -90,7 +91,7 @@ def file_digest(path: str | Path) -> str:
     known = _read(cache).get(key)
     if known is not None:
         return known
-    digest = _sha256(real)
+    digest = sha256(real)
     settled = time.time() - before.st_mtime > RACY_SECONDS
     if settled and _key(real, os.stat(real)) == key:
         _remember(cache, key, digest)
@@ -108,4 +109,4 @@ def checkpoint_identity(folder: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-__all__ = ["IDENTITY_FILES", "NOT_OUTPUTS", "checkpoint_identity", "digest_cache", "file_digest"]
+__all__ = ["IDENTITY_FILES", "NOT_OUTPUTS", "checkpoint_identity", "digest_cache", "file_digest", "sha256"]

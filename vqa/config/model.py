@@ -150,8 +150,7 @@ class ModelConfig(_Config):
             raise ConfigError(f"dec_layout must be one of {', '.join(map(repr, DEC_LAYOUTS))}, not {self.dec_layout!r}")
         if self.dec_layout == "llama":
             self._check_llama()
-        elif [k for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]:
-            wrong = [f"{k}={getattr(self, k)!r}" for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]
+        elif wrong := [f"{k}={getattr(self, k)!r}" for k, v in LLAMA_ONLY.items() if getattr(self, k) != v]:
             raise ConfigError(f"{', '.join(wrong)} need dec_layout='llama' (a Llama-layout language model's "
                               "dec_pretrained sets it); the gpt layout has none of them")
         elif self.dec_positions not in ("sinusoidal", "learned"):

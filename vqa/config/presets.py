@@ -28,18 +28,28 @@ GPT2_DECODER = dict(dec_positions="learned", dec_activation="gelu_tanh", dec_emb
 # the decoder layout of Llama / SmolLM2 (RMSNorm, rotary positions, SwiGLU, a tied head; vqa.model.llama_decoder)
 LLAMA_DECODER = dict(dec_layout="llama", dec_positions="rotary", dec_activation="silu", dec_embed_scale=False,
                      dec_qk_norm=False, dec_tie_head=True)
+VIT_NAMES = {"S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}  # timm's ViT-S/16, ViT-B/16
 
+
+def _gpt2(vit: str, lm: str, hub: str, *, depth: int) -> Preset:
+    """ViT-`vit`/16 (timm's weights) + the GPT-2 `hub`; the decoder fields repeat its config.json."""
+    return Preset(
+        about=f"ViT-{vit}/16 (timm's weights) + {lm} ({depth} layers, 768 wide, {hub}) joined by new "
+              "cross-attention (GPU; downloads both)",
+        model=dict(vit_name=VIT_NAMES[vit], vit_patch_size=16, vit_pretrained=True, dec_pretrained=hub,
+                   dec_max_len=64, **GPT2_DECODER, dec_width=768, dec_depth=depth, dec_heads=12),
+        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
+    )
 
 
 def _smollm2(vit: str, size: str, *, width: int, depth: int, heads: int, kv_heads: int, hidden: int,
              every: int) -> Preset:
     """ViT-`vit`/16 (timm's weights) + SmolLM2-`size`; the decoder fields repeat its config.json."""
-    name = {"S": "vit_small_patch16_224", "B": "vit_base_patch16_224"}[vit]
     return Preset(
         about=f"ViT-{vit}/16 (timm's weights) + SmolLM2-{size} ({depth} layers, {width} wide, HuggingFaceTB/"
               f"SmolLM2-{size}, or its folder with --set dec_pretrained=DIR) with a gated cross-attention block "
               f"every {every} layers (GPU)",
-        model=dict(vit_name=name, vit_patch_size=16, vit_pretrained=True,
+        model=dict(vit_name=VIT_NAMES[vit], vit_patch_size=16, vit_pretrained=True,
                    dec_pretrained=f"HuggingFaceTB/SmolLM2-{size}",
                    dec_max_len=64, **LLAMA_DECODER, dec_width=width, dec_depth=depth, dec_heads=heads,
                    dec_kv_heads=kv_heads, dec_mlp_ratio=hidden / width, dec_rope_theta=100000.0,
@@ -81,22 +91,8 @@ PRESETS: dict[str, Preset] = {
     # language model's config.json (it overrides them anyway), so dec_pretrained=None builds the same shapes.
     # Three learning rates: --lr for the new layers, x dec_lr_scale for the pretrained decoder, x vit_lr_scale
     # for the pretrained encoder (starting points from the fine-tuning literature, not tuned here).
-    "small-gpt2": Preset(
-        about="ViT-S/16 (timm's weights) + DistilGPT-2 (6 layers, 768 wide, distilbert/distilgpt2) joined by new "
-              "cross-attention (GPU; downloads both)",
-        model=dict(vit_name="vit_small_patch16_224", vit_patch_size=16, vit_pretrained=True,
-                   dec_pretrained="distilbert/distilgpt2", dec_max_len=64, **GPT2_DECODER,
-                   dec_width=768, dec_depth=6, dec_heads=12),
-        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
-    ),
-    "base-gpt2": Preset(
-        about="ViT-B/16 (timm's weights) + GPT-2 (12 layers, 768 wide, openai-community/gpt2) joined by new "
-              "cross-attention (GPU; downloads both)",
-        model=dict(vit_name="vit_base_patch16_224", vit_patch_size=16, vit_pretrained=True,
-                   dec_pretrained="openai-community/gpt2", dec_max_len=64, **GPT2_DECODER,
-                   dec_width=768, dec_depth=12, dec_heads=12),
-        lr=1e-4, optimizer="adamw", train=dict(dec_lr_scale=0.2, vit_lr_scale=0.1),
-    ),
+    "small-gpt2": _gpt2("S", "DistilGPT-2", "distilbert/distilgpt2", depth=6),
+    "base-gpt2": _gpt2("B", "GPT-2", "openai-community/gpt2", depth=12),
     # Llama-layout language models (vqa.model.llama_decoder): gated cross-attention blocks before every
     # dec_cross_every-th layer (mllama: one in five); the language model and the ViT at a tenth of the new
     # blocks' rate (starting points, not tuned here)

@@ -13,31 +13,18 @@ from .base import _Config, _opt, check_fields, number_problem, scalar_type, type
 from .model import ModelConfig, check_field
 from .presets import PRESETS, get_preset, preset_fields
 
-
-def _tasks(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    tasks = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
-    bad = [t for t in tasks if t not in ("vqa", "caption")]
-    if bad or not tasks:
-        raise ConfigError(f"tasks {value!r}: choose vqa, caption or vqa,caption")
-    return tasks
-
-
 # the parts of the model that train with their own learning rate, or not at all (vqa.train.optim.part_of)
 PARTS = ("cross_attention", "decoder", "encoder")
 
 
-def _names(value: Any, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
-    """'a, b' / ['a'] -> the distinct names, each one of `allowed` (ConfigError naming `flag` otherwise)."""
+def _names(value: Any, allowed: tuple[str, ...], flag: str, hint: str | None = None) -> tuple[str, ...]:
+    """'a, b' / ['a'] -> the distinct names, each one of `allowed` (ConfigError naming `flag` and `hint`)."""
     items = value.split(",") if isinstance(value, str) else list(value)
     names = tuple(dict.fromkeys(str(p).strip() for p in items if str(p).strip()))
     if not names or any(n not in allowed for n in names):
-        raise ConfigError(f"{flag} {value!r}: name one or more of {', '.join(allowed)} (comma-separated)")
+        hint = hint or f"name one or more of {', '.join(allowed)} (comma-separated)"
+        raise ConfigError(f"{flag} {value!r}: {hint}")
     return names
-
-
-def _parts(value: Any) -> tuple[str, ...]:
-    return _names(value, PARTS, "--train-only")
 
 
 # what --lora-targets names: the language model's self-attention and MLP projections, the ViT's linear layers
@@ -50,7 +37,7 @@ def parse_targets(value: Any) -> tuple[str, ...]:
 
 def parse_tasks(value: Any) -> tuple[str, ...]:
     """'vqa, caption' / ['vqa'] -> a tuple of known task names (ConfigError otherwise)."""
-    return _tasks(value)
+    return _names(value, ("vqa", "caption"), "tasks", "choose vqa, caption or vqa,caption")
 
 
 # how torchrun's processes hold the model (vqa.train.sharding for fsdp)
@@ -219,7 +206,7 @@ class TrainConfig(_Config):
         "is always written", choices=("none", "tensorboard", "wandb", "trackio")))
 
     def __post_init__(self) -> None:
-        self.tasks = _tasks(self.tasks)
+        self.tasks = parse_tasks(self.tasks)
         self.lora_targets = parse_targets(self.lora_targets)
         if not isinstance(self.model, dict):
             raise ConfigError(f"model overrides must be a mapping of field names to values, got {self.model!r}")
@@ -234,7 +221,7 @@ class TrainConfig(_Config):
             raise ConfigError("give one of --epochs, --max-steps, --time-limit, not " + " and ".join(given))
         self._check_values()
         if self.train_only is not None:
-            self.train_only = _parts(self.train_only)
+            self.train_only = _names(self.train_only, PARTS, "--train-only")
             for part, given in (("encoder", self.vit_lr), ("decoder", self.dec_lr)):
                 if part not in self.train_only and given:
                     flag = "--vit-lr" if part == "encoder" else "--dec-lr"

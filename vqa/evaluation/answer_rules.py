@@ -22,43 +22,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .metrics import _clean, process_digit_article, process_punctuation, vqa_accuracy, vqa_scores
-
-
-def _consensus(prediction: str, answers: list[str]) -> float:
-    """The mean over leave-one-annotator-out subsets of min(1, matches / 3) (ten answers; fewer: as vqa_accuracy)."""
-    matches = sum(a == prediction for a in answers)
-    if len(answers) < 10:
-        return min(1.0, matches / min(3, len(answers)))
-    return sum(min(1.0, (matches - (a == prediction)) / 3.0) for a in answers) / len(answers)
-
-
-def _check(answers: list[str], who: str) -> None:
-    if isinstance(answers, str) or not answers:
-        raise ValueError(f"{who} needs a non-empty list of ground-truth answers")
+from .metrics import _clean, check_answers, consensus, normalize_answer, vqa_accuracy, vqa_scores
 
 
 def evalai_normalize(text: str) -> str:
     """EvalAI's answer processor as MMF's TextVQA accuracy runs it on every answer and on the prediction."""
     text = text.lower().replace(",", "").replace("?", "").replace("'s", " 's").strip()
-    return process_digit_article(process_punctuation(_clean(text)))
+    return normalize_answer(_clean(text))
 
 
 def textvqa_accuracy(prediction: str, answers: list[str]) -> float:
     """TextVQA accuracy (0..1): every answer and the prediction through `evalai_normalize`, then the consensus."""
-    _check(answers, "textvqa_accuracy")
-    return _consensus(evalai_normalize(prediction), [evalai_normalize(a) for a in answers])
+    check_answers(answers, "textvqa_accuracy")
+    return consensus(evalai_normalize(prediction), [evalai_normalize(a) for a in answers])
 
 
 def vizwiz_accuracy(prediction: str, answers: list[str]) -> float:
     """VizWiz accuracy (0..1): the prediction normalized as vqaEval.py does, the answers as written."""
-    _check(answers, "vizwiz_accuracy")
-    return _consensus(process_digit_article(process_punctuation(_clean(prediction))), list(answers))
+    check_answers(answers, "vizwiz_accuracy")
+    return consensus(normalize_answer(_clean(prediction)), list(answers))
 
 
 def gqa_accuracy(prediction: str, answers: list[str]) -> float:
     """GQA accuracy: 1.0 when the prediction is exactly an answer (GQA gives one), else 0.0."""
-    _check(answers, "gqa_accuracy")
+    check_answers(answers, "gqa_accuracy")
     return float(prediction in answers)
 
 

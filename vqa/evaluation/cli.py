@@ -142,30 +142,22 @@ def run(args) -> int:
 
         plot_reliability(s["calibration"], out / "reliability.png")
     print(format_summary(s))
-    if "grounding" in observers:
-        from .grounding import format_grounding
+    from . import consistency, grounding, pointing
 
-        g = observers["grounding"].summary()
-        (out / "grounding.json").write_text(json.dumps(g, indent=2) + "\n")
-        print(format_grounding(g))
-    if "consistency" in observers:
-        from .consistency import format_consistency
-
-        c = observers["consistency"].ask(model, generation["vqa"], device, args.batch_size, compile)
-        (out / "consistency.json").write_text(json.dumps(c, indent=2) + "\n")
-        print(format_consistency(c))
-    if "pointing" in observers:
-        from .pointing import format_pointing
-
-        pt = observers["pointing"].summary()
-        (out / "pointing.json").write_text(json.dumps(pt, indent=2) + "\n")
-        print(format_pointing(pt))
+    formats = dict(grounding=grounding.format_grounding, consistency=consistency.format_consistency,
+                   pointing=pointing.format_pointing)
+    for kind, observer in observers.items():  # each its JSON file and its table
+        result = (observer.ask(model, generation["vqa"], device, args.batch_size, compile) if kind == "consistency"
+                  else observer.summary())
+        (out / f"{kind}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(formats[kind](result))
     print(f"results written to {out}")
     return 0
 
 
 def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
-    """{"grounding": Grounding, "consistency": Consistency}, as asked, for `evaluate` to show its rows to."""
+    """{"grounding": Grounding, "consistency": Consistency, "pointing": Pointing}, as asked, for `evaluate` to
+    show its rows to."""
     from ..data.sources import is_pattern
 
     flags = [f for f, on in (("--grounding", args.grounding), ("--consistency", args.consistency),
@@ -179,17 +171,9 @@ def synthetic_observers(args, model, tok, split: str, tasks) -> dict:
     from ..data.synthetic.scene_objects import load_scenes
 
     scenes = load_scenes(args.data, split, flags[0])
-    out = {}
-    if args.grounding:
-        from .grounding import Grounding
+    from . import consistency, grounding, pointing
 
-        out["grounding"] = Grounding(model, tok, scenes)
-    if args.consistency:
-        from .consistency import Consistency
-
-        out["consistency"] = Consistency(tok, scenes)
-    if args.pointing:
-        from .pointing import Pointing
-
-        out["pointing"] = Pointing(model, tok, scenes)
-    return out
+    made = dict(grounding=lambda: grounding.Grounding(model, tok, scenes),
+                consistency=lambda: consistency.Consistency(tok, scenes),
+                pointing=lambda: pointing.Pointing(model, tok, scenes))
+    return {kind: make() for kind, make in made.items() if getattr(args, kind)}

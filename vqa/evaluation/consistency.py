@@ -31,6 +31,7 @@ from ..data.transforms import build_transform
 from ..decoding.compiled import encode as encode_images
 from ..decoding.generate import generate
 from ..errors import DataError
+from .evaluate import text_table
 from .metrics import normalize_answer
 
 FAMILIES = ("mirror", "recolour", "remove")
@@ -176,11 +177,8 @@ def format_consistency(s: dict) -> str:
     for f, r in s["families"].items():
         rows.append([f, str(r["pairs"]), fmt(r["consistent"]), fmt(r["original_accuracy"]), fmt(r["twin_accuracy"]),
                      fmt(r["consistent_given_original_right"])])
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = ["consistency (% of pairs with both answers right; % right on the originals and on the twins):"]
-    lines += ["  " + "  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths, strict=True)))
-              for r in rows]
-    return "\n".join(lines)
+    return "\n".join(["consistency (% of pairs with both answers right; % right on the originals and on the twins):",
+                      *text_table(rows)])
 
 
 __all__ = ["Consistency", "FAMILIES", "Pair", "format_consistency", "make_pair", "right", "score_pairs"]

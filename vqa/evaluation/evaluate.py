@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from importlib.util import find_spec
 from types import SimpleNamespace
 
 import torch
@@ -90,8 +91,10 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
         from tqdm import tqdm
 
         it = tqdm(loader, desc="eval", unit="batch", file=sys.stderr, disable=bars_off())
-    # METEOR's Java loads its tables (tens of seconds) while the model decodes
-    meteor = (start_meteor() or False) if paper and "caption" in tasks and rank == 0 and _has_scorers() else None
+    # METEOR's Java loads its tables (tens of seconds) while the model decodes; without the scorers caption_scores
+    # says which extra is missing
+    scorers = find_spec("pycocoevalcap") is not None
+    meteor = (start_meteor() or False) if paper and "caption" in tasks and rank == 0 and scorers else None
     was_training = model.training
     model.eval()
     t0 = time.time()
@@ -171,14 +174,6 @@ def evaluate(model, tokenizer, split_data, tasks=("vqa", "caption"), device="cpu
     )
 
 
-def _has_scorers() -> bool:
-    try:
-        import pycocoevalcap  # noqa: F401
-    except ImportError:
-        return False  # caption_scores says which extra is missing
-    return True
-
-
 def flatten(scores: dict, sep: str = "/", prefix: str = "") -> dict:
     """Nested score dicts as one level: {"per_question_type": {"count": 44.4}} -> {"per_question_type/count": 44.4}."""
     out = {}
@@ -195,7 +190,8 @@ TASK_WORDS = {"vqa": "answers", "caption": "captions"}
 CAPTION_COLUMNS = (("BLEU-4", "BLEU-4"), ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr", "CIDEr-D"))
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def text_table(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as aligned lines: the first column to the left, the others to the right."""
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return ["  " + "  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths, strict=True)))
             for r in rows]
@@ -215,20 +211,20 @@ def format_summary(s: dict) -> str:
         types += sorted(t for t in s["per_answer_type"] if t not in ANSWER_TYPES)
         scored = f", scored by {s['scoring']}" if s.get("scoring") else ""
         lines.append(f"VQA accuracy ({s['questions']} questions{scored}):")
-        lines += _table([["", "overall", *types],
-                         ["", f"{s['vqa_accuracy']:.2f}", *(f"{s['per_answer_type'][t]:.2f}" for t in types)]])
+        lines += text_table([["", "overall", *types],
+                             ["", f"{s['vqa_accuracy']:.2f}", *(f"{s['per_answer_type'][t]:.2f}" for t in types)]])
     if "CIDEr-D" in s:
         cols = [(name, key) for name, key in CAPTION_COLUMNS if key in s or key in ("METEOR", "ROUGE-L")]
         lines.append("captions (x100):")
-        lines += _table([["", *(name for name, _ in cols)],
-                         ["", *(f"{100 * s[key]:.1f}" if key in s else "-" for _, key in cols)]])
+        lines += text_table([["", *(name for name, _ in cols)],
+                             ["", *(f"{100 * s[key]:.1f}" if key in s else "-" for _, key in cols)]])
     cal = s.get("calibration")
     if cal:
         lines.append(f"calibration: ECE {cal['ece']:.2f}% ({cal['bins']} bins), mean confidence "
                      f"{cal['mean_confidence']:.2f}%")
         cov = cal["accuracy_at_coverage"]
         lines.append("  accuracy at coverage:")
-        lines += _table([["", *cov], ["", *(f"{v:.2f}" for v in cov.values())]])
+        lines += text_table([["", *cov], ["", *(f"{v:.2f}" for v in cov.values())]])
     if s.get("per_question_type"):
         lines.append("  per question type:")
         lines += [f"    {k:<24} {v:6.2f}" for k, v in sorted(s["per_question_type"].items())]

@@ -134,18 +134,27 @@ def vqa_accuracy(prediction: str, answers: list[str]) -> float:
     score a single answer at 0 forever, so there (our choice, not the official code's, which assumes 10)
     accuracy is min(1, matches / min(3, n)) with the same normalization: one answer means exact match,
     three or more need three matches for full credit. Raises ValueError for no answers."""
-    if isinstance(answers, str) or not answers:
-        raise ValueError("vqa_accuracy needs a non-empty list of ground-truth answers")
+    check_answers(answers, "vqa_accuracy")
     gts = [_clean(a) for a in answers]
     pred = _clean(prediction)
     if len(set(gts)) > 1:
         gts = [normalize_answer(a) for a in gts]
         pred = normalize_answer(pred)
-    matches = sum(g == pred for g in gts)
-    if len(gts) < 10:
-        return min(1.0, matches / min(3, len(gts)))
-    # Leaving out annotator i leaves `matches - [gts[i] == pred]` matching answers among the others.
-    return sum(min(1.0, (matches - (g == pred)) / 3.0) for g in gts) / len(gts)
+    return consensus(pred, gts)
+
+
+def check_answers(answers: list[str], who: str) -> None:
+    if isinstance(answers, str) or not answers:
+        raise ValueError(f"{who} needs a non-empty list of ground-truth answers")
+
+
+def consensus(prediction: str, answers: list[str]) -> float:
+    """The mean over leave-one-annotator-out subsets of min(1, matches / 3) (ten answers; fewer: as vqa_accuracy)."""
+    matches = sum(a == prediction for a in answers)
+    if len(answers) < 10:
+        return min(1.0, matches / min(3, len(answers)))
+    # Leaving out annotator i leaves `matches - [answers[i] == prediction]` matching answers among the others.
+    return sum(min(1.0, (matches - (a == prediction)) / 3.0) for a in answers) / len(answers)
 
 
 def _answer_strings(answers) -> list[str]:

@@ -4,6 +4,7 @@ once) and `run`, which loads the module that does the work."""
 from __future__ import annotations
 
 import argparse
+import importlib
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -39,18 +40,7 @@ def add_push_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "push":
-        from .push import run as run_push
-
-        return run_push(args)
-    if args.command == "import":
-        from .hf_import import run as run_import
-
-        return run_import(args)
-    if args.transformers:
-        from .hf_export import run as run_transformers
-
-        return run_transformers(args)
-    from .onnx import run as run_onnx
-
-    return run_onnx(args)
+    """The module that does the work: push, hf_import, hf_export (--transformers) or onnx."""
+    name = {"push": "push", "import": "hf_import"}.get(args.command)
+    name = name or ("hf_export" if args.transformers else "onnx")
+    return importlib.import_module(f"{__package__}.{name}").run(args)

@@ -16,6 +16,8 @@ them with onnxruntime and greedy decoding; onnx, onnxscript and onnxruntime are 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 import warnings
@@ -114,15 +116,16 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
     step_dyn = {"input_ids": {0: batch, 1: new}, "position_ids": {0: batch, 1: new},
                 "key_mask": {0: batch, 1: torch.export.Dim.AUTO}, "past_k": {1: batch, 3: past},
                 "past_v": {1: batch, 3: past}, "memory_k": {1: batch}, "memory_v": {1: batch}}
-    with torch.no_grad(), warnings.catch_warnings():
+    # the exporter prints its progress on stdout; a CLI wants one line
+    quietly = contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()
+    with torch.no_grad(), warnings.catch_warnings(), quietly:
         warnings.simplefilter("ignore")
-        _quietly(quiet, lambda: torch.onnx.export(
-            EncoderGraph(model), (images,), str(out / ENCODER), input_names=["images"],
-            output_names=["memory_k", "memory_v"], dynamic_shapes={"images": {0: batch}}, dynamo=True))
+        torch.onnx.export(EncoderGraph(model), (images,), str(out / ENCODER), input_names=["images"],
+                          output_names=["memory_k", "memory_v"], dynamic_shapes={"images": {0: batch}}, dynamo=True)
         inputs = example_inputs(model)
-        _quietly(quiet, lambda: torch.onnx.export(
-            DecoderStepGraph(model), tuple(inputs.values()), str(out / DECODER), input_names=list(STEP_INPUTS),
-            output_names=list(STEP_OUTPUTS), dynamic_shapes=step_dyn, dynamo=True))
+        torch.onnx.export(DecoderStepGraph(model), tuple(inputs.values()), str(out / DECODER),
+                          input_names=list(STEP_INPUTS), output_names=list(STEP_OUTPUTS), dynamic_shapes=step_dyn,
+                          dynamo=True)
     tok.save(out / "tokenizer.json")
     config = model.cfg.to_dict()
     config["onnx"] = dict(encoder=ENCODER, decoder_step=DECODER, step_inputs=list(STEP_INPUTS),
@@ -142,17 +145,6 @@ def export_onnx(checkpoint_path: str | Path, out: str | Path, quiet: bool = True
 def export_replacing(checkpoint_path: str | Path, out: str | Path, force: bool = False) -> Path:
     """`export_onnx` into a temporary sibling of `out`, swapped in only once it succeeded (`vqa.export.output`)."""
     return output.export_replacing(checkpoint_path, out, force, export_onnx, "--onnx")
-
-
-def _quietly(quiet: bool, fn):
-    """The exporter prints its progress on stdout; a CLI wants one line."""
-    if not quiet:
-        return fn()
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        return fn()
 
 
 def run(args) -> int:

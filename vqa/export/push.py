@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError
-from ..weights.checkpoint import resolve
+from ..weights.checkpoint import read_card, resolve
 from ..weights.hub import split_name
 from .model_card import eval_summaries, model_card
 
@@ -53,12 +53,7 @@ def prepare(run: str | Path, repo_id: str, license: str = "mit") -> tuple[Path, 
         raise CheckpointError(f"no checkpoint at {run}: the folder does not exist")
     folder = resolve(Path(run))
     files = checkpoint_files(folder)
-    try:
-        card = json.loads((folder / "card.json").read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{folder / 'card.json'}: not valid JSON ({e.msg})") from None
-    if not isinstance(card, dict):
-        raise CheckpointError(f"{folder / 'card.json'}: expected a JSON object (the model card)")
+    card = read_card(folder)
     text = model_card(repo_id, card, eval_summaries(folder, card), training_command(Path(run)),
                       [*files, "README.md"], license)
     return folder, files, text

@@ -4,17 +4,17 @@
     torchrun --nproc_per_node 8 -m vqa.cli train --data DIR --out RUN --preset base  # many GPUs (DDP)
     vqa train --out RUN --resume                                                     # continue where it stopped
 
-Files: `cli` (the options), `runfolder` (the options resolved from defaults, presets, config files and a
-saved run; the run folder's files), `launch` (`train`: one run to its end), `trainer` (the loop), `build` (a new
-run's tokenizer and model), `step` (one optimizer step: `model(images, rows)` returns the loss), `optim` (Muon +
-AdamW, schedules), `budget` (`--time-limit`), `state` (what resume restores), `plots` (curves); `vqa.locks` keeps
-one trainer per run folder.
+Files: `cli` (the options; `train`: one run to its end), `runfolder` (the options resolved from defaults,
+presets, config files and a saved run; the run folder's files), `trainer` (the loop), `build` (a new run's
+tokenizer and model), `step` (one optimizer step: `model(images, rows)` returns the loss), `optim` (Muon +
+AdamW, schedules), `budget` (`--time-limit`), `state` (what resume restores), `report` (metrics, curves,
+trackers); `vqa.locks` keeps one trainer per run folder.
 """
 
-from .cli import add_arguments, run
+from .cli import add_arguments, run, train
 from .runfolder import resolve
 
-_LAZY = {"Trainer": "trainer", "train": "launch", "read_metrics": "plots"}  # torch loads only when one is used
+_LAZY = {"Trainer": "trainer", "read_metrics": "report"}  # torch loads only when one is used
 
 
 def __getattr__(name: str):

@@ -5,6 +5,7 @@ given (images per GPU from a memory estimate, loader workers from the cores)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -269,22 +270,19 @@ def memory_line(model, batch: int, device: torch.device, cfg: TrainConfig, world
                          world=world)
 
 
-class _adapted:
+@contextlib.contextmanager
+def _adapted(model):
     """`model` with LoRA adapters and frozen towers for an estimate, put back as it was on exit (trainable
     flags included): the parameter counts are what the estimate reads."""
-
-    def __init__(self, model):
-        self.model, self.flags = model, {n: p.requires_grad for n, p in model.named_parameters()}
-
-    def __enter__(self):
-        lora.add_lora(self.model, LORA_RANK_ADVICE, 8.0, ("self_attn", "mlp"))
-        lora.freeze_base(self.model, lambda name: part_of(name) == "decoder")
-        return self.model
-
-    def __exit__(self, *exc):
-        lora.remove_lora(self.model)
-        for n, p in self.model.named_parameters():
-            p.requires_grad_(self.flags[n])
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    lora.add_lora(model, LORA_RANK_ADVICE, 8.0, ("self_attn", "mlp"))
+    lora.freeze_base(model, lambda name: part_of(name) == "decoder")
+    try:
+        yield model
+    finally:
+        lora.remove_lora(model)
+        for n, p in model.named_parameters():
+            p.requires_grad_(flags[n])
 
 
 def default_batch(model, device: torch.device, share: float = 0.6, most: int = 256,

@@ -1,5 +1,6 @@
 """`vqa train`'s command line: the options are TrainConfig's fields (`--help` lists them), resolved in layers
-by `vqa.train.runfolder.resolve` (defaults < preset < --config FILE < the saved run < the flags typed)."""
+by `vqa.train.runfolder.resolve` (defaults < preset < --config FILE < the saved run < the flags typed); and
+`train`, one run to its end."""
 
 from __future__ import annotations
 
@@ -22,10 +23,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = resolve(given(args, TrainConfig), args.config)  # option errors before torch loads
     resolve_splits(cfg.data, cfg.train_split, cfg.val_split)  # and a missing data folder or split
-    from .launch import train
-
     train(cfg)
     return 0
 
 
-__all__ = ["add_arguments", "run"]
+def train(cfg: TrainConfig):
+    """Run a training to its end, on this process's rank (`vqa.distributed`), its resources released however it
+    ends; returns the Trainer (its `model`, `tok`, `step`). Under several ranks, one that fails ends the others
+    with a line naming it (`vqa.distributed.together`)."""
+    from .. import distributed  # torch loads only when a run starts
+    from .trainer import Trainer
+
+    dist, made = distributed.setup(cfg.device, timeout_minutes=cfg.dist_timeout), []
+
+    def work() -> Trainer:
+        made.append(Trainer(cfg, dist))
+        made[0].fit()
+        return made[0]
+
+    def release() -> None:
+        if made:
+            made[0].close()
+        distributed.cleanup()
+
+    return distributed.together(dist, work, release)
+
+
+__all__ = ["add_arguments", "run", "train"]

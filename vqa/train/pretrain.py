@@ -88,7 +88,7 @@ def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import TrainConfig
-    from .launch import train
+    from .cli import train
     from .runfolder import resolve
 
     check_out_folder("--out", args.out)

@@ -1,4 +1,5 @@
-"""Where a run's numbers go: `metrics.jsonl` always (the curves, a resume's trim and the tests read it), and with
+"""Where a run's numbers go: `metrics.jsonl` always (read back robust to a torn last line: `curves.png`'s loss and
+accuracy curves, a resume's trim and the tests read it), and with
 `--report-to tensorboard` also TensorBoard event files in RUN/tensorboard; with `--report-to wandb` or `trackio`
 a run of that tracker (project `vqa`, or $WANDB_PROJECT / $TRACKIO_PROJECT). Each gets the loss, each parameter
 group's learning rate, the evaluation scores, and a few validation pictures with the captions the model gave."""
@@ -13,7 +14,6 @@ from pathlib import Path
 
 from ..errors import ExtraMissing, VQAError
 from ..logs import get_logger
-from .plots import read_metrics
 
 log = get_logger("train")
 PICTURES = 4  # captioned validation pictures per evaluation
@@ -137,6 +137,43 @@ class Reporter:
         if self.tracker is not None:
             self.tracker.close()
             self.tracker = None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl; a torn line (a kill in mid-write) or other junk is skipped."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def plot_curves(metrics: str | Path, out: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train, val = [], []
+    for rec in read_metrics(Path(metrics)):
+        (train if "loss" in rec else val).append(rec)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax1.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1)
+    ax1.set(xlabel="step", ylabel="training loss", yscale="log", title="loss")
+    for key, label in (("val_vqa_accuracy", "VQA accuracy (%)"), ("val_CIDEr-D", "CIDEr-D x 100")):
+        pts = [(r["step"], r[key] * (100 if key == "val_CIDEr-D" else 1)) for r in val if key in r]
+        if pts:
+            ax2.plot(*zip(*pts, strict=True), marker="o", label=label)
+    ax2.set(xlabel="step", title="validation")
+    if ax2.lines:
+        ax2.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
 
 
 def trim_metrics(metrics: Path, step: int) -> None:

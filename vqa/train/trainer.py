@@ -52,8 +52,7 @@ from .build import (
 )
 from .new_words import add_new_words
 from .optim import lr_factor, make_optimizer, set_lr
-from .plots import plot_curves, read_metrics
-from .report import Reporter, trim_metrics
+from .report import Reporter, plot_curves, read_metrics, trim_metrics
 from .runfolder import SAVED, write_repeat_command
 from .step import StepRunner, StepStats, wrap_ddp
 
@@ -70,7 +69,7 @@ class Trainer:
         try:
             check_model_options(cfg)  # every rank, before anything is written
             check_flips(cfg)
-            self._prepare_out()
+            distributed.on_main(self.dist, self._prepare_out)
             # official split names work without flags: train2014 / val2014, train2017 / val2017, ...
             self.train_split, self.val_split = resolve_splits(cfg.data, cfg.train_split, cfg.val_split)
             self.train_data = open_split(cfg.data, self.train_split)
@@ -87,11 +86,9 @@ class Trainer:
 
     # ---- the run folder, model, tokenizer, data, optimizer ----
     def _prepare_out(self) -> None:
-        """On rank 0: the folder, its lock, the recovery of interrupted writes. Every rank waits for it and
-        leaves with rank 0's error when it fails (a held lock, an existing run, an unwritable folder)."""
-        distributed.on_main(self.dist, self._prepare_out_main)
-
-    def _prepare_out_main(self) -> None:
+        """On rank 0 (`distributed.on_main`): the folder, its lock, the recovery of interrupted writes. Every rank
+        waits for it and leaves with rank 0's error when it fails (a held lock, an existing run, an unwritable
+        folder)."""
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             probe = self.out / ".write-test"

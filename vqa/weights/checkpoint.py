@@ -47,9 +47,7 @@ def recover(folder: str | Path) -> None:
     and remove the temporary folders of saves that died before their renames. Call it where no other
     process is saving into the run (the trainer does, holding the run's lock)."""
     folder = Path(folder)
-    old = folder.with_name(folder.name + ".old")
-    if not folder.exists() and old.exists():
-        old.rename(folder)
+    recover_only_old(folder)
     for tmp in folder.parent.glob(folder.name + ".tmp*"):
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -134,6 +132,11 @@ def load(path: str | Path, device: str | torch.device = "cpu", merge_adapters: b
         raise CheckpointError(
             f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the model was built for {model.cfg.vocab_size}"
         )
+    return model, tokenizer, read_card(folder)
+
+
+def read_card(folder: Path) -> dict:
+    """The card.json of checkpoint `folder` ({} without one); CheckpointError naming it when it is no object."""
     card_path = folder / "card.json"
     try:
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
@@ -141,7 +144,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", merge_adapters: b
         raise CheckpointError(f"{card_path}: not valid JSON ({e.msg})") from None
     if not isinstance(card, dict):
         raise CheckpointError(f"{card_path}: expected a JSON object (the model card), got {type(card).__name__}")
-    return model, tokenizer, card
+    return card
 
 
 def load_train_state(path: str | Path) -> dict:

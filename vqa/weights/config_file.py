@@ -22,12 +22,8 @@ FORMAT_VERSION = 1
 KEY = "format_version"
 
 
-def _from_0(d: dict) -> dict:
-    """Version 0 (no `format_version` field) holds the same ModelConfig fields as version 1."""
-    return d
-
-
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: _from_0}  # version v -> the same content as v + 1
+# version v -> the same content as v + 1; version 0 (no `format_version` field) holds version 1's fields
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: lambda d: d}
 
 
 def write(cfg: ModelConfig, path: str | Path) -> None:

@@ -2,12 +2,8 @@
 copied in (`vqa.weights.language_model` picks the family of a `dec_pretrained` folder and calls this).
 
 GPT-2's pre-LN blocks are this decoder's blocks without their cross-attention, so its weights map one to one
-(GPT-2's Conv1D stores a weight as [in, out], nn.Linear as [out, in]: each is transposed):
-
-    wte -> embed (and the tied LM head)      wpe[:dec_max_len] -> pos (learned positions, no embedding scale)
-    h.i.ln_1 -> blocks.i.ln1                 h.i.attn.c_attn -> blocks.i.self_attn.qkv (q, k, v; heads inside)
-    h.i.attn.c_proj -> self_attn.proj        h.i.ln_2 -> blocks.i.ln3 (our ln2 is the cross-attention's)
-    h.i.mlp.c_fc -> mlp[0]                   h.i.mlp.c_proj -> mlp[2]           ln_f -> ln_f
+(BLOCK_KEYS; wte is the embedding and the tied LM head, wpe[:dec_max_len] the learned positions; GPT-2's Conv1D
+stores a weight as [in, out], nn.Linear as [out, in]: each is transposed).
 
 The width, depth, heads, MLP width, activation (gelu_new: the tanh GELU), LayerNorm epsilon and number of
 positions come from config.json (`architecture`, used by `language_model.model_preset`). Each block's cross-attention
@@ -36,11 +32,10 @@ import torch
 from ..config import GPT2_DECODER
 from ..errors import ConfigError
 from ..json_object import read_object
-from ..tokenizer import Tokenizer, read_tokenizer_json
 from .llama import MODEL_TYPES as LLAMA_TYPES
 from .llama import model_type
 from .llama import read_config as read_llama_config
-from .lm_folder import Weights, _natural, new_rows, resolve
+from .lm_folder import check_built_for, checked_weights, copy_vocab, resolve, text_vocab
 
 SUPPORTED = ("gpt2",)  # config.json model_type values whose blocks are this decoder's
 # GPT-2's defaults (transformers' GPT2Config) for fields a config.json may leave out
@@ -109,18 +104,24 @@ def architecture(c: dict) -> dict:
 
 def _expected(c: dict) -> dict[str, tuple[int, ...]]:
     """Every tensor a GPT-2 of config `c` has, with its shape (Conv1D weights are [in, out])."""
-    d, h = c["n_embd"], c["hidden"]
+    d = c["n_embd"]
     out = {"wte.weight": (c["vocab_size"], d), "wpe.weight": (c["n_positions"], d),
            "ln_f.weight": (d,), "ln_f.bias": (d,)}
     for i in range(c["n_layer"]):
-        p = f"h.{i}."
-        out.update({
-            p + "ln_1.weight": (d,), p + "ln_1.bias": (d,), p + "ln_2.weight": (d,), p + "ln_2.bias": (d,),
-            p + "attn.c_attn.weight": (d, 3 * d), p + "attn.c_attn.bias": (3 * d,),
-            p + "attn.c_proj.weight": (d, d), p + "attn.c_proj.bias": (d,),
-            p + "mlp.c_fc.weight": (d, h), p + "mlp.c_fc.bias": (h,),
-            p + "mlp.c_proj.weight": (h, d), p + "mlp.c_proj.bias": (d,),
-        })
+        out.update({f"h.{i}.{k}": s for k, s in block_shapes(d, c["hidden"], cross=False).items()})
+    return out
+
+
+def block_shapes(d: int, h: int, cross: bool) -> dict[str, tuple[int, ...]]:
+    """A GPT-2 block's tensors, with its cross-attention's where `cross` (Conv1D weights are [in, out])."""
+    out = {}
+    for ln in ("ln_1", "ln_2", "ln_cross_attn")[: 3 if cross else 2]:
+        out[f"{ln}.weight"], out[f"{ln}.bias"] = (d,), (d,)
+    cross_linear = {"crossattention.q_attn": (d, d), "crossattention.c_attn": (d, 2 * d),
+                    "crossattention.c_proj": (d, d)} if cross else {}
+    for name, (i, o) in {"attn.c_attn": (d, 3 * d), "attn.c_proj": (d, d), **cross_linear, "mlp.c_fc": (d, h),
+                         "mlp.c_proj": (h, d)}.items():
+        out[f"{name}.weight"], out[f"{name}.bias"] = (i, o), (o,)
     return out
 
 
@@ -151,18 +152,6 @@ CROSS_KEYS = (
 _IGNORED = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)|lm_head\.weight")  # causal-mask buffers; the tied head
 
 
-def _check_decoder_config(cfg, c: dict, path: Path) -> None:
-    """The decoder must have been built for this language model (`language_model.model_preset` does that)."""
-    wrong = [f"{k}={getattr(cfg, k)!r} (config.json gives {v!r})" for k, v in architecture(c).items()
-             if getattr(cfg, k) != v]
-    if wrong:
-        raise ConfigError(f"the decoder was not built for {path}: " + ", ".join(wrong) +
-                          "; build its config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
-    if cfg.dec_max_len > c["n_positions"]:
-        raise ConfigError(f"{path}: dec_max_len={cfg.dec_max_len} is longer than the language model's "
-                          f"n_positions={c['n_positions']}")
-
-
 @torch.no_grad()
 def load_decoder(decoder, source: str) -> None:
     """Copy the language model `source` into `decoder` (a TextDecoder built from `preset(...,
@@ -174,30 +163,19 @@ def load_decoder(decoder, source: str) -> None:
         raise ConfigError(f"{folder / 'config.json'}: a {kind} model needs dec_layout='llama'; build the "
                           "config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
     c = read_config(folder)
-    _check_decoder_config(decoder.cfg, c, folder / "config.json")
-    if not (folder / "tokenizer.json").is_file():
-        Tokenizer.for_language_model(folder)  # the missing-tokenizer error
-    n_text = read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()  # before vqa's special tokens
+    check_built_for(decoder.cfg, architecture(c), folder / "config.json")
+    if decoder.cfg.dec_max_len > c["n_positions"]:
+        raise ConfigError(f"{folder / 'config.json'}: dec_max_len={decoder.cfg.dec_max_len} is longer than the "
+                          f"language model's n_positions={c['n_positions']}")
+    n_text = text_vocab(folder)
     vocab = decoder.embed.weight.shape[0]
     with contextlib.ExitStack() as stack:
-        w = Weights(folder, stack)
-        expected = _expected(c)
-        where = f"{folder / w.label}"
-        missing = sorted(set(expected) - w.keys(), key=_natural)
-        if missing:
-            raise ConfigError(f"{where} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}, which "
-                              f"config.json (n_layer={c['n_layer']}) describes: config and weights do not match")
-        extra = sorted((k for k in w.keys() - set(expected) if not _IGNORED.fullmatch(k)), key=_natural)
-        if extra:
-            raise ConfigError(f"{where} holds tensors config.json does not describe (n_layer={c['n_layer']}, "
-                              f"add_cross_attention={c.get('add_cross_attention', False)}): "
-                              f"{', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
-        for name, shape in expected.items():
-            if w.shape(name) != shape:
-                raise ConfigError(
-                    f"{where}: {name} is {list(w.shape(name))}, but config.json (n_embd={c['n_embd']}, "
-                    f"n_inner={c['n_inner']}, vocab_size={c['vocab_size']}, n_positions={c['n_positions']}) "
-                    f"implies {list(shape)}: config and weights do not match")
+        w = checked_weights(folder, stack, _expected(c), _IGNORED, (
+            f" (n_layer={c['n_layer']})",
+            f" (n_layer={c['n_layer']}, add_cross_attention={c.get('add_cross_attention', False)})",
+            f" (n_embd={c['n_embd']}, n_inner={c['n_inner']}, vocab_size={c['vocab_size']}, "
+            f"n_positions={c['n_positions']})"))
+        where = folder / w.label
         if n_text > c["vocab_size"]:
             raise ConfigError(f"{folder / 'tokenizer.json'} has {n_text} tokens but wte.weight in {where} has "
                               f"{c['vocab_size']} rows (config.json vocab_size): tokenizer and weights do not match")
@@ -209,10 +187,7 @@ def load_decoder(decoder, source: str) -> None:
             t = w.get(name)
             param.copy_((t.t() if conv1d else t).to(param.dtype))
 
-        wte = w.get("wte.weight")[:n_text].float()  # [n_text, D]: rows past the tokenizer are never produced
-        decoder.embed.weight[:n_text].copy_(wte)
-        if vocab > n_text:  # vqa's special tokens: ordinary logits at the start, each its own row
-            decoder.embed.weight[n_text:].copy_(new_rows(wte, vocab - n_text))
+        copy_vocab(decoder.embed.weight, w.get("wte.weight"), n_text)
         decoder.pos.weight.copy_(w.get("wpe.weight")[: decoder.cfg.dec_max_len])
         for i, blk in enumerate(decoder.blocks):
             params = dict(blk.named_parameters())

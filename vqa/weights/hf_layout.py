@@ -2,21 +2,9 @@
 add_cross_attention) and this project's VQAModel: the tensor names both ways, used by `vqa import` and
 `vqa export --transformers`. The decoder's names are `vqa.weights.gpt2`'s (BLOCK_KEYS, CROSS_KEYS).
 
-    HF (VisionEncoderDecoderModel)                           vqa (VQAModel)
-    encoder.embeddings.cls_token                             vision.vit.cls_token
-    encoder.embeddings.position_embeddings (CLS included)    vision.vit.pos_embed
-    encoder.embeddings.patch_embeddings.projection           vision.vit.patch_embed.proj
-    encoder.encoder.layer.i.layernorm_before / _after        vision.vit.blocks.i.norm1 / norm2
-    encoder.encoder.layer.i.attention.attention.q, k, v      vision.vit.blocks.i.attn.qkv (rows: q | k | v)
-    encoder.encoder.layer.i.attention.output.dense           vision.vit.blocks.i.attn.proj
-    encoder.encoder.layer.i.intermediate.dense / output.dense  vision.vit.blocks.i.mlp.fc1 / fc2
-    encoder.layernorm                                        vision.vit.norm
-    encoder.pooler.dense                                     (ignored: the decoder reads every token)
-    enc_to_dec_proj (or the identity when widths match)      vision.proj
-    decoder.transformer.wte (and the tied lm_head)           decoder.embed
-    decoder.transformer.wpe                                  decoder.pos
-    decoder.transformer.h.i.<BLOCK_KEYS, CROSS_KEYS>         decoder.blocks.i.<...> (Conv1D transposed)
-    decoder.transformer.ln_f                                 decoder.ln_f
+VIT_TOP, VIT_BLOCK (under encoder.encoder.layer.i. and vision.vit.blocks.i.), DEC_TOP and PROJ pair the names;
+ViT's separate query, key, value (QKV) stack into timm's fused qkv; the pooler is ignored (the decoder reads
+every token), and enc_to_dec_proj is absent (the identity) when the widths match.
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ import re
 
 import torch
 
-from .gpt2 import BLOCK_KEYS, CROSS_KEYS
+from .gpt2 import BLOCK_KEYS, CROSS_KEYS, block_shapes
 
 VIT_TOP = (
     ("encoder.embeddings.cls_token", "vision.vit.cls_token"),
@@ -78,36 +66,31 @@ def hf_shapes(enc: dict, dec: dict, vocab: int) -> dict[str, tuple[int, ...]]:
                 "decoder.transformer.ln_f.weight": (d,), "decoder.transformer.ln_f.bias": (d,)})
     for i in range(dec["n_layer"]):
         pre = f"decoder.transformer.h.{i}."
-        out.update({pre + k: s for k, s in _block_shapes(d, h).items()})
+        out.update({pre + k: s for k, s in block_shapes(d, h, cross=True).items()})
     if e != d:
         out.update({"enc_to_dec_proj.weight": (d, e), "enc_to_dec_proj.bias": (d,)})
     return out
 
 
-def _block_shapes(d: int, h: int) -> dict[str, tuple[int, ...]]:
-    """A GPT-2 block's tensors with cross-attention (Conv1D weights are [in, out])."""
-    out = {}
-    for ln in ("ln_1", "ln_2", "ln_cross_attn"):
-        out[f"{ln}.weight"], out[f"{ln}.bias"] = (d,), (d,)
-    for name, (i, o) in {"attn.c_attn": (d, 3 * d), "attn.c_proj": (d, d), "crossattention.q_attn": (d, d),
-                         "crossattention.c_attn": (d, 2 * d), "crossattention.c_proj": (d, d),
-                         "mlp.c_fc": (d, h), "mlp.c_proj": (h, d)}.items():
-        out[f"{name}.weight"], out[f"{name}.bias"] = (i, o), (o,)
-    return out
+def _pairs(vit_depth: int, dec_depth: int):
+    """(HF name, vqa name, whether a Conv1D weight, transposed) of every tensor that maps one to one."""
+    for theirs, ours in VIT_TOP + DEC_TOP:
+        yield theirs, ours, False
+    for i in range(vit_depth):
+        for theirs, ours in VIT_BLOCK:
+            yield f"encoder.encoder.layer.{i}.{theirs}", f"vision.vit.blocks.{i}.{ours}", False
+    for i in range(dec_depth):
+        for theirs, ours, conv1d in BLOCK_KEYS + CROSS_KEYS:
+            yield f"decoder.transformer.h.{i}.{theirs}", f"decoder.blocks.{i}.{ours}", conv1d
 
 
 def hf_to_vqa(t: dict[str, torch.Tensor], vit_depth: int, dec_depth: int, dec_width: int) -> dict[str, torch.Tensor]:
     """A VQAModel state dict from the tensors of a VisionEncoderDecoder file (checked against `hf_shapes`)."""
-    out = {ours: t[theirs] for theirs, ours in VIT_TOP + DEC_TOP}
+    out = {ours: t[theirs].t() if conv1d else t[theirs] for theirs, ours, conv1d in _pairs(vit_depth, dec_depth)}
     for i in range(vit_depth):
         pre, blk = f"encoder.encoder.layer.{i}.", f"vision.vit.blocks.{i}."
-        out.update({blk + ours: t[pre + theirs] for theirs, ours in VIT_BLOCK})
         for part in ("weight", "bias"):
             out[f"{blk}attn.qkv.{part}"] = torch.cat([t[f"{pre}attention.attention.{n}.{part}"] for n in QKV])
-    for i in range(dec_depth):
-        pre, blk = f"decoder.transformer.h.{i}.", f"decoder.blocks.{i}."
-        for theirs, ours, conv1d in BLOCK_KEYS + CROSS_KEYS:
-            out[blk + ours] = t[pre + theirs].t() if conv1d else t[pre + theirs]
     if "enc_to_dec_proj.weight" in t:
         out.update({ours: t[theirs] for theirs, ours in PROJ})
     else:  # the same width: the encoder's tokens go to the cross-attention as they are
@@ -121,17 +104,12 @@ def vqa_to_hf(state: dict[str, torch.Tensor], vit_depth: int, dec_depth: int,
     """The tensors of a VisionEncoderDecoder file from a VQAModel state dict (`hf_to_vqa` backwards). With
     `project` (the widths differ) vision.proj becomes enc_to_dec_proj; without, the caller has folded it into
     each cross-attention's key/value projection already and it is left out."""
-    out = {theirs: state[ours] for theirs, ours in VIT_TOP + DEC_TOP}
+    out = {theirs: state[ours].t() if conv1d else state[ours] for theirs, ours, conv1d in _pairs(vit_depth, dec_depth)}
     for i in range(vit_depth):
         pre, blk = f"encoder.encoder.layer.{i}.", f"vision.vit.blocks.{i}."
-        out.update({pre + theirs: state[blk + ours] for theirs, ours in VIT_BLOCK})
         for part in ("weight", "bias"):
             for name, chunk in zip(QKV, state[f"{blk}attn.qkv.{part}"].chunk(3), strict=True):
                 out[f"{pre}attention.attention.{name}.{part}"] = chunk
-    for i in range(dec_depth):
-        pre, blk = f"decoder.transformer.h.{i}.", f"decoder.blocks.{i}."
-        for theirs, ours, conv1d in BLOCK_KEYS + CROSS_KEYS:
-            out[pre + theirs] = state[blk + ours].t() if conv1d else state[blk + ours]
     if project:
         out.update({theirs: state[ours] for theirs, ours in PROJ})
     return {k: v.detach().contiguous().clone() for k, v in out.items()}

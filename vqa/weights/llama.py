@@ -4,13 +4,8 @@ Face layout: SmolLM2, Llama 3.x, Qwen2 / Qwen2.5 (biases on q, k, v) and Qwen3 (
     --set dec_pretrained=FOLDER   config.json (model_type llama, qwen2 or qwen3), model.safetensors (or an
                                   index + shards), tokenizer.json
 
-The weights map one to one (nn.Linear on both sides, nothing transposed):
-
-    model.embed_tokens -> embed               lm_head -> head, a [V, D] matrix (absent when tie_word_embeddings)
-    model.layers.i.input_layernorm -> blocks.i.ln1     post_attention_layernorm -> blocks.i.ln2
-    self_attn.{q,k,v}_proj -> blocks.i.self_attn.qkv (rows q | k | v)       self_attn.o_proj -> self_attn.proj
-    self_attn.{q,k}_norm -> self_attn.{q,k}_norm      mlp.{gate,up}_proj -> mlp.gate_up (rows gate | up)
-    mlp.down_proj -> mlp.down                 model.norm -> ln_f
+The weights map one to one (nn.Linear on both sides, nothing transposed; q | k | v and gate | up stacked by
+rows; lm_head absent when tie_word_embeddings): `load_llama` names each.
 
 The cross-attention blocks (`cross`) are new, their gates at 0. Vocabulary: the model's tokenizer with vqa's
 special tokens after it, their embedding (and untied head) rows drawn as for GPT-2 (`lm_folder.new_rows`).
@@ -20,16 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 
 import torch
 
 from ..errors import ConfigError
 from ..json_object import read_object
-from ..tokenizer import Tokenizer, read_tokenizer_json
-from .lm_folder import Weights, _natural, new_rows, resolve
+from .lm_folder import check_built_for, checked_weights, copy_vocab, resolve, text_vocab
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3")  # config.json model_type values whose layers are LlamaBlock's
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq")  # old files' rotary tables
 # the ModelConfig fields a Llama-layout language model fixes (beside width, depth, heads, MLP, epsilon)
 LLAMA_FIELDS = ("dec_layout", "dec_positions", "dec_activation", "dec_embed_scale", "dec_qk_norm", "dec_kv_heads",
                 "dec_head_dim", "dec_rope_theta", "dec_rope_scaling", "dec_qkv_bias", "dec_tie_head")
@@ -158,47 +154,22 @@ def load_llama(decoder, source: str) -> None:
     """Copy the language model `source` into `decoder` (a LlamaDecoder built for it by `model_preset`)."""
     folder = resolve(source)
     c = read_config(folder)
-    wrong = [f"{k}={getattr(decoder.cfg, k)!r} (config.json gives {v!r})" for k, v in architecture(c).items()
-             if getattr(decoder.cfg, k) != v]
-    if wrong:
-        raise ConfigError(f"the decoder was not built for {folder / 'config.json'}: " + ", ".join(wrong) +
-                          "; build its config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
-    if not (folder / "tokenizer.json").is_file():
-        Tokenizer.for_language_model(folder)  # the missing-tokenizer error
-    n_text = read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()  # before vqa's special tokens
+    check_built_for(decoder.cfg, architecture(c), folder / "config.json")
+    n_text = text_vocab(folder)
     vocab = decoder.embed.weight.shape[0]
     with contextlib.ExitStack() as stack:
-        w = Weights(folder, stack)
-        where = folder / w.label
-        want = expected(c)
-        missing = sorted(set(want) - w.keys(), key=_natural)
-        if missing:
-            raise ConfigError(f"{where} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}, which "
-                              f"config.json describes: config and weights do not match")
-        extra = sorted((k for k in w.keys() - set(want) if not k.endswith("rotary_emb.inv_freq")), key=_natural)
-        if extra and extra != ["lm_head.weight"]:  # a tied model may still store its head: the embedding's copy
-            raise ConfigError(f"{where} holds tensors config.json does not describe: "
-                              f"{', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
-        for name, shape in want.items():
-            if w.shape(name) != shape:
-                raise ConfigError(f"{where}: {name} is {list(w.shape(name))}, but config.json implies {list(shape)}: "
-                                  "config and weights do not match")
+        w = checked_weights(folder, stack, expected(c), _IGNORED)
         if n_text > c["vocab_size"] or vocab < n_text:
-            raise ConfigError(f"{folder / 'tokenizer.json'} has {n_text} tokens but the embedding in {where} has "
-                              f"{c['vocab_size']} rows and the decoder {vocab}: tokenizer and weights do not match")
+            raise ConfigError(f"{folder / 'tokenizer.json'} has {n_text} tokens but the embedding in "
+                              f"{folder / w.label} has {c['vocab_size']} rows and the decoder {vocab}: tokenizer and "
+                              "weights do not match")
 
         def put(param: torch.Tensor, *names: str) -> None:
             param.copy_(torch.cat([w.get(n) for n in names]).to(param.dtype))
 
-        def put_vocab(param: torch.Tensor, name: str) -> None:
-            rows = w.get(name)[:n_text].float()  # [n_text, D]: rows past the tokenizer are never produced
-            param[:n_text].copy_(rows)
-            if vocab > n_text:
-                param[n_text:].copy_(new_rows(rows, vocab - n_text))
-
-        put_vocab(decoder.embed.weight, "model.embed_tokens.weight")
+        copy_vocab(decoder.embed.weight, w.get("model.embed_tokens.weight"), n_text)
         if decoder.head is not None:
-            put_vocab(decoder.head, "lm_head.weight")
+            copy_vocab(decoder.head, w.get("lm_head.weight"), n_text)
         for i, blk in enumerate(decoder.blocks):
             p, a = f"model.layers.{i}.", blk.self_attn
             put(blk.ln1.weight, p + "input_layernorm.weight")

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from ..tokenizer import Tokenizer, read_tokenizer_json
 
 HUB_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
              "tokenizer.json"]
@@ -102,6 +103,51 @@ def new_rows(wte: torch.Tensor, n: int) -> torch.Tensor:
     x N(0, 1), so their logits start ordinary and each differs from the others."""
     wte = wte.float()
     return wte.mean(0) + torch.randn(n, wte.shape[1]) * wte.std(0) * NEW_ROW_OFFSET
+
+
+def check_built_for(cfg, arch: dict, path: Path) -> None:
+    """The decoder config `cfg` must hold the language model's architecture `arch` (`model_preset` does that)."""
+    wrong = [f"{k}={getattr(cfg, k)!r} (config.json gives {v!r})" for k, v in arch.items() if getattr(cfg, k) != v]
+    if wrong:
+        raise ConfigError(f"the decoder was not built for {path}: " + ", ".join(wrong) +
+                          "; build its config with vqa.weights.language_model.model_preset(..., dec_pretrained=...)")
+
+
+def text_vocab(folder: Path) -> int:
+    """The size of the language model's own tokenizer, before vqa's special tokens."""
+    if not (folder / "tokenizer.json").is_file():
+        Tokenizer.for_language_model(folder)  # the missing-tokenizer error
+    return read_tokenizer_json(folder / "tokenizer.json").get_vocab_size()
+
+
+def checked_weights(folder: Path, stack: contextlib.ExitStack, want: dict, ignored: re.Pattern,
+                    about: tuple[str, str, str] = ("", "", "")) -> Weights:
+    """The folder's Weights, which must hold exactly the tensors of `want` (name -> shape), beside the `ignored`
+    ones and a tied model's stored head; `about`: what of config.json the missing / extra / shape lines cite."""
+    w = Weights(folder, stack)
+    where = folder / w.label
+    missing = sorted(set(want) - w.keys(), key=_natural)
+    if missing:
+        raise ConfigError(f"{where} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}, which "
+                          f"config.json{about[0]} describes: config and weights do not match")
+    extra = sorted((k for k in w.keys() - set(want) if not ignored.fullmatch(k)), key=_natural)
+    if extra and extra != ["lm_head.weight"]:  # a tied model may still store its head: the embedding's copy
+        raise ConfigError(f"{where} holds tensors config.json does not describe{about[1]}: "
+                          f"{', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
+    for name, shape in want.items():
+        if w.shape(name) != shape:
+            raise ConfigError(f"{where}: {name} is {list(w.shape(name))}, but config.json{about[2]} implies "
+                              f"{list(shape)}: config and weights do not match")
+    return w
+
+
+def copy_vocab(param: torch.Tensor, rows: torch.Tensor, n_text: int) -> None:
+    """The language model's first `n_text` rows (past its tokenizer they are never produced) into `param`, and
+    `new_rows` for vqa's special tokens after them."""
+    rows = rows[:n_text].float()  # [n_text, D]
+    param[:n_text].copy_(rows)
+    if param.shape[0] > n_text:
+        param[n_text:].copy_(new_rows(rows, param.shape[0] - n_text))
 
 
 def free_memory() -> int | None:

@@ -7,11 +7,11 @@ the wheel."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from ..errors import CheckpointError
+from ..identity import sha256
 
 WEIGHTS = Path(__file__).resolve().parent  # this package's folder: vqa/weights/
 
@@ -30,14 +30,6 @@ def folder(name: str) -> Path:
 def card(name: str) -> dict:
     """What the shipped towers are: the command that made them, the corpus, steps, time, sha256."""
     return json.loads((folder(name) / "card.json").read_text())
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe(name: str) -> dict:

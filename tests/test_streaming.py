@@ -116,6 +116,21 @@ def test_the_cli_prints_as_it_decodes_on_a_terminal_only(command, tmp_path, caps
     assert streamed and capsys.readouterr().out == piped  # the same text, written as it came
 
 
+def test_a_streamed_caption_samples_with_the_options_given(tmp_path, monkeypatch):
+    from cli_fixtures import vqa
+
+    picture = tmp_path / "p.png"
+    draw("red_circle").save(picture)
+    seen = {}
+    real = Predictor.stream
+    monkeypatch.setattr(Predictor, "stream", lambda self, *a, **kw: seen.update(kw) or real(self, *a, **kw))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert vqa(["caption", "--checkpoint", checkpoint.resolve(shared_checkpoint()), picture, "--device", "cpu",
+                "--method", "sample", "--top-k", "3", "--temperature", "0.7"]) == 0
+    g = seen["generation"]
+    assert (g.method, g.top_k, g.temperature) == ("sample", 3, 0.7) and seen.get("top_k", 1) == 1
+
+
 def test_streamed_requests_share_a_batch_and_each_hears_its_own_row(pred):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -136,6 +136,8 @@ def run(args) -> int:
     kw = given(args, GenerationConfig, ASK_RENAME if ask else None)
     if ask:
         kw = dict(question=args.question, top_k=args.top_k, generation=pred.answer_settings(args.top_k, changes=kw))
+    else:  # settled here: `stream` reads a bare top_k as the answers to list, not the sampling's
+        kw = dict(generation=pred.caption_settings(changes=kw))
     if _streams(args):
         res = print_stream(pred.stream(args.image, **kw), sys.stdout)
     else:

@@ -37,6 +37,9 @@ def test_the_commands_say_what_they_cut(ckpt, tmp_path, capsys):
     out = capsys.readouterr()
     assert out.out.strip() == "a"
     assert "vqa: the caption reached its 1-token budget without <eos> and was cut" in out.err
+    for json_flag in ([], ["--json"]):  # the answer "red" is one token: its <eos> has no room
+        assert main(["ask", "--checkpoint", str(ckpt), str(img), COLOR_Q, "--max-new-tokens", "1", *json_flag]) == 0
+        assert "vqa: the answer reached its 1-token budget without <eos> and was cut" in capsys.readouterr().err
     photo_folder(tmp_path / "p", 3)
     assert main(["caption", "--checkpoint", str(ckpt), str(tmp_path / "p"), "--out", str(tmp_path / "c.jsonl"),
                  "--workers", "0", "--max-new-tokens", "1"]) == 0

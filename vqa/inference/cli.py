@@ -145,7 +145,8 @@ def run(args) -> int:
     written = _attention_out(pred, args, res)
     if args.json:
         print(json.dumps(dict(image=str(args.image), **res.to_dict(), **written), ensure_ascii=False))
-        if ask:
+        if ask:  # the JSON holds the top answers and whether the question was cut; stderr says a cut answer
+            _say_cut(res, "answer")
             return 0
     elif not _streams(args):
         print(res.answer if ask else res.caption)

@@ -1,6 +1,6 @@
 """The image encoder (vqa/model/vision.py): the memory it gives the decoder (the CLS token, then the patches),
-ViT weights from timm, from a local file or from a checkpoint, a frozen ViT, the convolutional stem, and the
-errors a bad ViT choice gets."""
+ViT weights from timm, from a local file (vqa/weights/vit.py, through `build_model`) or from a checkpoint, a
+frozen ViT, the convolutional stem, and the errors a bad ViT choice gets."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from helpers import make_batch, random_images, tiny_config, tiny_model
 from vqa.errors import ConfigError
 from vqa.model import VQAModel
 from vqa.weights import model_files
+from vqa.weights.language_model import build_model
 
 
 def test_memory_is_the_cls_token_then_the_patches():
@@ -34,11 +35,12 @@ def test_vit_pretrained_asks_timm_for_its_weights_and_a_checkpoint_never_does(mo
         return real(name, pretrained=False, **kwargs)  # no download in the tests
 
     monkeypatch.setattr(timm, "create_model", spy)
-    model = tiny_model(vit_pretrained=True)
-    assert asked == [True]
+    assert tiny_model(vit_pretrained=True) is not None and asked == [False]  # the architecture alone: random
+    model = build_model(tiny_config(vit_pretrained=True))
+    assert asked == [False, False, True]  # built, then timm's weights copied in (vqa.weights.vit)
     model_files.save(model, tmp_path / "m")
     model_files.load(tmp_path / "m")
-    assert asked == [True, False]  # a checkpoint brings its own weights
+    assert asked == [False, False, True, False]  # a checkpoint brings its own weights
 
 
 def test_vit_freeze_leaves_vit_params_without_grad():
@@ -69,7 +71,8 @@ def test_vit_weights_saved_to_a_local_file_load_back_identically(tmp_path, suffi
         save_file({k: v.contiguous() for k, v in state.items()}, str(path))
     else:
         torch.save(state, path)
-    loaded = tiny_model(seed=2, vit_weights=str(path)).vision.vit.state_dict()
+    torch.manual_seed(2)
+    loaded = build_model(tiny_config(vit_weights=str(path))).vision.vit.state_dict()
     fresh = tiny_model(seed=2).vision.vit.state_dict()  # the same seed without the file
     assert loaded.keys() == state.keys()
     for k in state:
@@ -80,7 +83,7 @@ def test_vit_weights_saved_to_a_local_file_load_back_identically(tmp_path, suffi
 
 def test_missing_vit_weights_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="no file"):
-        tiny_model(vit_weights=str(tmp_path / "nowhere.safetensors"))
+        build_model(tiny_config(vit_weights=str(tmp_path / "nowhere.safetensors")))
 
 
 # ---------------------------------------------------------------- convolutional stem
@@ -109,7 +112,7 @@ def test_conv_stem_replaces_the_patch_projection_and_keeps_the_token_layout(tmp_
     assert not torch.allclose(a, b)
     # its weights round-trip through a local file like any timm ViT's
     save_file(model.vision.vit.state_dict(), str(tmp_path / "stem.safetensors"))
-    again = VQAModel(tiny_config(vit_conv_stem=True, vit_weights=str(tmp_path / "stem.safetensors")))
+    again = build_model(tiny_config(vit_conv_stem=True, vit_weights=str(tmp_path / "stem.safetensors")))
     for k, v in model.vision.vit.state_dict().items():
         assert torch.equal(v, again.vision.vit.state_dict()[k]), k
 

@@ -32,11 +32,8 @@ class ConvStemPatchEmbed(nn.Module):
         return embed
 
 
-def create_vit(cfg: ModelConfig) -> nn.Module:
-    """A timm ViT sized by `cfg`. `vit_pretrained` uses timm's own download; `vit_weights` loads a local file
-    (timm's `pretrained_cfg_overlay=dict(file=...)`, .safetensors or .pth) instead."""
-    import timm
-
+def vit_kwargs(cfg: ModelConfig) -> dict:
+    """`timm.create_model`'s arguments for the ViT `cfg` sizes (beside its name)."""
     kwargs = dict(num_classes=0, img_size=cfg.vit_image_size, patch_size=cfg.vit_patch_size)
     for key, value in (("embed_dim", cfg.vit_width), ("depth", cfg.vit_depth), ("num_heads", cfg.vit_heads),
                        ("mlp_ratio", cfg.vit_mlp_ratio)):
@@ -52,21 +49,22 @@ def create_vit(cfg: ModelConfig) -> nn.Module:
         kwargs["qk_norm"] = True
     if cfg.vit_conv_stem:
         kwargs["embed_layer"] = ConvStemPatchEmbed
-    pretrained = cfg.vit_pretrained
-    if cfg.vit_weights:
-        from pathlib import Path
+    return kwargs
 
-        if not Path(cfg.vit_weights).is_file():
-            raise ConfigError(f"vit_weights: no file at {cfg.vit_weights}")
-        pretrained = True
-        kwargs["pretrained_cfg_overlay"] = dict(file=str(cfg.vit_weights))
+
+def create_vit(cfg: ModelConfig) -> nn.Module:
+    """A timm ViT sized by `cfg`, with random weights (`vit_pretrained` / `vit_weights` are read by
+    `vqa.weights.vit`, which `build_model` calls)."""
+    import timm
+
+    kwargs = vit_kwargs(cfg)
     timm_data_config(cfg.vit_name)  # a clear error for an unknown name
     if not cfg.vit_name.startswith(("vit_", "deit_", "eva")):
         raise ConfigError(f"{cfg.vit_name!r} is not a ViT; vqa needs a timm VisionTransformer")
     try:
-        return timm.create_model(cfg.vit_name, pretrained=pretrained, **kwargs)
+        return timm.create_model(cfg.vit_name, pretrained=False, **kwargs)
     except (RuntimeError, OSError) as e:
-        raise ConfigError(f"could not create {cfg.vit_name!r} (pretrained={pretrained}): {e}") from e
+        raise ConfigError(f"could not create {cfg.vit_name!r}: {e}") from e
 
 
 class VisionEncoder(nn.Module):

@@ -92,9 +92,14 @@ def load_decoder(decoder, source: str) -> None:
 
 
 def build_model(cfg: ModelConfig) -> VQAModel:
-    """The model of `cfg`, its decoder holding `cfg.dec_pretrained`'s weights where the config names a language
-    model (`VQAModel(cfg)` alone leaves every weight random; a checkpoint's own weights replace them anyway)."""
+    """The model of `cfg`, its ViT holding `vit_pretrained` / `vit_weights`' weights and its decoder
+    `dec_pretrained`'s where the config names them (`VQAModel(cfg)` alone leaves every weight random; a
+    checkpoint's own weights replace them anyway)."""
     model = VQAModel(cfg)
+    if cfg.vit_pretrained or cfg.vit_weights:
+        from .vit import load_vit
+
+        load_vit(model.vision.vit, cfg)
     if cfg.dec_pretrained:
         load_decoder(model.decoder, cfg.dec_pretrained)
     return model

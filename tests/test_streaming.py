@@ -4,8 +4,10 @@ decoding. The model is lively (random weights that give long, varied outputs), s
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
+import types
 
 import pytest
 from helpers import lively_model
@@ -13,6 +15,7 @@ from predict_fixtures import COLOR_Q, draw, shared_checkpoint
 
 from vqa.config import DECODING_METHODS
 from vqa.decoding.batch import DecodingBatch
+from vqa.inference import streaming
 from vqa.inference.predict import Predictor
 from vqa.weights import checkpoint
 
@@ -43,9 +46,25 @@ def test_every_method_is_covered():
     assert set(SETTINGS) == set(DECODING_METHODS)
 
 
+class Lockstep(queue.Queue):
+    """The stream's queue, its decoding thread held after each step until the reader has decoded it: a reader
+    on a loaded machine then sees every step (a slow one gets only the latest, by design)."""
+
+    read = threading.Event()
+
+    def put(self, item, block=True, timeout=None):
+        Lockstep.read.clear()
+        super().put(item, block, timeout)
+        if item[0] == "text":
+            Lockstep.read.wait(10)
+
+
 @pytest.mark.parametrize("method", list(SETTINGS))
 @pytest.mark.parametrize("task", ["caption", "vqa"])
-def test_the_streamed_text_ends_as_the_plain_one(pred, method, task):
+def test_the_streamed_text_ends_as_the_plain_one(pred, method, task, monkeypatch):
+    decode = pred.tokenizer.decode
+    monkeypatch.setattr(streaming, "queue", types.SimpleNamespace(Queue=Lockstep))  # this module's queues only
+    monkeypatch.setattr(pred.tokenizer, "decode", lambda ids: (decode(ids), Lockstep.read.set())[0])
     picture = draw("red_circle")
     settings = dict(SETTINGS[method], min_new_tokens=6, max_new_tokens=12)
     if task == "vqa":

@@ -3,7 +3,7 @@
 The plan is first made from the median of the first 20 steps (aiming at 90% of the time left, as evaluations
 and checkpoints also take time), then remade from the mean speed since the last plan every 50 steps or 5%
 of the budget, whichever comes first (aiming at 98%): a run slows down after its first steps (data caches fill,
-evaluations), and fitted once a ten-minute run ended at 80% of its cosine.
+evaluations), so a plan fitted once would end the run before its cosine does.
 
 Every rank must follow one schedule and stop at one step: `SharedBudget` has each rank propose its decisions
 (`Proposal`: out of time, a refitted plan, the quarter reached) as values that ride in the step's all-reduce,

@@ -37,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="questions per image per family (6 families; default 1)")
         p.add_argument("--workers", type=int, default=None, help="rendering processes (default: CPU count, max 8)")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+        if name == "corpus":
+            p.add_argument("--things", type=Path, default=None, metavar="DIR",
+                           help="a things folder (scripts/make_things.py): part of the pictures show its things")
+            p.add_argument("--things-share", type=float, default=0.3, metavar="X",
+                           help="with --things, the share of pictures drawn from it (default 0.3)")
     p = sub.add_parser("samples", help="copy the sample pictures shipped with vqa (and samples.json, their "
                        "questions) into a folder, for vqa ask / vqa caption")
     p.add_argument("--out", required=True, type=Path, help="output folder")
@@ -131,6 +136,13 @@ def run_synthetic(args: argparse.Namespace) -> int:
     spec = {"shapes": shapes.SHAPES_SET, "scenes": scenes.SCENES_SET, "glyphs": glyphs.GLYPHS_SET,
             "corpus": corpus.CORPUS_SET}[args.data_command]
     check_out_folder("--out", args.out)
+    if getattr(args, "things", None) is not None:
+        from ..errors import ConfigError
+        from .synthetic.corpus_things import with_things
+
+        if not 0 < args.things_share <= 1:
+            raise ConfigError(f"--things-share must be in (0, 1], got {args.things_share}")
+        spec = with_things(args.things, args.things_share)
     t0 = time.perf_counter()
     priors = generate(spec, args.out, n_train=args.train, n_val=args.val, size=args.size, seed=args.seed,
                       progress=not args.no_progress, workers=args.workers,

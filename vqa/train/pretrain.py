@@ -23,6 +23,7 @@ from ..options import check_out_folder
 
 DEFAULT_STEPS = 2500  # the shipped towers' length (vqa/weights/tiny/card.json), which fine-tuning starts from
 DEFAULT_IMAGES = 40000
+DEFAULT_THINGS_SHARE = 0.3
 DEFAULT_GROUNDING = 0.0  # the grounding loss (`vqa.data.regions`) on the corpus's objects: off, as the shipped towers
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
@@ -57,26 +58,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grounding-weight", type=float, default=DEFAULT_GROUNDING,
                    help="loss weight of the words that name an object, trained to look at it (the corpus knows "
                         f"every object's box; vqa train --help; default {DEFAULT_GROUNDING:g}, 0: off)")
+    p.add_argument("--things", type=Path, default=None, metavar="DIR",
+                   help="a things folder (pictures of real kinds of things, scripts/make_things.py): part of the "
+                        "corpus shows them, named, placed and asked about (docs/pretraining.md)")
+    p.add_argument("--things-share", type=float, default=DEFAULT_THINGS_SHARE, metavar="X",
+                   help=f"with --things, the share of corpus pictures drawn from it (default {DEFAULT_THINGS_SHARE:g})")
     p.add_argument("--workers", type=int, default=None, help="corpus rendering processes (default: CPU count, max 8)")
 
 
 def build_corpus(folder: Path, images: int, val_images: int, seed: int, workers: int | None = None,
-                 progress: bool = True) -> Path:
-    """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there."""
+                 progress: bool = True, things: Path | None = None, things_share: float = DEFAULT_THINGS_SHARE) -> Path:
+    """The corpus and its tokenizer in `folder`, built unless a finished build with these settings is there;
+    with `things`, that share of its pictures shows the things folder's things (`corpus_things`)."""
+    from ..data.synthetic import things as things_lib
     from ..data.synthetic.corpus import CORPUS_SET
+    from ..data.synthetic.corpus_things import with_things
     from ..data.synthetic.generator import generate
     from ..tokenizer import Tokenizer
 
+    drawn = None if things is None else dict(digest=things_lib.load(str(things)).digest, share=things_share)
     info, tok_path = folder / "corpus_info.json", folder / "tokenizer.json"
     if info.is_file() and tok_path.is_file():
         have = json.loads(info.read_text())
-        if (have.get("seed"), have.get("n_train"), have.get("n_val")) == (seed, images, val_images):
+        if (have.get("seed"), have.get("n_train"), have.get("n_val"), have.get("things")) == (
+                seed, images, val_images, drawn):
             return tok_path
         raise ConfigError(f"{folder} holds a corpus of seed {have.get('seed')} with {have.get('n_train')} + "
-                          f"{have.get('n_val')} pictures, not seed {seed} with {images} + {val_images}: choose "
-                          "another --out")
+                          f"{have.get('n_val')} pictures and things {have.get('things')}, not seed {seed} with "
+                          f"{images} + {val_images} and things {drawn}: choose another --out")
     info.unlink(missing_ok=True)  # written last by the build: its absence marks an unfinished one
-    generate(CORPUS_SET, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
+    spec = CORPUS_SET if things is None else with_things(things, things_share)
+    generate(spec, folder, images, val_images, size=64, seed=seed, progress=progress, workers=workers)
+    if drawn is not None:  # the info file records which things folder the corpus drew from
+        info.write_text(json.dumps(dict(json.loads(info.read_text()), things=drawn)))
     texts = [c["caption"] for c in json.loads((folder / "captions_train.json").read_text())["annotations"]]
     questions = json.loads((folder / "v2_OpenEnded_mscoco_train_questions.json").read_text())["questions"]
     texts += [q["question"] for q in questions]
@@ -96,11 +110,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--images and --val-images must be >= 1, got {args.images} and {args.val_images}")
     if args.grounding_weight < 0:
         raise ConfigError(f"--grounding-weight must be >= 0, got {args.grounding_weight}")
+    if not 0 < args.things_share <= 1:
+        raise ConfigError(f"--things-share must be in (0, 1], got {args.things_share}")
     if args.minutes is not None and not args.minutes > 0:
         raise ConfigError(f"--minutes must be more than 0, got {args.minutes}")
     out = Path(args.out)
     t0 = time.perf_counter()
-    tokenizer_path = build_corpus(out / "corpus", args.images, args.val_images, args.seed, args.workers)
+    tokenizer_path = build_corpus(out / "corpus", args.images, args.val_images, args.seed, args.workers,
+                                  things=args.things, things_share=args.things_share)
     corpus_s = time.perf_counter() - t0
     length = (dict(time_limit=f"{args.minutes}m") if args.minutes is not None
               else dict(max_steps=args.max_steps or DEFAULT_STEPS))
@@ -110,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     cfg: TrainConfig = resolve(flags)
     trainer = train(cfg)
     card = dict(command="vqa pretrain " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["pretrain"] else None,
-                corpus=dict(images=args.images, val_images=args.val_images, seed=args.seed, folder="corpus"),
+                corpus=dict(images=args.images, val_images=args.val_images, seed=args.seed, folder="corpus",
+                            things=None if args.things is None else dict(
+                                folder=str(args.things), share=args.things_share, digest=json.loads(
+                                    (out / "corpus" / "corpus_info.json").read_text())["things"]["digest"])),
                 steps=trainer.step, seed=args.seed, schedule=args.schedule, corpus_seconds=round(corpus_s, 1),
                 total_seconds=round(time.perf_counter() - t0, 1), train_flags=flags)
     (out / "pretrain.json").write_text(json.dumps(card, indent=1) + "\n")

@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ...errors import DataError
 from .corpus_layout import BACKGROUNDS, COLOURS
 from .scenes_render import OUTLINES, _grid, _turn
 from .scenes_render import object_box as outline_box
@@ -86,6 +87,9 @@ def _texture(o: dict, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def render(scene: dict, side: int) -> Image.Image:
     """The scene as an RGB image of `side` x `side` pixels."""
+    if scene.get("style") == "picture":
+        raise DataError(f"corpus picture {scene.get('file_name')} is a things scene: it is drawn from the things "
+                        "folder it was built with (vqa.data.synthetic.corpus_things.with_things)")
     n = side * K
     img = background(scene, n)
     rng = np.random.default_rng([scene["texture_seed"], 1])

@@ -144,9 +144,10 @@ def caption_mentions(sset: SceneSet, scene: dict, words: list[str]) -> list[tupl
     a singular noun and the colour / size words right before it ("a small red circle": positions of
     small, red, circle)."""
     clean = [w.strip(PUNCTUATION).lower() for w in words]
+    kinds = {*sset.kinds, *(o[sset.kind] for o in scene["objects"])}  # a corpus things scene names its own
     out = []
     for n, w in enumerate(clean):
-        if w not in sset.kinds:
+        if w not in kinds:
             continue
         start, fixed = n, {sset.kind: w}
         while start > 0 and (clean[start - 1] in sset.adjectives or clean[start - 1] in sset.fillers):

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
@@ -257,40 +256,6 @@ def test_make_things_keeps_one_word_things_of_both_artists(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_things.py"), "--gemojione",
                               str(tmp_path / "nowhere"), "--out", str(out)], capture_output=True, text=True)
     assert missing.returncode != 0 and "index.json is missing" in missing.stderr
-
-
-def test_make_things_draws_the_glyphs_of_fonts_as_more_artists(tmp_path):
-    """--symbola draws each kept emoji's character where the font has it; --mdi the icon named like a thing
-    (matplotlib's DejaVu Sans stands in for both fonts: it has "A" and "B", not U+1F415)."""
-    font = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
-    gem = tmp_path / "gemojione"
-    (gem / "config").mkdir(parents=True)
-    (gem / "assets" / "png").mkdir(parents=True)
-    index = {"dog2": dict(unicode="1f415", name="dog", shortname=":dog2:", category="nature"),
-             "a": dict(unicode="41", name="bus", shortname=":bus:", category="travel"),
-             "cat": dict(unicode="42", name="cat", shortname=":cat:", category="nature")}
-    (gem / "config" / "index.json").write_text(json.dumps(index))
-    for e in index.values():
-        _picture(gem / "assets" / "png" / f"{e['unicode'].upper()}.png", "ellipse", (200, 10, 10, 255))
-    mdi = tmp_path / "mdi"
-    (mdi / "css").mkdir(parents=True)
-    (mdi / "fonts").mkdir()
-    (mdi / "fonts" / "materialdesignicons-webfont.ttf").write_bytes(font.read_bytes())
-    (mdi / "css" / "materialdesignicons.css").write_text(
-        '.mdi-dog:before { content: "\\41"; }\n.mdi-mouse:before { content: "\\42"; }\n'
-        '.mdi-tree:before { content: "\\43"; }\n')
-    out = tmp_path / "things"
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_things.py"), "--gemojione", str(gem),
-                          "--symbola", str(font), "--mdi", str(mdi), "--out", str(out)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert "6 pictures of 3 things (3 gemojione, 2 symbola, 1 mdi)" in run.stdout
-    things = things_lib.load(str(out))
-    assert things.files["dog"] == ("gemojione/1F415.png", "mdi/dog.png")  # no U+1F415 in the font; mdi's "dog"
-    assert things.files["bus"] == ("gemojione/41.png", "symbola/41.png")
-    drawn = np.asarray(things_lib.picture(str(out), "symbola/41.png"))
-    assert {(0, 0, 0, 255), (255, 255, 255, 255)} <= {tuple(p) for p in drawn.reshape(-1, 4)}  # black, white rim
-    sources = json.loads((out / "things.json").read_text())["sources"]
-    assert [s["package"] for s in sources] == ["ruby-gemojione", "fonts-symbola", "fonts-materialdesignicons-webfont"]
 
 
 def test_vqa_data_corpus_and_vqa_pretrain_take_a_things_folder(tmp_path, things_dir, capsys):

@@ -9,8 +9,8 @@ Noto font, and neither holds openclipart.
         --emojify pk/usr/share/javascript/emojify.js/images/emoji
 
 It keeps the emoji of things (animals, plants, food, vehicles, buildings, objects, sports; not faces of feelings,
-symbols or flags) whose name is one word, copies their PNGs and writes things.json (with the plurals English
-does not make regularly). The same inputs give the same folder.
+symbols or flags) whose name is one word, copies their PNGs and writes things.json. The same inputs give the
+same folder.
 """
 
 from __future__ import annotations
@@ -22,15 +22,6 @@ import sys
 from pathlib import Path
 
 CATEGORIES = ("nature", "food", "travel", "objects", "activity", "people")
-# plurals English does not make with -s / -es / -ies; a name that is already plural or a mass noun is its own
-PLURALS = {"man": "men", "woman": "women", "mouse": "mice", "ox": "oxen", "deer": "deer", "fish": "fish",
-           "sheep": "sheep", "potato": "potatoes", "tomato": "tomatoes", "volcano": "volcanoes",
-           "blowfish": "blowfish", "bacon": "bacon", "billiards": "billiards", "books": "books",
-           "chains": "chains", "cherries": "cherries", "eyeglasses": "eyeglasses", "eyes": "eyes",
-           "fireworks": "fireworks", "footprints": "footprints", "grapes": "grapes", "jeans": "jeans",
-           "pancakes": "pancakes", "peanuts": "peanuts", "popcorn": "popcorn", "scales": "scales",
-           "spaghetti": "spaghetti", "sparkles": "sparkles", "sushi": "sushi", "wrestlers": "wrestlers",
-           "fog": "fog", "bread": "bread", "candy": "candy"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / source).mkdir(exist_ok=True)
         file = f"{source}/{src.name}"
         shutil.copyfile(src, args.out / file)
-        rows.append(dict(file=file, name=name, **({"plural": PLURALS[name]} if name in PLURALS else {})))
+        rows.append(dict(file=file, name=name))
         sources[source] += 1
     known = [dict(name="gemojione (EmojiOne 2)", package="ruby-gemojione", licence="CC-BY-SA-4.0"),
              dict(name="emojify.js", package="libjs-emojify", licence="MIT")]

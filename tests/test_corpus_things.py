@@ -88,9 +88,7 @@ def test_a_things_folder_is_checked_with_errors_that_name_the_problem(tmp_path):
              json.dumps({"things": [{"file": "dog-0.png", "name": "hot dog"}]}): "not one lower-case word",
              json.dumps({"things": [{"file": "gone.png", "name": "dog"}, {"file": "cat-0.png", "name": "cat"}]}):
                  r"things\[0\] file gone.png is missing",
-             json.dumps({"things": [{"file": "dog-0.png", "name": "dog"}]}): "at least 2",
-             json.dumps({"things": [{"file": "dog-0.png", "name": "dog", "plural": "two dogs"},
-                                    {"file": "cat-0.png", "name": "cat"}]}): r"plural 'two dogs' is not one"}
+             json.dumps({"things": [{"file": "dog-0.png", "name": "dog"}]}): "at least 2"}
     for text, message in cases.items():
         index.write_text(text)
         things_lib.load.cache_clear()
@@ -99,14 +97,6 @@ def test_a_things_folder_is_checked_with_errors_that_name_the_problem(tmp_path):
     index.write_text(good)
     things_lib.load.cache_clear()
     assert things_lib.load(str(bad)).names == ("bus", "cat", "dog", "tree")
-    assert [things_lib.load(str(bad)).plural(n) for n in ("bus", "cat", "cherry", "day")] == [
-        "buses", "cats", "cherries", "days"]  # a name's plural: things.json's, else the regular one
-    index.write_text(json.dumps({"things": [{"file": "dog-0.png", "name": "mouse", "plural": "mice"},
-                                            {"file": "cat-0.png", "name": "cat"}]}))
-    things_lib.load.cache_clear()
-    assert things_lib.load(str(bad)).plural("mouse") == "mice"
-    index.write_text(good)
-    things_lib.load.cache_clear()
     (bad / "cat-1.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     with pytest.raises(DataError, match="cat-1.png: not a readable picture"):
         things_lib.picture(str(bad), "cat-1.png")
@@ -150,7 +140,7 @@ def test_each_thing_is_drawn_inside_its_box(corpus, things_dir):
 def test_every_answer_and_caption_of_a_things_scene_follows_from_it(corpus, things_dir):
     scenes, qa, caps = _split(corpus)
     rel = generator.relation_holds
-    asked, repeated = set(), False
+    asked = set()
     for q, a in qa:
         scene = scenes[q["image_id"]]
         if scene["style"] != corpus_things.STYLE:
@@ -162,32 +152,26 @@ def test_every_answer_and_caption_of_a_things_scene_follows_from_it(corpus, thin
             assert kinds == [answer]
         elif text in corpus_things.SIDE_Q.values():
             way = next(r for r, t in corpus_things.SIDE_Q.items() if t == text)
-            assert any(all(rel(o, p, way, SIDE) for p in objs if p is not o) for o in objs if o["kind"] == answer)
+            i = kinds.index(answer)
+            assert all(rel(objs[i], p, way, SIDE) for p in objs if p is not objs[i])
         elif text in corpus_things.BACKGROUND_Q:
             assert answer == scene["background"] and answer in BACKGROUNDS
         elif text in corpus_things.COUNT_Q:
             assert answer == str(len(objs))
-        elif text.startswith(("how many", "count the")):  # "how many dogs are there?", "count the buses."
-            plural = text.split()[2].rstrip(".")
-            name = next(n for n in DRAW if things_lib.regular_plural(n) == plural)
-            assert answer == str(kinds.count(name)), text
-            repeated |= answer not in ("0", "1")
         elif text.startswith(("is there a", "can you see a")):
             name = text.rstrip("?").split()[-1]
             assert name in DRAW and answer == ("yes" if name in kinds else "no")
         else:
             a_name, b_name = (w for w in text.rstrip("?").split() if w in kinds)
-            assert kinds.count(a_name) == kinds.count(b_name) == 1, text  # a relation names things shown once
             way = next(r for r in corpus_things.RELATIONS if f" {r} " in text)
             assert answer == ("yes" if rel(objs[kinds.index(a_name)], objs[kinds.index(b_name)], way, SIDE)
                               else "no"), text
-    assert asked >= {"attribute_shape", "attribute_color", "existence", "count", "spatial"} and repeated
+    assert asked >= {"attribute_shape", "attribute_color", "existence", "count", "spatial"}
     for c in caps:
         scene = scenes[c["image_id"]]
         if scene["style"] == corpus_things.STYLE and c["caption"].startswith("the "):  # a relation statement
             words = c["caption"].split()
             a, b = (next(o for o in scene["objects"] if o["kind"] == w) for w in (words[1], words[-1]))
-            assert [o["kind"] for o in scene["objects"]].count(words[1]) == 1, c["caption"]
             way = " ".join(words[3:-2])
             assert rel(a, b, way, SIDE), c["caption"]
 

@@ -1,8 +1,7 @@
 """Things scenes of the pretraining corpus (`vqa pretrain --things DIR`): 1-3 pictures of real kinds of things
-from a things folder (`things`), turned a little and mirrored at random, on one of the corpus's backgrounds; in
-part of the scenes with two or more, one kind is shown more than once (so "how many dogs are there?" counts);
-with captions, questions and boxes in the corpus's forms, so that the words, the relations and the grounding
-loss work on them as on the geometric scenes.
+from a things folder (`things`), each a different one, turned a little and mirrored at random, on one of the
+corpus's backgrounds; with captions, questions and boxes in the corpus's forms, so that the words, the
+relations and the grounding loss work on them as on the geometric scenes.
 
 A corpus with things is `with_things(folder, share)`: that share of its scenes are things scenes, the rest the
 geometric ones. A things scene's objects carry `kind` (the thing's name), `file` (its picture in the folder),
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import Counter
 from functools import partial
 
 import numpy as np
@@ -22,12 +20,11 @@ from PIL import Image
 from . import corpus_layout, corpus_render, corpus_text
 from . import things as things_lib
 from .corpus import CORPUS_SET
-from .generator import FAMILIES, NUMBERS, SyntheticSet, article, relation_holds, tally
+from .generator import FAMILIES, NUMBERS, SyntheticSet, article, relation_holds
 
 STYLE = "picture"  # a things scene's `style`: its objects are pictures, not drawn shapes
 SIZE = (0.3, 0.6)  # a thing's longest side, fraction of the picture's side
 MAX_THINGS = 3
-REPEAT = 0.5  # share of the scenes with two or more things where the second is the first's kind again
 TURN = 15.0  # degrees either way
 K = corpus_render.K
 RELATIONS = corpus_layout.RELATIONS[:4]  # left of, right of, above, below: bigger / smaller need one kind
@@ -37,7 +34,6 @@ SIDE_Q = {"left of": "what is on the left?", "right of": "what is on the right?"
           "above": "what is at the top?", "below": "what is at the bottom?"}  # the thing clearly furthest that way
 BACKGROUND_Q = ("what color is the background?", "which colour is the background?")
 COUNT_Q = ("how many things are there?", "how many things can you see?")
-ABSENT_COUNT = 0.1  # chance of a "how many X are there?" (answer 0) for a thing that is not there
 N_ABSENT = 2  # "is there a X?" for this many things that are not there
 
 
@@ -60,16 +56,14 @@ def _box(o: dict, folder: str) -> list[float]:
 
 
 def make_scene(rng: np.random.Generator, side: int, folder: str) -> dict:
-    """1-3 things at random sizes and places (overlapping a little at most), a background and a pattern: different
-    things, or (REPEAT of the scenes with two or more) the first one's kind again second, any third."""
+    """1-3 different things at random sizes and places (overlapping a little at most), a background and a pattern."""
     things = things_lib.load(folder)
     names = things.names
     n = int(rng.integers(1, min(MAX_THINGS, len(names)) + 1))
-    repeat = n > 1 and rng.random() < REPEAT
     objs: list[dict] = []
     while len(objs) < n:
-        name = objs[0]["kind"] if repeat and len(objs) == 1 else names[rng.integers(len(names))]
-        if not repeat and any(o["kind"] == name for o in objs):
+        name = names[rng.integers(len(names))]
+        if any(o["kind"] == name for o in objs):
             continue
         files = things.files[name]
         d = float(rng.uniform(*SIZE)) * side
@@ -101,40 +95,32 @@ def _furthest(objs: list[dict], i: int, rel: str, side: int) -> bool:
     return all(relation_holds(objs[i], p, rel, side) for j, p in enumerate(objs) if j != i)
 
 
-def _alone(objs: list[dict]) -> list[dict]:
-    """The things whose kind is shown once: a relation names its things by kind, so only these."""
-    kinds = Counter(o["kind"] for o in objs)
-    return [o for o in objs if kinds[o["kind"]] == 1]
-
-
 def true_relations(objs: list[dict], side: int) -> list[tuple[str, str, str]]:
-    return [(a["kind"], rel, b["kind"]) for a in _alone(objs) for b in _alone(objs) for rel in RELATIONS
+    return [(a["kind"], rel, b["kind"]) for a in objs for b in objs for rel in RELATIONS
             if a is not b and relation_holds(a, b, rel, side)]
 
 
-def make_captions(scene: dict, side: int, rng: np.random.Generator, folder: str) -> list[str]:
+def make_captions(scene: dict, side: int, rng: np.random.Generator) -> list[str]:
     """The corpus's four captions: the listing with places, the tally with the background, two relations (or
     where a thing is)."""
     objs = sorted(scene["objects"], key=lambda o: (o["x"], o["y"]))
     n = len(objs)
     caps = ["left to right: " + ", ".join(f"{o['kind']} {corpus_text.place(o, side)}" for o in objs),
             f"{NUMBERS[n]} thing{'s' if n > 1 else ''} on a {scene['background']} {scene['pattern']} background: "
-            + tally((o["kind"] for o in objs), things_lib.load(folder).plural)]
+            + ", ".join(article(o["kind"]) for o in objs)]
     rels = true_relations(objs, side)
     picks = rng.permutation(len(rels))[:2].tolist() if rels else []
     caps += [f"the {a} is {rel} the {b}" for a, rel, b in (rels[k] for k in picks)]
     fillers = [f"a picture of {article(o['kind'])} at the {corpus_text.place(o, side)}" for o in objs]
-    fillers += [f"{article(o['kind'])} on {article(scene['background'])} background" for o in _alone(objs)]
+    fillers += [f"{article(o['kind'])} on {article(scene['background'])} background" for o in objs]
     caps += fillers[: 4 - len(caps)]
     return caps
 
 
 def candidates(scene: dict, side: int, rng: np.random.Generator, folder: str) -> dict[str, list[tuple[str, str]]]:
     """Every valid (question, answer) per family: what a thing is (alone, or the one furthest one way), the
-    background's colour, whether a thing is there, how many (things, and of each kind), and where one is from
-    another."""
+    background's colour, whether a thing is there, how many, and where one is from another."""
     objs = scene["objects"]
-    things = things_lib.load(folder)
     cands: dict[str, list[tuple[str, str]]] = {f: [] for f in FAMILIES}
     if len(objs) == 1:
         cands["attribute_shape"].append((WHAT_Q[rng.integers(2)], objs[0]["kind"]))
@@ -144,17 +130,12 @@ def candidates(scene: dict, side: int, rng: np.random.Generator, folder: str) ->
     cands["attribute_color"].append((BACKGROUND_Q[rng.integers(2)], scene["background"]))
     exist_q = corpus_text.EXIST_Q
     present = {o["kind"] for o in objs}
-    absent = [n for n in things.names if n not in present]
+    absent = [n for n in things_lib.load(folder).names if n not in present]
     for name in [*sorted(present), *(absent[k] for k in rng.permutation(len(absent))[:N_ABSENT])]:
         cands["existence"].append((exist_q[rng.integers(2)].format(article(name)), "yes" if name in present else "no"))
     cands["count"].append((COUNT_Q[rng.integers(2)], str(len(objs))))
-    counts = Counter(o["kind"] for o in objs)
-    asked = sorted(counts) + ([absent[rng.integers(len(absent))]] if absent and rng.random() < ABSENT_COUNT else [])
-    for name in asked:
-        q = corpus_text.COUNT_Q[rng.integers(len(corpus_text.COUNT_Q))].format(things.plural(name))
-        cands["count"].append((q, str(counts[name])))
-    for a in _alone(objs):
-        for b in _alone(objs):
+    for a in objs:
+        for b in objs:
             for rel in RELATIONS if a is not b else ():
                 holds = relation_holds(a, b, rel, side)
                 if holds is not None:
@@ -186,7 +167,7 @@ def with_things(folder: str | os.PathLike, share: float) -> SyntheticSet:
         CORPUS_SET,
         make_scene=partial(_make_scene, folder=folder, share=share),
         candidates=partial(_either, partial(candidates, folder=folder), CORPUS_SET.candidates),
-        make_captions=partial(_either, partial(make_captions, folder=folder), CORPUS_SET.make_captions),
+        make_captions=partial(_either, make_captions, CORPUS_SET.make_captions),
         render=partial(_either, partial(render, folder=folder), CORPUS_SET.render),
         object_box=_box_of,
     )

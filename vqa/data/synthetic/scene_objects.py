@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from ...errors import ConfigError, DataError
-from . import corpus_layout, corpus_things, scenes_layout, scenes_text, shapes_layout, shapes_text
+from . import corpus_layout, scenes_layout, scenes_text, shapes_layout, shapes_text
 from .corpus import CORPUS_SET
 from .generator import SyntheticSet
 from .scenes import SCENES_SET
@@ -123,8 +123,6 @@ def referent(sset: SceneSet, scene: dict, side: int, family: str, question: str,
     fits = [i for i, o in enumerate(objs) if o[key] == answer]
     if len(fits) <= 1:
         return fits[0] if fits else None
-    if scene.get("style") == corpus_things.STYLE:  # its questions are the things folder's, not the set's
-        return None
     probe = next(v for v in (sset.colours if key == "color" else sset.kinds) if v != answer)
     for i in fits:  # asking about the object by its other attributes, so the question stays while its answer moves
         changed = dict(scene, objects=[dict(o, **{key: probe}) if j == i else o for j, o in enumerate(objs)])

@@ -3,8 +3,7 @@ draws into part of the corpus, so the towers see shading and texture and learn t
 
 DIR/things.json is {"sources": [...], "things": [{"file": "PATH.png", "name": "dog"}, ...]}: each file (relative
 to DIR) a picture on a transparent background, each name one lower-case word (a caption and the grounding loss
-name an object by one noun), with an optional "plural" ("mice"; else the regular English one). Several files may
-share a name (the same thing by other artists).
+name an object by one noun). Several files may share a name (the same thing by other artists).
 `scripts/make_things.py` makes one from Debian's emoji packages (docs/pretraining.md).
 """
 
@@ -31,23 +30,10 @@ class Things:
     folder: Path
     files: dict[str, tuple[str, ...]]  # name -> its pictures' files, relative to the folder
     digest: str  # sha256 of things.json: a corpus records which things it drew
-    plurals: dict[str, str]  # name -> plural, where things.json gives one
-
-    def plural(self, name: str) -> str:
-        return self.plurals.get(name) or regular_plural(name)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self.files))
-
-
-def regular_plural(name: str) -> str:
-    """English's regular plural: bus -> buses, cherry -> cherries, dog -> dogs."""
-    if name.endswith(("s", "x", "z", "ch", "sh")):
-        return name + "es"
-    if name.endswith("y") and name[-2:-1] not in "aeiou":
-        return name[:-1] + "ies"
-    return name + "s"
 
 
 @functools.lru_cache(maxsize=4)
@@ -65,7 +51,6 @@ def load(folder: str) -> Things:
     except (ValueError, KeyError, TypeError, AssertionError) as e:
         raise DataError(f"{index}: not a things index ({{\"things\": [{{\"file\", \"name\"}}]}}): {e}") from None
     files: dict[str, list[str]] = {}
-    plurals: dict[str, str] = {}
     for k, e in enumerate(entries):
         if not isinstance(e, dict) or not isinstance(e.get("file"), str) or not isinstance(e.get("name"), str):
             raise DataError(f"{index}: things[{k}] needs a \"file\" and a \"name\" (strings)")
@@ -73,15 +58,10 @@ def load(folder: str) -> Things:
             raise DataError(f"{index}: things[{k}] name {e['name']!r} is not one lower-case word")
         if not (root / e["file"]).is_file():
             raise DataError(f"{index}: things[{k}] file {e['file']} is missing")
-        if "plural" in e:
-            if not isinstance(e["plural"], str) or not NAME.fullmatch(e["plural"]):
-                raise DataError(f"{index}: things[{k}] plural {e['plural']!r} is not one lower-case word")
-            plurals[e["name"]] = e["plural"]
         files.setdefault(e["name"], []).append(e["file"])
     if len(files) < MIN_NAMES:
         raise DataError(f"{index}: {len(files)} names; a things folder needs at least {MIN_NAMES}")
-    return Things(root, {n: tuple(f) for n, f in sorted(files.items())}, hashlib.sha256(raw).hexdigest(),
-                  plurals)
+    return Things(root, {n: tuple(f) for n, f in sorted(files.items())}, hashlib.sha256(raw).hexdigest())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -99,4 +79,4 @@ def picture(folder: str, file: str) -> Image.Image:
     return im.crop(box)
 
 
-__all__ = ["Things", "load", "picture", "regular_plural"]
+__all__ = ["Things", "load", "picture"]

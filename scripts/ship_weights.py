@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def main() -> None:
         shutil.copyfile(src / name, dst / name)
     card = dict(
         name=args.name, preset=trained["preset"], tasks=trained["tasks"],
-        command=f"vqa pretrain --out DIR --seed {made['seed']} --max-steps {made['steps']}",
+        command=re.sub(r"--out \S+", "--out DIR", made["command"]),
         corpus=dict(made["corpus"], maker="vqa data corpus (procedural pictures; no Shapes or Scenes scene)"),
         steps=made["steps"], schedule=made["schedule"], pretrain_seconds=made["total_seconds"],
         pretrain_machine="2-core CPU shared with other jobs",

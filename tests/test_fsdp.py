@@ -134,13 +134,15 @@ def test_help_says_what_shard_does():
 
 
 def test_fsdp_run_equals_one_process_and_its_checkpoint_is_an_unsharded_runs(shapes_dir, tmp_path):
-    common = ["--max-steps", "3", "--device", "cpu", "--optimizer", "adamw"]
+    # with the grounding loss, whose probe reads the sharded cross-attention outside its forward
+    common = ["--max-steps", "3", "--device", "cpu", "--optimizer", "adamw", "--grounding-weight", "1"]
     one = _torchrun(train_args(shapes_dir, tmp_path / "one", *common, "--batch-size", "8"), nproc=1)
     assert one.returncode == 0, one.stderr[-3000:]
     two = _torchrun(train_args(shapes_dir, tmp_path / "two", *common, "--batch-size", "2", "--accum", "2",
                                "--shard", "fsdp"), nproc=2)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "sharded (FSDP)" in two.stderr and "returned a view tensor" not in two.stderr
+    assert "grounding loss (weight 1)" in two.stderr
     assert_same_training(tmp_path / "one", tmp_path / "two")
     for name in ("last", "best"):  # the same files as an unsharded run's
         assert sorted(p.name for p in (tmp_path / "two" / name).iterdir()) == sorted(

@@ -12,7 +12,7 @@ import torch
 
 from vqa.cli import build_parser, main
 from vqa.tokenizer import Tokenizer
-from vqa.weights import checkpoint
+from vqa.weights import checkpoint, shipped
 
 pytestmark = pytest.mark.slow
 
@@ -48,13 +48,14 @@ def test_pretrain_makes_a_run_folder_with_its_corpus_and_card(pretrained):
 
 
 def test_pretraining_trains_the_words_to_look_at_the_corpus_objects(pretrained, tmp_path):
-    """--grounding-weight trains the grounding loss on the corpus's boxes: the same seed trains other weights.
-    Off by default, as the shipped towers were made."""
-    assert json.loads((pretrained / "train_config.json").read_text())["grounding_weight"] == 0
-    assert _pretrain(tmp_path / "on", "--grounding-weight", "1") == 0
-    assert json.loads((tmp_path / "on" / "train_config.json").read_text())["grounding_weight"] == 1
+    """--grounding-weight trains the grounding loss on the corpus's boxes, on by default as the shipped towers
+    were made (their card's command); 0 turns it off, and the same seed then trains other weights."""
+    assert json.loads((pretrained / "train_config.json").read_text())["grounding_weight"] == 1
+    assert "--grounding-weight 1" in shipped.card("tiny")["command"]
+    assert _pretrain(tmp_path / "off", "--grounding-weight", "0") == 0
+    assert json.loads((tmp_path / "off" / "train_config.json").read_text())["grounding_weight"] == 0
     weights = "last/model.safetensors"
-    assert _digest(tmp_path / "on" / weights) != _digest(pretrained / weights)
+    assert _digest(tmp_path / "off" / weights) != _digest(pretrained / weights)
 
 
 def test_the_same_seed_gives_the_same_weights(pretrained, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_train import fails
 
-from vqa.cli import main
+from vqa.cli import build_parser, main
 from vqa.identity import checkpoint_identity
 from vqa.weights import checkpoint, shipped
 
@@ -24,6 +24,11 @@ def test_the_shipped_towers_are_what_their_card_says():
     assert card["sha256"] == shipped.sha256(folder / "model.safetensors")
     assert card["identity"] == checkpoint_identity(folder)  # the weights with their config and tokenizer
     assert card["command"].startswith("vqa pretrain") and card["steps"] > 0 and card["init_from"] == "random weights"
+    # the card's command is the one that made them: `vqa pretrain` reads it as the card's corpus and steps
+    argv = card["command"].split()[1:]
+    made = build_parser(argv).parse_args(argv)
+    assert (made.seed, made.max_steps, made.images, made.val_images) == (
+        card["corpus"]["seed"], card["steps"], card["corpus"]["images"], card["corpus"]["val_images"])
     model, tok, loaded = shipped.load("tiny")
     assert sum(p.numel() for p in model.parameters()) == card["parameters"]
     assert tok.question_id is not None and tok.answer_id is not None  # pretrained for both tasks
@@ -61,61 +66,6 @@ def test_a_shape_or_tokenizer_the_towers_do_not_have_stops_with_the_way_out(shap
     # a --set that keeps the shape applies to the towers' config
     assert main(_run(shapes_dir, tmp_path / "c", "--max-steps", "1", "--set", "dec_dropout=0.1")) == 0
     assert checkpoint.load(tmp_path / "c" / "last")[0].cfg.dec_dropout == 0.1
-
-
-def _before_bytes(model, tok, n: int, folder):
-    """The towers as they were before scripts/add_byte_tokens.py: the first `n` rows, the tokenizer without
-    the byte tokens, written to `folder`."""
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from vqa.model import VQAModel
-    from vqa.tokenizer import BYTE_TOKENS
-    from vqa.weights import model_files
-
-    spec = json.loads(tok.hf.to_str())
-    for t in BYTE_TOKENS:
-        del spec["model"]["vocab"][t]
-    spec["model"]["byte_fallback"] = False
-    spec["decoder"] = spec["decoder"]["decoders"][1]
-    old = VQAModel(model.cfg.replace(vocab_size=n))
-    state = model.state_dict()
-    state["decoder.embed.weight"] = state["decoder.embed.weight"][:n]
-    old.load_state_dict(state)
-    model_files.save(old, folder)
-    HFTokenizer.from_str(json.dumps(spec)).save(str(folder / "tokenizer.json"))
-    return old
-
-
-def test_the_byte_tokens_were_added_as_the_card_says_and_change_no_answer(tmp_path):
-    import importlib.util
-
-    from vqa.tokenizer import BYTE_TOKENS
-
-    model, tok, card = shipped.load("tiny")
-    made = card["byte_tokens"]
-    n = made["tokens_before"]
-    assert made["made_by"] == "python scripts/add_byte_tokens.py" and tok.vocab_size == n + 256
-    assert [tok.hf.token_to_id(t) for t in BYTE_TOKENS] == list(range(n, n + 256))  # old ids kept their meaning
-    emb = model.decoder.embed.weight
-    torch.testing.assert_close(emb[n:], emb[:n].mean(0).expand(256, -1), rtol=0, atol=0)
-    # the file is reproducible: the towers before it hash to the card's from_sha256, and the script makes
-    # exactly the shipped file from them
-    old = _before_bytes(model, tok, n, tmp_path / "before")
-    assert shipped.sha256(tmp_path / "before" / "model.safetensors") == made["from_sha256"]
-    spec = importlib.util.spec_from_file_location("add_byte_tokens", shipped.WEIGHTS.parents[1] / "scripts" /
-                                                  "add_byte_tokens.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    script.add_byte_tokens(tmp_path / "before", tmp_path / "after")
-    assert shipped.sha256(tmp_path / "after" / "model.safetensors") == card["sha256"]
-    # a mean row's logit is the mean of the old ones: greedy decoding picks what it picked before
-    g = torch.Generator().manual_seed(0)
-    images = torch.rand(2, 3, 64, 64, generator=g) * 2 - 1
-    ids = torch.tensor([tok.vqa_prompt("what color is the circle?")] * 2)
-    with torch.no_grad():
-        new, before = model.teacher_forced(images, ids).logits, old.teacher_forced(images, ids).logits
-    torch.testing.assert_close(new[..., :n], before)
-    assert (new[..., n:].amax(-1) < new[..., :n].amax(-1)).all()
 
 
 def test_a_vocab_size_that_cannot_apply_says_so_in_one_line(shapes_dir, tmp_path, capsys):

@@ -216,8 +216,9 @@ def test_init_from_keeps_the_sources_weights_and_preset_and_applies_set(shapes_d
 
 
 def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, tmp_path):
-    """--caption-weight is the caption task's weight in every step's loss; --hflip turns on the training
-    transform's flips (the transform's own tests check when it flips)."""
+    """--caption-weight is the caption task's weight in every step's loss, beside the tiny preset's grounding
+    weight (1 on Shapes, which has boxes); --hflip turns on the training transform's flips (the transform's own
+    tests check when it flips)."""
     from vqa import distributed
     from vqa.cli import build_parser
     from vqa.config import TrainConfig
@@ -229,7 +230,7 @@ def test_caption_weight_and_hflip_reach_the_step_and_the_transform(shapes_dir, t
         ns = build_parser(args).parse_args(args)
         trainer = Trainer(resolve(given(ns, TrainConfig), ns.config), distributed.Dist())
         try:
-            assert trainer.collate.keywords["task_weights"] == {"vqa": 1.0, "caption": weight}
+            assert trainer.collate.keywords["task_weights"] == {"vqa": 1.0, "caption": weight, "grounding": 1.0}
             assert trainer.data.dataset.transform.allow_hflip is flips
         finally:
             trainer.close()

@@ -246,7 +246,7 @@ class Tokenizer:
 
 def with_byte_fallback(hf: HFTokenizer) -> HFTokenizer:
     """`hf` (a BPE) with byte fallback: the byte tokens it lacks appended after its vocabulary, so every id
-    keeps its meaning (the shipped towers grew their embedding to match: scripts/add_byte_tokens.py), a
+    keeps its meaning (an embedding grows to match: `vqa.weights.grow_vocab`), a
     character outside the vocabulary encoded as its UTF-8 bytes, and decoding joining the bytes back."""
     spec = json.loads(hf.to_str())
     model = spec["model"]

@@ -71,8 +71,10 @@ PRESETS: dict[str, Preset] = {
         ),
         # a from-scratch encoder that moves more slowly than the decoder lets the cross-attention settle
         # sooner; Muon learns the from-scratch model in far fewer steps; a second caption of each image a step
-        # shows the listing captions that teach position twice as often, for more decoder tokens a step
-        lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2), weights="tiny",
+        # shows the listing captions that teach position twice as often, for more decoder tokens a step; the
+        # grounding loss, on where a set has boxes, is what the shipped towers were pretrained with
+        lr=1e-3, optimizer="muon", train=dict(vit_lr_scale=0.3, captions_per_image=2, grounding_weight=1.0),
+        weights="tiny",
     ),
     "small": Preset(
         about="ViT-S/16 at 224 px + a 6-layer decoder (GPU); timm's layout, so pretrained weights load",

@@ -93,7 +93,7 @@ class TrainConfig(_Config):
     grounding_weight: float = field(default=0.0, metadata=_opt(
         "loss weight of a grounded token: on a Shapes or Scenes folder, whose scenes file has every object's box, "
         "the cross-attention behind a word that names an object (and behind a colour, shape or count answer) is "
-        "trained to look at that object (docs/grounding.md); 0: off"))
+        "trained to look at that object (docs/grounding.md); 0: off (tiny: 1)"))
     lr: float | None = field(default=None, metadata=_opt(
         "peak learning rate of the cross-attention layers; the decoder's and the encoder's default to "
         "fractions of it (default: the preset's; 0: every weight stays as it starts)"))

@@ -124,6 +124,17 @@ class Attention(nn.Module):
         k, v = self.kv(memory).view(b, n, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return self.k_norm(k), v
 
+    def weights_at(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Cross-attention weights [M, H, Lg, N] of chosen queries, image-major: x [M, Lg, D] (the block's normed
+        stream at image m's chosen tokens) against image m's keys k [M, Hkv, N, Dh], read in place. What the
+        grounding loss reads in training, written out as the explain path's attention; a method, so that FSDP
+        gathers the weights for it as for `forward` (`vqa.train.sharding`)."""
+        m, lg, _ = x.shape
+        q = self.q_norm(self.q(x).view(m, lg, self.heads, self.head_dim).transpose(1, 2))  # [M, H, Lg, Dh]
+        k, _ = _expand(k, k, self.heads // self.kv_heads)
+        _, weights, _ = _attention_with_weights(q, k, k, None, False)
+        return weights
+
     def forward(
         self,
         x: torch.Tensor,  # [B, T, D] the text stream (queries)
@@ -182,17 +193,6 @@ class Attention(nn.Module):
         if route is not None:  # the image-major [M * L, D] back to the packed [B * T, D] -> [B, T, D]
             out = gather_rows(out.reshape(bq * tq, d), route.slots).view(b, t, d)
         return self.proj(out), weights
-
-
-def attention_at(attn: Attention, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Cross-attention weights [M, H, Lg, N] of chosen queries, image-major: x [M, Lg, D] (the block's normed
-    stream at image m's chosen tokens) against image m's keys k [M, Hkv, N, Dh], read in place. What the
-    grounding loss reads in training, written out as the explain path's attention."""
-    m, lg, _ = x.shape
-    q = attn.q_norm(attn.q(x).view(m, lg, attn.heads, attn.head_dim).transpose(1, 2))  # [M, H, Lg, Dh]
-    k, _ = _expand(k, k, attn.heads // attn.kv_heads)
-    _, weights, _ = _attention_with_weights(q, k, k, None, False)
-    return weights
 
 
 def _expand(k: torch.Tensor, v: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:

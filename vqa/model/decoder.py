@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute, attention_at, gather_rows
+from .attention import Attention, ImageRoute, gather_rows
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -64,7 +64,7 @@ class DecoderBlock(nn.Module):
         h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
         if probe is not None:  # [B, T, D] -> [B * T, D] -> the probed [M, Lg, D]
             chosen = gather_rows(xn.flatten(0, 1), probe.reshape(-1)).view(*probe.shape, -1)  # [M, Lg, D]
-            weights = attention_at(self.cross_attn, chosen, memory_kv[0])
+            weights = self.cross_attn.weights_at(chosen, memory_kv[0])
         x = x + _dropout(self.drop, h)
         return x + self.mlp(self.ln3(x)), weights
 

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
-from .attention import Attention, ImageRoute, attention_at, gather_rows
+from .attention import Attention, ImageRoute, gather_rows
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: tuple | None) -> torch.Tensor:
@@ -99,7 +99,7 @@ class CrossBlock(nn.Module):
         h, weights = self.cross_attn(xn, kv=memory_kv, need_weights=need_weights, route=route)
         if probe is not None:  # the probed tokens' weights [M, H, Lg, N] (TextDecoder's DecoderBlock says more)
             chosen = gather_rows(xn.flatten(0, 1), probe.reshape(-1)).view(*probe.shape, -1)  # [M, Lg, D]
-            weights = attention_at(self.cross_attn, chosen, memory_kv[0])
+            weights = self.cross_attn.weights_at(chosen, memory_kv[0])
         x = x + self.attn_gate.tanh() * h
         return x + self.mlp_gate.tanh() * self.mlp(self.ln2(x)), weights
 

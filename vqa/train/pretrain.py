@@ -24,7 +24,7 @@ from ..options import check_out_folder
 DEFAULT_STEPS = 2500  # the shipped towers' length (vqa/weights/tiny/card.json), which fine-tuning starts from
 DEFAULT_IMAGES = 40000
 DEFAULT_THINGS_SHARE = 0.3
-DEFAULT_GROUNDING = 0.0  # the grounding loss (`vqa.data.regions`) on the corpus's objects: off, as the shipped towers
+DEFAULT_GROUNDING = 1.0  # the grounding loss (`vqa.data.regions`) on the corpus's objects: on, as the shipped towers
 ALPHABET = string.ascii_lowercase + string.digits + string.punctuation
 # the corpus's four captions of an image all train each step (the listing, the tally, two relations), each
 # token weighted as an answer's: the captions are what pretraining teaches

@@ -38,8 +38,9 @@ def shard(model: VQAModel) -> VQAModel:
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPAttention\) returned a view tensor")
     for group in groups(model):
         fully_shard(group)
-        if hasattr(group, "project_kv"):  # memory_kv calls it outside the block's forward: hooks of its own
-            register_fsdp_forward_method(group, "project_kv")
+        if hasattr(group, "project_kv"):  # memory_kv and the grounding probe call these outside the block's
+            for method in ("project_kv", "weights_at"):  # forward: hooks of their own
+                register_fsdp_forward_method(group, method)
     fully_shard(model)
     return model
 
